@@ -1,0 +1,74 @@
+//! The one error type of the crate. Every variant says what failed and what
+//! to do about it; none of them is ever turned into an unsandboxed run.
+
+use std::path::PathBuf;
+
+/// Why a command was refused or could not be run in the sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The configured bubblewrap binary does not exist or is not executable.
+    #[error(
+        "bubblewrap not found at {path}: install it with `apt-get install bubblewrap` \
+         (or your distribution's bubblewrap package) or set Policy.bwrap to the bwrap binary; \
+         commands are never run unsandboxed"
+    )]
+    BwrapNotFound {
+        /// The path that was checked.
+        path: PathBuf,
+    },
+
+    /// bubblewrap started but could not build the sandbox (namespaces,
+    /// mounts); the command never ran.
+    #[error(
+        "the sandbox could not be set up, so the command was refused (it did not run): {message}; \
+         bubblewrap needs user, pid, network, ipc and uts namespaces: enable them \
+         (sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces>0, and allow \
+         namespaces in the container/seccomp profile) and check that every bind source in the \
+         policy exists"
+    )]
+    SetupFailed {
+        /// What bubblewrap printed.
+        message: String,
+    },
+
+    /// The worktree is missing or not a directory.
+    #[error("worktree {path} cannot be used: {reason}; pass an existing directory")]
+    Worktree {
+        /// The worktree given.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The policy or the command is malformed or unsafe.
+    #[error("sandbox policy rejected: {reason}")]
+    InvalidPolicy {
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
+
+    /// An operating-system call the runner needs failed.
+    #[error("{what} failed: {source}")]
+    Io {
+        /// The operation, e.g. "creating the output pipe".
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl SandboxError {
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        SandboxError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn invalid(reason: impl Into<String>) -> Self {
+        SandboxError::InvalidPolicy {
+            reason: reason.into(),
+        }
+    }
+}

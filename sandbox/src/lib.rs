@@ -1,0 +1,26 @@
+//! Run one command in a bubblewrap sandbox.
+//!
+//! The policy is data ([`Policy`]); [`bwrap_args`] turns it into
+//! bubblewrap's argument list without touching the system; [`run`] executes
+//! it with resource limits and returns an [`Outcome`]. There is no
+//! unsandboxed fallback: if bubblewrap is missing or cannot build the
+//! sandbox, [`run`] and [`check_available`] return an error.
+//!
+//! See README.md in this crate for what the sandbox does and does not
+//! protect against.
+
+mod cgroup;
+mod error;
+mod outcome;
+mod output;
+mod policy;
+mod run;
+
+pub use error::SandboxError;
+pub use outcome::{
+    signal_name, Enforced, LimitEvents, LimitsInForce, Mechanism, Outcome, SignalInfo,
+    TIMEOUT_EXIT_CODE,
+};
+pub use output::HeadTail;
+pub use policy::*;
+pub use run::{check_available, run};

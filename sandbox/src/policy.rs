@@ -1,0 +1,441 @@
+//! The sandbox policy (plain data) and the pure function that turns it into
+//! a bubblewrap argument list.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SandboxError;
+
+/// Where bubblewrap is looked for unless the policy says otherwise: the path
+/// Debian's and Ubuntu's `bubblewrap` package installs it at.
+pub const DEFAULT_BWRAP: &str = "/usr/bin/bwrap";
+
+/// Wall-clock limit: ten minutes is longer than a SWE-bench test run
+/// normally takes, and a command that takes longer is wasting the model's
+/// turn; the runner kills the whole sandbox when it passes.
+pub const DEFAULT_TIMEOUT_MS: u64 = 600_000;
+
+/// Memory cap (cgroup, or RLIMIT_AS without one): 4 GiB fits a Python test
+/// suite with numpy/pandas while leaving the host (and the model) room.
+pub const DEFAULT_MEMORY_BYTES: u64 = 4 << 30;
+
+/// Process/thread cap (cgroup pids controller): 1,024 is far above what
+/// `pytest -n auto` needs and low enough that a fork bomb stops quickly.
+pub const DEFAULT_MAX_PROCESSES: u64 = 1024;
+
+/// Size of the private tmpfs `/tmp` (and `/dev/shm`): 1 GiB holds build
+/// artefacts and test fixtures; its pages count as memory, so it is capped.
+pub const DEFAULT_TMP_BYTES: u64 = 1 << 30;
+
+/// Largest file the command may write (RLIMIT_FSIZE): 1 GiB; bigger files
+/// in a source tree are a runaway loop, and the cap bounds disk use per file.
+pub const DEFAULT_FILE_SIZE_BYTES: u64 = 1 << 30;
+
+/// Open files per process (RLIMIT_NOFILE): 4,096 covers test suites that
+/// open many sockets or files; it is clamped to the runner's own hard limit.
+pub const DEFAULT_OPEN_FILES: u64 = 4096;
+
+/// Output retained for the model: 1 MiB (head and tail halves); more would
+/// not fit a context window anyway, and it bounds the runner's memory.
+pub const DEFAULT_OUTPUT_BYTES: usize = 1 << 20;
+
+/// Core dump size (RLIMIT_CORE): always 0; a crashing interpreter must not
+/// fill the worktree with core files.
+pub const CORE_DUMP_BYTES: u64 = 0;
+
+/// The uid and gid the command sees: an ordinary, non-root user.
+pub const SANDBOX_UID: u32 = 1000;
+
+/// See [`SANDBOX_UID`].
+pub const SANDBOX_GID: u32 = 1000;
+
+/// Hostname inside the sandbox (its own UTS namespace), so output does not
+/// leak the host's name.
+pub const SANDBOX_HOSTNAME: &str = "sandbox";
+
+/// `PATH` inside the sandbox unless the policy's environment overrides it.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Paths inside the worktree that are re-bound read-only after the worktree
+/// is bound read-write: git metadata (config, hooks, objects) must not be
+/// rewritten by the command.
+pub const DEFAULT_PROTECTED: &[&str] = &[".git"];
+
+/// File descriptor numbers bubblewrap is told to read generated files from
+/// (and to write its status to). The runner places the pipes at exactly
+/// these numbers in the child; bubblewrap closes them before the command runs.
+pub const PASSWD_FD: i32 = 3;
+/// See [`PASSWD_FD`]: the generated `/etc/group`.
+pub const GROUP_FD: i32 = 4;
+/// See [`PASSWD_FD`]: the generated `/etc/hosts`.
+pub const HOSTS_FD: i32 = 5;
+/// See [`PASSWD_FD`]: bubblewrap's JSON status (`--json-status-fd`), used to
+/// tell "the sandbox could not be set up" apart from the command's own exit.
+pub const STATUS_FD: i32 = 6;
+
+/// Host files under /etc that programs need and that hold no secrets. Bound
+/// read-only if they exist. Never /etc/shadow, /etc/gshadow, /etc/ssl/private.
+pub const ETC_FILES: &[&str] = &[
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ca-certificates.conf",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/nsswitch.conf",
+    "/etc/services",
+    "/etc/protocols",
+    "/etc/mime.types",
+];
+
+/// Top-level system directories bound (or recreated as symlinks when the host
+/// has merged /usr) by [`detect_system_mounts`].
+pub const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+
+/// Minimal `/etc/passwd` generated for the sandbox (the host's is not shown).
+pub const PASSWD_CONTENT: &str = "root:x:0:0:root:/root:/usr/sbin/nologin\n\
+sandbox:x:1000:1000:sandbox:/tmp:/bin/bash\n\
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+
+/// Minimal `/etc/group` generated for the sandbox.
+pub const GROUP_CONTENT: &str = "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n";
+
+/// Minimal `/etc/hosts`: only loopback names resolve.
+pub const HOSTS_CONTENT: &str = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+
+/// One system mount of the sandbox's read-only base layer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Mount {
+    /// `--ro-bind SRC DEST`: the source must exist.
+    RoBind {
+        /// Host path.
+        src: PathBuf,
+        /// Path inside the sandbox.
+        dest: PathBuf,
+    },
+    /// `--ro-bind-try SRC DEST`: skipped when the source does not exist.
+    RoBindTry {
+        /// Host path.
+        src: PathBuf,
+        /// Path inside the sandbox.
+        dest: PathBuf,
+    },
+    /// `--symlink TARGET LINK`, e.g. `/bin -> usr/bin` on merged-/usr hosts.
+    Symlink {
+        /// What the link points to.
+        target: PathBuf,
+        /// Where the link is created inside the sandbox.
+        link: PathBuf,
+    },
+}
+
+/// Resource limits. Every field has a documented default constant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Limits {
+    /// Wall-clock limit in milliseconds ([`DEFAULT_TIMEOUT_MS`]).
+    pub timeout_ms: u64,
+    /// Memory cap in bytes ([`DEFAULT_MEMORY_BYTES`]).
+    pub memory_bytes: u64,
+    /// Process and thread cap ([`DEFAULT_MAX_PROCESSES`]).
+    pub max_processes: u64,
+    /// Size of the tmpfs `/tmp` and `/dev/shm` ([`DEFAULT_TMP_BYTES`]).
+    pub tmp_bytes: u64,
+    /// Largest file that may be written ([`DEFAULT_FILE_SIZE_BYTES`]).
+    pub file_size_bytes: u64,
+    /// Open files per process ([`DEFAULT_OPEN_FILES`]).
+    pub open_files: u64,
+    /// Output bytes retained, head plus tail ([`DEFAULT_OUTPUT_BYTES`]).
+    pub output_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            memory_bytes: DEFAULT_MEMORY_BYTES,
+            max_processes: DEFAULT_MAX_PROCESSES,
+            tmp_bytes: DEFAULT_TMP_BYTES,
+            file_size_bytes: DEFAULT_FILE_SIZE_BYTES,
+            open_files: DEFAULT_OPEN_FILES,
+            output_bytes: DEFAULT_OUTPUT_BYTES,
+        }
+    }
+}
+
+/// Everything that decides what a sandboxed command can see and do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// The bubblewrap binary ([`DEFAULT_BWRAP`]).
+    pub bwrap: PathBuf,
+    /// The task's worktree: bound read-write at its own absolute path, and
+    /// the command's working directory.
+    pub worktree: PathBuf,
+    /// Paths relative to the worktree re-bound read-only ([`DEFAULT_PROTECTED`]).
+    pub protected: Vec<PathBuf>,
+    /// The read-only base layer: system directories and /etc pieces.
+    pub system_mounts: Vec<Mount>,
+    /// Extra host paths bound read-only at the same path, e.g. a pyenv
+    /// version directory holding the task's Python.
+    pub extra_ro_binds: Vec<PathBuf>,
+    /// The complete environment of the command (everything else is cleared).
+    pub env: BTreeMap<String, String>,
+    /// Use a cgroup for memory and process caps when the runner can create
+    /// one (true by default); false forces the rlimit fallback.
+    pub cgroups: bool,
+    /// Resource limits.
+    pub limits: Limits,
+}
+
+impl Policy {
+    /// A policy with every default filled in and the given base layer; pure
+    /// (it looks at no file), so tests can build a deterministic policy.
+    pub fn new(worktree: impl Into<PathBuf>, system_mounts: Vec<Mount>) -> Policy {
+        let mut env = BTreeMap::new();
+        env.insert("PATH".to_string(), DEFAULT_PATH.to_string());
+        env.insert("HOME".to_string(), "/tmp".to_string());
+        env.insert("LANG".to_string(), "C.UTF-8".to_string());
+        Policy {
+            bwrap: PathBuf::from(DEFAULT_BWRAP),
+            worktree: worktree.into(),
+            protected: DEFAULT_PROTECTED.iter().map(PathBuf::from).collect(),
+            system_mounts,
+            extra_ro_binds: Vec::new(),
+            env,
+            cgroups: true,
+            limits: Limits::default(),
+        }
+    }
+
+    /// The default policy for a worktree on this host: the directory is made
+    /// absolute (symlinks resolved) and the base layer is taken from how this
+    /// host lays out /usr, /bin, /lib.
+    pub fn for_worktree(dir: impl AsRef<Path>) -> Result<Policy, SandboxError> {
+        let dir = dir.as_ref();
+        let canonical = std::fs::canonicalize(dir).map_err(|e| SandboxError::Worktree {
+            path: dir.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        if !canonical.is_dir() {
+            return Err(SandboxError::Worktree {
+                path: dir.to_path_buf(),
+                reason: "not a directory".to_string(),
+            });
+        }
+        Ok(Policy::new(canonical, detect_system_mounts()))
+    }
+
+    /// Checks that the policy cannot expose the whole host or secrets and that
+    /// every path can be passed to bubblewrap exactly.
+    pub fn validate(&self) -> Result<(), SandboxError> {
+        check_path("worktree", &self.worktree)?;
+        if self.worktree == Path::new("/") {
+            return Err(SandboxError::invalid(
+                "the worktree is /: pass the task's repository directory",
+            ));
+        }
+        for p in &self.protected {
+            if p.is_absolute() || p.components().any(|c| matches!(c, Component::ParentDir)) {
+                return Err(SandboxError::invalid(format!(
+                    "protected path {} must be relative to the worktree and stay inside it",
+                    p.display()
+                )));
+            }
+            to_str("protected path", p)?;
+        }
+        let mut binds: Vec<&Path> = self.extra_ro_binds.iter().map(|p| p.as_path()).collect();
+        binds.push(&self.worktree);
+        for m in &self.system_mounts {
+            match m {
+                Mount::RoBind { src, dest } | Mount::RoBindTry { src, dest } => {
+                    to_str("mount source", src)?;
+                    check_path("mount destination", dest)?;
+                    binds.push(src);
+                }
+                Mount::Symlink { target, link } => {
+                    to_str("symlink target", target)?;
+                    check_path("symlink", link)?;
+                }
+            }
+        }
+        for src in binds {
+            check_path("bind source", src)?;
+            for secret in ["/etc/shadow", "/etc/gshadow", "/root", "/home"] {
+                if Path::new(secret).starts_with(src) {
+                    return Err(SandboxError::invalid(format!(
+                        "bind source {} would expose {secret}: bind only the directories the \
+                         command needs",
+                        src.display()
+                    )));
+                }
+            }
+        }
+        for (k, v) in &self.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return Err(SandboxError::invalid(format!(
+                    "environment variable {k:?} is malformed: names must be non-empty without \
+                     '=' or NUL, values without NUL"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn to_str<'a>(what: &str, p: &'a Path) -> Result<&'a str, SandboxError> {
+    p.to_str().ok_or_else(|| {
+        SandboxError::invalid(format!(
+            "{what} {} is not valid UTF-8: rename it",
+            p.display()
+        ))
+    })
+}
+
+fn check_path(what: &str, p: &Path) -> Result<(), SandboxError> {
+    let s = to_str(what, p)?;
+    if !p.is_absolute() || p.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(SandboxError::invalid(format!(
+            "{what} {s} must be an absolute path without '..'"
+        )));
+    }
+    Ok(())
+}
+
+/// The base layer for this host: `/usr` and whichever of /bin, /sbin, /lib,
+/// /lib32, /lib64, /libx32 exist (as symlinks where the host has symlinks,
+/// read-only binds where it has directories), then the [`ETC_FILES`] that
+/// exist-or-not (`--ro-bind-try`).
+pub fn detect_system_mounts() -> Vec<Mount> {
+    let mut mounts = Vec::new();
+    for dir in SYSTEM_DIRS {
+        let path = Path::new(dir);
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(path) {
+                    mounts.push(Mount::Symlink {
+                        target,
+                        link: path.to_path_buf(),
+                    });
+                }
+            }
+            Ok(meta) if meta.is_dir() => mounts.push(Mount::RoBind {
+                src: path.to_path_buf(),
+                dest: path.to_path_buf(),
+            }),
+            _ => {}
+        }
+    }
+    mounts.extend(etc_mounts());
+    mounts
+}
+
+/// The [`ETC_FILES`] as `--ro-bind-try` mounts.
+pub fn etc_mounts() -> Vec<Mount> {
+    ETC_FILES
+        .iter()
+        .map(|p| Mount::RoBindTry {
+            src: PathBuf::from(p),
+            dest: PathBuf::from(p),
+        })
+        .collect()
+}
+
+fn s(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn push_all(args: &mut Vec<String>, items: &[&str]) {
+    args.extend(items.iter().map(|a| a.to_string()));
+}
+
+/// The bubblewrap arguments (without the program name) that run `command`
+/// under `policy`. Pure: the same policy and command always give the same
+/// list. Paths are used as given; [`Policy::validate`] rejects the ones that
+/// would not survive the conversion to strings.
+pub fn bwrap_args(policy: &Policy, command: &[String]) -> Vec<String> {
+    let mut a: Vec<String> = Vec::new();
+    // Namespaces and privileges. --unshare-user is explicit so that
+    // --disable-userns (no nested user namespaces) is accepted when root.
+    push_all(
+        &mut a,
+        &[
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+        ],
+    );
+    a.extend([
+        "--uid".to_string(),
+        SANDBOX_UID.to_string(),
+        "--gid".to_string(),
+        SANDBOX_GID.to_string(),
+        "--hostname".to_string(),
+        SANDBOX_HOSTNAME.to_string(),
+    ]);
+    // Environment: cleared, then exactly the policy's variables.
+    a.push("--clearenv".to_string());
+    for (k, v) in &policy.env {
+        a.extend(["--setenv".to_string(), k.clone(), v.clone()]);
+    }
+    // Read-only base layer.
+    for m in &policy.system_mounts {
+        match m {
+            Mount::RoBind { src, dest } => {
+                a.extend(["--ro-bind".to_string(), s(src), s(dest)]);
+            }
+            Mount::RoBindTry { src, dest } => {
+                a.extend(["--ro-bind-try".to_string(), s(src), s(dest)]);
+            }
+            Mount::Symlink { target, link } => {
+                a.extend(["--symlink".to_string(), s(target), s(link)]);
+            }
+        }
+    }
+    // Generated identity and name files (see PASSWD_FD).
+    for (fd, dest) in [
+        (PASSWD_FD, "/etc/passwd"),
+        (GROUP_FD, "/etc/group"),
+        (HOSTS_FD, "/etc/hosts"),
+    ] {
+        a.extend(["--ro-bind-data".to_string(), fd.to_string(), dest.to_string()]);
+    }
+    push_all(&mut a, &["--dev", "/dev", "--proc", "/proc"]);
+    let tmp = policy.limits.tmp_bytes.to_string();
+    for dir in ["/tmp", "/dev/shm"] {
+        a.extend([
+            "--size".to_string(),
+            tmp.clone(),
+            "--tmpfs".to_string(),
+            dir.to_string(),
+        ]);
+    }
+    for p in &policy.extra_ro_binds {
+        a.extend(["--ro-bind".to_string(), s(p), s(p)]);
+    }
+    // The worktree read-write at its own path, then its protected parts
+    // read-only on top.
+    let wt = s(&policy.worktree);
+    a.extend(["--bind".to_string(), wt.clone(), wt.clone()]);
+    for p in &policy.protected {
+        let full = s(&policy.worktree.join(p));
+        a.extend(["--ro-bind-try".to_string(), full.clone(), full]);
+    }
+    // The root tmpfs bubblewrap builds on is made read-only last, so nothing
+    // can be created outside the worktree, /tmp and /dev/shm.
+    push_all(&mut a, &["--remount-ro", "/"]);
+    a.extend(["--chdir".to_string(), wt]);
+    a.extend(["--json-status-fd".to_string(), STATUS_FD.to_string()]);
+    a.push("--".to_string());
+    a.extend(command.iter().cloned());
+    a
+}

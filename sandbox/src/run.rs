@@ -1,0 +1,557 @@
+//! Spawning bubblewrap, enforcing the limits, capturing the output.
+
+use std::io::{ErrorKind, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::cgroup::Cgroup;
+use crate::error::SandboxError;
+use crate::outcome::{
+    Enforced, LimitsInForce, Mechanism, Outcome, SignalInfo,
+};
+use crate::output::HeadTail;
+use crate::policy::{
+    bwrap_args, Policy, CORE_DUMP_BYTES, GROUP_CONTENT, GROUP_FD, HOSTS_CONTENT, HOSTS_FD,
+    PASSWD_CONTENT, PASSWD_FD, STATUS_FD,
+};
+
+/// After the sandbox's main process is gone, how long the runner keeps
+/// reading output still buffered in the pipe before it stops: the pid
+/// namespace is torn down by then, so this only bounds a pathological case.
+const OUTPUT_DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// How often the runner polls for the child's exit where the kernel has no
+/// pidfd (Linux < 5.3); small enough to add no noticeable latency.
+const FALLBACK_POLL_INTERVAL: Duration = Duration::from_millis(5);
+
+/// Bytes read from the output pipe per read(2): one pipe's default capacity.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Lowest fd number the runner parks the descriptors it hands to bubblewrap
+/// at, so they cannot collide with the fixed numbers 0-6 while being moved.
+const PARK_FD_MIN: RawFd = 16;
+
+/// `CLOSE_RANGE_CLOEXEC` from linux/close_range.h (Linux 5.11+).
+const CLOSE_RANGE_CLOEXEC: libc::c_uint = 4;
+
+/// The highest fd the fallback (no close_range) marks close-on-exec.
+const FALLBACK_MAX_FD: RawFd = 65_536;
+
+fn last_err(what: &str) -> SandboxError {
+    SandboxError::io(what, std::io::Error::last_os_error())
+}
+
+/// A pipe as (read end, write end), both close-on-exec.
+fn pipe(what: &str) -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(last_err(what));
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Moves a descriptor to a number >= PARK_FD_MIN (close-on-exec).
+fn park(fd: OwnedFd, what: &str) -> Result<OwnedFd, SandboxError> {
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own returns a new one.
+    let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, PARK_FD_MIN) };
+    if new < 0 {
+        return Err(last_err(what));
+    }
+    // SAFETY: `new` was just created by fcntl.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+fn set_nonblocking(fd: &OwnedFd, what: &str) -> Result<(), SandboxError> {
+    // SAFETY: fcntl flag manipulation on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(last_err(what));
+        }
+    }
+    Ok(())
+}
+
+/// A pipe whose read end yields `content` then EOF.
+fn data_pipe(content: &str, what: &str) -> Result<OwnedFd, SandboxError> {
+    let (r, w) = pipe(what)?;
+    let mut file = std::fs::File::from(w);
+    std::io::Write::write_all(&mut file, content.as_bytes())
+        .map_err(|e| SandboxError::io(what, e))?;
+    drop(file);
+    park(r, what)
+}
+
+/// Checks that the policy's bubblewrap binary exists and is executable.
+fn check_bwrap_binary(path: &Path) -> Result<(), SandboxError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
+        _ => Err(SandboxError::BwrapNotFound {
+            path: path.to_path_buf(),
+        }),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Rlimit {
+    As,
+    Fsize,
+    Core,
+    Nofile,
+    Nproc,
+}
+
+fn set_rlimit(kind: Rlimit, value: u64) -> libc::c_int {
+    let resource = match kind {
+        Rlimit::As => libc::RLIMIT_AS,
+        Rlimit::Fsize => libc::RLIMIT_FSIZE,
+        Rlimit::Core => libc::RLIMIT_CORE,
+        Rlimit::Nofile => libc::RLIMIT_NOFILE,
+        Rlimit::Nproc => libc::RLIMIT_NPROC,
+    };
+    let lim = libc::rlimit {
+        rlim_cur: value as libc::rlim_t,
+        rlim_max: value as libc::rlim_t,
+    };
+    // SAFETY: setrlimit with a valid struct; async-signal-safe.
+    unsafe { libc::setrlimit(resource, &lim) }
+}
+
+/// The runner's own hard limit for NOFILE; an unprivileged runner cannot go
+/// above it.
+fn nofile_hard_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return u64::MAX;
+    }
+    lim.rlim_max as u64
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Checks that sandboxed commands can run at all: bubblewrap is present and
+/// can build the sandbox this policy describes (it runs `true` inside).
+pub fn check_available(policy: &Policy) -> Result<(), SandboxError> {
+    check_bwrap_binary(&policy.bwrap)?;
+    let mut probe = policy.clone();
+    probe.limits.timeout_ms = probe.limits.timeout_ms.min(30_000);
+    let out = run(&probe, &["true".to_string()])?;
+    if out.success() {
+        Ok(())
+    } else {
+        Err(SandboxError::SetupFailed {
+            message: format!(
+                "`true` did not succeed in the sandbox (exit {:?}, signal {:?}): {}",
+                out.exit_code,
+                out.signal.map(|s| s.name),
+                out.output.trim()
+            ),
+        })
+    }
+}
+
+/// Runs `command` (program and arguments; the program is looked up on the
+/// policy's PATH inside the sandbox) under `policy` and waits for it.
+///
+/// Refuses (returns an error, never runs unsandboxed) when the policy is
+/// invalid, bubblewrap is missing, or the sandbox cannot be set up.
+pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError> {
+    if command.is_empty() {
+        return Err(SandboxError::invalid(
+            "the command is empty: pass at least the program to run",
+        ));
+    }
+    if command.iter().any(|a| a.contains('\0')) {
+        return Err(SandboxError::invalid(
+            "a command argument contains a NUL byte: remove it",
+        ));
+    }
+    policy.validate()?;
+    check_bwrap_binary(&policy.bwrap)?;
+    if !policy.worktree.is_dir() {
+        return Err(SandboxError::Worktree {
+            path: policy.worktree.clone(),
+            reason: "it does not exist or is not a directory".to_string(),
+        });
+    }
+    let limits = &policy.limits;
+
+    // The per-run cgroup, or the reason there is none.
+    let (cgroup, cgroup_unavailable) = if policy.cgroups {
+        match Cgroup::create(limits.memory_bytes, limits.max_processes) {
+            Ok(cg) => (Some(cg), None),
+            Err(reason) => (None, Some(reason)),
+        }
+    } else {
+        (None, Some("disabled by the policy (cgroups = false)".to_string()))
+    };
+
+    // rlimits: the cheap ones always, address space (and NPROC where it
+    // binds) only without a cgroup.
+    let open_files = if is_root() {
+        limits.open_files
+    } else {
+        limits.open_files.min(nofile_hard_limit())
+    };
+    let mut rlimits = vec![
+        (Rlimit::Fsize, limits.file_size_bytes),
+        (Rlimit::Core, CORE_DUMP_BYTES),
+        (Rlimit::Nofile, open_files),
+    ];
+    let rl = |value| Enforced {
+        value,
+        mechanism: Mechanism::Rlimit,
+    };
+    let (memory_in_force, procs_in_force) = match &cgroup {
+        Some(cg) => (
+            Some(Enforced {
+                value: limits.memory_bytes,
+                mechanism: cg.mechanism,
+            }),
+            Some(Enforced {
+                value: limits.max_processes,
+                mechanism: cg.mechanism,
+            }),
+        ),
+        None => {
+            rlimits.push((Rlimit::As, limits.memory_bytes));
+            // RLIMIT_NPROC counts every process of the real uid on the host
+            // and never binds root, so it is only used for non-root runners.
+            let procs = if is_root() {
+                None
+            } else {
+                rlimits.push((Rlimit::Nproc, limits.max_processes));
+                Some(rl(limits.max_processes))
+            };
+            (Some(rl(limits.memory_bytes)), procs)
+        }
+    };
+    let in_force = LimitsInForce {
+        memory_bytes: memory_in_force,
+        max_processes: procs_in_force,
+        file_size_bytes: rl(limits.file_size_bytes),
+        open_files: rl(open_files),
+        core_dump_bytes: rl(CORE_DUMP_BYTES),
+        tmp_bytes: Enforced {
+            value: limits.tmp_bytes,
+            mechanism: Mechanism::Tmpfs,
+        },
+        timeout_ms: Enforced {
+            value: limits.timeout_ms,
+            mechanism: Mechanism::Runner,
+        },
+        output_bytes: Enforced {
+            value: limits.output_bytes as u64,
+            mechanism: Mechanism::Runner,
+        },
+        cgroup_unavailable,
+    };
+
+    // Descriptors handed to bubblewrap at fixed numbers.
+    let passwd = data_pipe(PASSWD_CONTENT, "creating the /etc/passwd pipe")?;
+    let group = data_pipe(GROUP_CONTENT, "creating the /etc/group pipe")?;
+    let hosts = data_pipe(HOSTS_CONTENT, "creating the /etc/hosts pipe")?;
+    let (status_r, status_w) = pipe("creating the status pipe")?;
+    let status_w = park(status_w, "creating the status pipe")?;
+    let (out_r, out_w) = pipe("creating the output pipe")?;
+    let out_w2 = out_w
+        .try_clone()
+        .map_err(|e| SandboxError::io("duplicating the output pipe", e))?;
+    set_nonblocking(&out_r, "making the output pipe non-blocking")?;
+    set_nonblocking(&status_r, "making the status pipe non-blocking")?;
+
+    let moves: [(RawFd, RawFd); 4] = [
+        (passwd.as_raw_fd(), PASSWD_FD),
+        (group.as_raw_fd(), GROUP_FD),
+        (hosts.as_raw_fd(), HOSTS_FD),
+        (status_w.as_raw_fd(), STATUS_FD),
+    ];
+    let procs_fds: Vec<RawFd> = cgroup.as_ref().map(|c| c.procs_fds()).unwrap_or_default();
+
+    let mut cmd = Command::new(&policy.bwrap);
+    cmd.args(bwrap_args(policy, command))
+        // bubblewrap itself gets no environment: the sandbox's pid 1 is a fork
+        // of it, and /proc/1/environ would otherwise show the runner's.
+        .env_clear()
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out_w))
+        .stderr(Stdio::from(out_w2));
+    // SAFETY: the hook runs between fork and exec and makes only
+    // async-signal-safe calls (write, setrlimit, dup2, close_range, fcntl)
+    // on data prepared before the fork; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Join the cgroup first, so bwrap and all it starts are inside.
+            for fd in &procs_fds {
+                if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (kind, value) in &rlimits {
+                if set_rlimit(*kind, *value) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (from, to) in &moves {
+                if libc::dup2(*from, *to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            // Nothing above the fixed numbers survives exec. CLOEXEC rather
+            // than close, so std's own exec-error pipe keeps working.
+            let first = (STATUS_FD + 1) as libc::c_uint;
+            if libc::syscall(
+                libc::SYS_close_range,
+                first,
+                libc::c_uint::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            ) != 0
+            {
+                for fd in (STATUS_FD + 1)..FALLBACK_MAX_FD {
+                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+            }
+            Ok(())
+        });
+    }
+
+    let start = Instant::now();
+    let spawned = cmd.spawn();
+    // The parent's copies of the child's ends must go, or EOF never comes.
+    drop(cmd);
+    drop((passwd, group, hosts, status_w));
+    let mut child = spawned.map_err(|e| SandboxError::Io {
+        what: format!(
+            "starting {} (joining the cgroup, setting rlimits)",
+            policy.bwrap.display()
+        ),
+        source: e,
+    })?;
+
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: pidfd_open on our own unreaped child.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a non-negative result is a new descriptor we own.
+    let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) });
+
+    let timeout = Duration::from_millis(limits.timeout_ms);
+    let deadline = start + timeout;
+    let mut output = HeadTail::new(limits.output_bytes);
+    let mut out_file = std::fs::File::from(out_r);
+    let mut chunk = vec![0u8; READ_CHUNK];
+    let mut out_open = true;
+    let mut status: Option<ExitStatus> = None;
+    let mut exited_at: Option<Instant> = None;
+    let mut timed_out = false;
+
+    let kill_sandbox = |child: &mut std::process::Child| {
+        let _ = child.kill();
+        if let Some(cg) = &cgroup {
+            cg.kill_all();
+        }
+    };
+
+    loop {
+        if status.is_none() {
+            match child.try_wait() {
+                Ok(Some(st)) => {
+                    status = Some(st);
+                    exited_at = Some(Instant::now());
+                    // Anything left in the cgroup (there should be nothing:
+                    // the pid namespace died with its init) is killed now.
+                    if let Some(cg) = &cgroup {
+                        cg.kill_all();
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    kill_sandbox(&mut child);
+                    let _ = child.wait();
+                    return Err(SandboxError::io("waiting for bubblewrap", e));
+                }
+            }
+        }
+        if status.is_some() && !out_open {
+            break;
+        }
+        let now = Instant::now();
+        if status.is_none() && !timed_out && now >= deadline {
+            timed_out = true;
+            kill_sandbox(&mut child);
+        }
+        let until = match exited_at {
+            Some(t) => {
+                if now >= t + OUTPUT_DRAIN_GRACE {
+                    break;
+                }
+                t + OUTPUT_DRAIN_GRACE
+            }
+            None if timed_out => now + FALLBACK_POLL_INTERVAL,
+            None => deadline,
+        };
+        let mut wait = until.saturating_duration_since(now);
+        if status.is_none() && pidfd.is_none() {
+            wait = wait.min(FALLBACK_POLL_INTERVAL);
+        }
+        let mut fds = Vec::with_capacity(2);
+        if out_open {
+            fds.push(libc::pollfd {
+                fd: out_file.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        if let (None, Some(p)) = (status, &pidfd) {
+            fds.push(libc::pollfd {
+                fd: p.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let ms = wait.as_millis().min(i32::MAX as u128) as libc::c_int;
+        let ms = if ms == 0 && !wait.is_zero() { 1 } else { ms };
+        // SAFETY: poll on a vector of pollfd we own.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != ErrorKind::Interrupted {
+                kill_sandbox(&mut child);
+                let _ = child.wait();
+                return Err(SandboxError::io("polling the sandbox", e));
+            }
+            continue;
+        }
+        if out_open {
+            loop {
+                match out_file.read(&mut chunk) {
+                    Ok(0) => {
+                        out_open = false;
+                        break;
+                    }
+                    Ok(n) => output.push(&chunk[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        kill_sandbox(&mut child);
+                        let _ = child.wait();
+                        return Err(SandboxError::io("reading the sandbox's output", e));
+                    }
+                }
+            }
+        }
+    }
+    let status = match status {
+        Some(s) => s,
+        None => child
+            .wait()
+            .map_err(|e| SandboxError::io("waiting for bubblewrap", e))?,
+    };
+    let wall = exited_at.unwrap_or_else(Instant::now) - start;
+
+    let report = read_status(status_r);
+    if cgroup.is_none() {
+        if let Some(init) = report.child_pid {
+            wait_gone(init, OUTPUT_DRAIN_GRACE);
+        }
+    }
+    let events = cgroup.as_ref().map(|c| c.events()).unwrap_or_default();
+    drop(cgroup);
+
+    let (exit_code, signal) = if let Some(sig) = status.signal() {
+        (None, Some(SignalInfo::new(sig)))
+    } else {
+        let code = status.code().unwrap_or(1);
+        if report.exit_code.is_none() && !timed_out {
+            return Err(SandboxError::SetupFailed {
+                message: output.render().trim().to_string(),
+            });
+        }
+        let code = report.exit_code.unwrap_or(code);
+        if (129..=128 + 64).contains(&code) {
+            (None, Some(SignalInfo::new(code - 128)))
+        } else {
+            (Some(code), None)
+        }
+    };
+
+    Ok(Outcome {
+        exit_code,
+        signal,
+        timed_out,
+        wall_time_secs: wall.as_secs_f64(),
+        output: output.render(),
+        output_bytes_retained: output.retained() as u64,
+        bytes_omitted: output.omitted(),
+        limits: in_force,
+        events,
+    })
+}
+
+#[derive(Default)]
+struct StatusReport {
+    child_pid: Option<i32>,
+    exit_code: Option<i32>,
+}
+
+/// Parses bubblewrap's `--json-status-fd` documents: `child-pid` once the
+/// sandbox's init exists, `exit-code` only if the setup finished.
+fn read_status(fd: OwnedFd) -> StatusReport {
+    let mut file = std::fs::File::from(fd);
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let mut report = StatusReport::default();
+    for doc in serde_json::Deserializer::from_slice(&bytes).into_iter::<serde_json::Value>() {
+        let Ok(doc) = doc else { break };
+        if let Some(p) = doc.get("child-pid").and_then(|v| v.as_i64()) {
+            report.child_pid = i32::try_from(p).ok();
+        }
+        if let Some(c) = doc.get("exit-code").and_then(|v| v.as_i64()) {
+            report.exit_code = i32::try_from(c).ok();
+        }
+    }
+    report
+}
+
+/// Waits (bounded) until a host pid is gone or a zombie: the sandbox's init,
+/// whose exit tears down its pid namespace.
+fn wait_gone(pid: i32, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    let path = format!("/proc/{pid}/stat");
+    while Instant::now() < deadline {
+        match std::fs::read_to_string(&path) {
+            Err(_) => return,
+            Ok(stat) => {
+                let state = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next());
+                if matches!(state, Some("Z") | Some("X")) {
+                    return;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+

@@ -1,0 +1,101 @@
+//! Snapshot of the default policy's bubblewrap argument list.
+//!
+//! The policy is built with fixed paths (no host inspection) so the expected
+//! file is the same on every machine. To regenerate after an intended
+//! change: `UPDATE_SNAPSHOTS=1 cargo test -p patchwright-sandbox --test snapshot`
+//! and review the diff.
+
+use std::path::PathBuf;
+
+use patchwright_sandbox::{bwrap_args, etc_mounts, Mount, Policy};
+
+fn deterministic_policy() -> Policy {
+    // The layout of a merged-/usr Debian 12 host.
+    let mut mounts = vec![
+        Mount::RoBind {
+            src: "/usr".into(),
+            dest: "/usr".into(),
+        },
+        Mount::Symlink {
+            target: "usr/bin".into(),
+            link: "/bin".into(),
+        },
+        Mount::Symlink {
+            target: "usr/sbin".into(),
+            link: "/sbin".into(),
+        },
+        Mount::Symlink {
+            target: "usr/lib".into(),
+            link: "/lib".into(),
+        },
+        Mount::Symlink {
+            target: "usr/lib64".into(),
+            link: "/lib64".into(),
+        },
+    ];
+    mounts.extend(etc_mounts());
+    Policy::new("/work/repo", mounts)
+}
+
+#[test]
+fn default_policy_argv_matches_snapshot() {
+    let argv = bwrap_args(
+        &deterministic_policy(),
+        &["python".to_string(), "-m".to_string(), "pytest".to_string()],
+    );
+    let actual = argv.join("\n") + "\n";
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/default_policy.argv");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &actual).expect("write snapshot");
+    }
+    let expected = std::fs::read_to_string(&path).expect("snapshot file exists");
+    assert_eq!(actual, expected, "bwrap argv changed; see {}", path.display());
+}
+
+#[test]
+fn argv_is_deterministic_and_never_binds_root_or_secrets() {
+    let policy = deterministic_policy();
+    let cmd = ["true".to_string()];
+    let a = bwrap_args(&policy, &cmd);
+    assert_eq!(a, bwrap_args(&policy, &cmd));
+    let pairs: Vec<(&str, &str)> = a
+        .windows(2)
+        .map(|w| (w[0].as_str(), w[1].as_str()))
+        .collect();
+    assert!(!pairs.iter().any(|(f, s)| f.contains("bind") && *s == "/"));
+    assert!(!a.iter().any(|x| x.contains("shadow") || x == "/root" || x == "/home"));
+    assert!(!a.iter().any(|x| x == "/etc/ssl" || x.contains("ssl/private")));
+    // The .git re-bind comes after the read-write worktree bind.
+    let rw = a.iter().position(|x| x == "--bind").expect("rw bind");
+    let git = a.iter().position(|x| x == "/work/repo/.git").expect(".git bind");
+    assert!(git > rw);
+    assert_eq!(a[git - 1], "--ro-bind-try");
+    // The command comes last, after "--".
+    assert_eq!(&a[a.len() - 2..], &["--".to_string(), "true".to_string()]);
+}
+
+#[test]
+fn policy_round_trips_through_json() {
+    let policy = deterministic_policy();
+    let json = serde_json::to_string(&policy).expect("serialise");
+    let back: Policy = serde_json::from_str(&json).expect("deserialise");
+    assert_eq!(policy, back);
+}
+
+#[test]
+fn validate_rejects_exposing_the_host() {
+    let mut p = deterministic_policy();
+    p.extra_ro_binds.push("/".into());
+    assert!(p.validate().is_err());
+    let mut p = deterministic_policy();
+    p.extra_ro_binds.push("/etc".into());
+    let err = p.validate().expect_err("binding /etc exposes /etc/shadow");
+    assert!(err.to_string().contains("/etc/shadow"), "{err}");
+    let mut p = deterministic_policy();
+    p.worktree = "/".into();
+    assert!(p.validate().is_err());
+    let mut p = deterministic_policy();
+    p.protected.push("../escape".into());
+    assert!(p.validate().is_err());
+    assert!(deterministic_policy().validate().is_ok());
+}

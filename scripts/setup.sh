@@ -1,0 +1,33 @@
+# Sourced by scripts/demo and scripts/test: installs what patchwright needs to
+# build and run, once. Idempotent and quick when everything is there.
+
+# System packages: bubblewrap (the sandbox), cmake + clang + libclang (the
+# llama.cpp build and its bindgen), git (workspaces), pip (model downloads).
+ensure_system_packages() {
+    local missing=()
+    for pkg in bubblewrap cmake clang libclang-dev git; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        missing+=(python3-pip)
+    fi
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "installing: ${missing[*]}" >&2
+        local sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    command -v cargo >/dev/null || {
+        echo "cargo not found: install Rust (https://rustup.rs) and retry" >&2
+        exit 1
+    }
+}
+
+# Builds the release binary (the test suite uses the same profile, so
+# llama.cpp is compiled once for both).
+build_release() {
+    cargo build --release --locked --bin patchwright
+}
+
+PATCHWRIGHT=target/release/patchwright

@@ -1,0 +1,123 @@
+//! Settings, resolved once: defaults, then the configuration file (TOML; it
+//! overrides only what it names), then command-line flags. The resolved
+//! settings are recorded in the run's `run.json`.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{EngineSettings, Sampling};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("configuration file {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// Everything a run can be told.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// A model name from `models/manifest.toml`, or a path to a GGUF file.
+    pub model: String,
+    /// Keep each task's workspace after the task instead of deleting it.
+    pub keep_workspaces: bool,
+    pub engine: EngineSettings,
+    pub sampling: Sampling,
+    pub retrieval: Retrieval,
+}
+
+/// How the first pipeline picks the code to show the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retrieval {
+    /// Most files shown, best BM25 score first.
+    pub files: usize,
+}
+
+impl Settings {
+    /// The built-in defaults: the manifest's default model.
+    pub fn defaults(default_model: &str) -> Settings {
+        Settings {
+            model: default_model.into(),
+            keep_workspaces: false,
+            engine: EngineSettings::default(),
+            sampling: Sampling::default(),
+            retrieval: Retrieval { files: 3 },
+        }
+    }
+
+    /// `base` overridden by the TOML file at `path`.
+    pub fn with_file(base: &Settings, path: &Path) -> Result<Settings, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::with_toml(base, &text).map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    fn with_toml(base: &Settings, text: &str) -> Result<Settings, String> {
+        let overrides: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut merged = toml::Table::try_from(base).map_err(|e| e.to_string())?;
+        merge(&mut merged, overrides);
+        serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {
+            let path = e.path().to_string();
+            if path == "." {
+                e.inner().to_string()
+            } else {
+                format!("`{path}`: {}", e.inner())
+            }
+        })
+    }
+}
+
+/// Deep merge: tables merge key by key, anything else replaces.
+fn merge(base: &mut toml::Table, overrides: toml::Table) {
+    for (key, value) in overrides {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_overrides_only_what_it_names() {
+        let base = Settings::defaults("m");
+        let s = Settings::with_toml(&base, "[sampling]\ntemperature = 0.4\n").unwrap();
+        assert_eq!(s.sampling.temperature, 0.4);
+        assert_eq!(s.sampling.max_tokens, base.sampling.max_tokens);
+        assert_eq!(s.engine, base.engine);
+        assert_eq!(s.model, "m");
+        let s = Settings::with_toml(&base, "model = \"x.gguf\"\n[retrieval]\nfiles = 1").unwrap();
+        assert_eq!((s.model.as_str(), s.retrieval.files), ("x.gguf", 1));
+    }
+
+    #[test]
+    fn unknown_keys_and_wrong_types_are_named() {
+        let base = Settings::defaults("m");
+        let cases = [
+            ("[sampling]\ntemprature = 1.0", "temprature"),
+            ("[engine]\ncontext = \"big\"", "context"),
+            ("colour = 1", "colour"),
+        ];
+        for (text, key) in cases {
+            let err = Settings::with_toml(&base, text).unwrap_err();
+            assert!(err.contains(key), "{err} should name {key}");
+        }
+    }
+}

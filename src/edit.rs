@@ -1,0 +1,370 @@
+//! SEARCH/REPLACE edit blocks: parsing them out of a model's reply and
+//! applying them to files with an exact matcher, then a whitespace-tolerant
+//! one.
+//!
+//! The format (aider's and Agentless's):
+//!
+//! ```text
+//! path/to/file.py
+//! <<<<<<< SEARCH
+//! lines to find
+//! =======
+//! lines to put instead
+//! >>>>>>> REPLACE
+//! ```
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::Serialize;
+
+/// One parsed block.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Block {
+    pub path: String,
+    pub search: String,
+    pub replace: String,
+}
+
+/// Which matcher found the SEARCH text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Matched {
+    /// Byte for byte.
+    Exact,
+    /// Line by line, ignoring trailing whitespace.
+    TrailingWhitespace,
+    /// Line by line, ignoring indentation; the replacement is re-indented.
+    Indentation,
+    /// SEARCH was empty and the file did not exist: it was created.
+    NewFile,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EditError {
+    #[error("SEARCH text not found in {0}")]
+    NotFound(String),
+    #[error("SEARCH text matches {count} places in {path}; include more lines to make it unique")]
+    Ambiguous { path: String, count: usize },
+    #[error("path `{0}` is not a relative path inside the repository")]
+    BadPath(String),
+    #[error("{0} does not exist (an empty SEARCH creates a new file; otherwise name an existing file)")]
+    NoSuchFile(String),
+    #[error("empty SEARCH on existing file {0}")]
+    EmptySearch(String),
+    #[error("SEARCH and REPLACE are identical")]
+    NoChange,
+    #[error("cannot {action} {path}: {message}")]
+    Io {
+        action: &'static str,
+        path: String,
+        message: String,
+    },
+}
+
+/// The result of parsing a reply: complete blocks, and how many block
+/// starts were left unterminated (typically cut off by the token limit).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Parsed {
+    pub blocks: Vec<Block>,
+    pub unterminated: usize,
+}
+
+fn is_marker(line: &str, ch: char, word: &str) -> bool {
+    let t = line.trim_end();
+    let n = t.chars().take_while(|&c| c == ch).count();
+    (5..=9).contains(&n) && t[n..].trim() == word
+}
+
+/// The file name a block belongs to: the closest line above it that is not
+/// blank and not a code fence, with decorations removed.
+fn file_name(line: &str) -> String {
+    let t = line.trim().trim_matches('`').trim_matches('*').trim();
+    let t = t.strip_prefix("File:").or_else(|| t.strip_prefix("file:")).unwrap_or(t);
+    let t = t.trim_start_matches('#').trim();
+    t.trim_matches('`').trim_end_matches(':').trim().to_string()
+}
+
+/// Extracts every SEARCH/REPLACE block of `reply`.
+pub fn parse(reply: &str) -> Parsed {
+    let lines: Vec<&str> = reply.lines().collect();
+    let mut parsed = Parsed::default();
+    let mut current_path = String::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if !is_marker(lines[i], '<', "SEARCH") {
+            let t = lines[i].trim();
+            if !t.is_empty() && !t.starts_with("```") {
+                current_path = file_name(t);
+            }
+            i += 1;
+            continue;
+        }
+        let path = current_path.clone();
+        let mut j = i + 1;
+        let mut search = Vec::new();
+        while j < lines.len() && !is_marker(lines[j], '=', "") {
+            search.push(lines[j]);
+            j += 1;
+        }
+        let mut k = j + 1;
+        let mut replace = Vec::new();
+        while k < lines.len() && !is_marker(lines[k], '>', "REPLACE") {
+            replace.push(lines[k]);
+            k += 1;
+        }
+        if k >= lines.len() {
+            parsed.unterminated += 1;
+            break;
+        }
+        parsed.blocks.push(Block {
+            path,
+            search: join_lines(&search),
+            replace: join_lines(&replace),
+        });
+        i = k + 1;
+    }
+    parsed
+}
+
+fn join_lines(lines: &[&str]) -> String {
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// Resolves a block's path inside `root`, refusing anything that escapes it.
+pub fn resolve(root: &Path, path: &str) -> Result<PathBuf, EditError> {
+    let p = Path::new(path);
+    let clean = !path.is_empty()
+        && p.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+        && !p.components().any(|c| c.as_os_str() == ".git");
+    if !clean {
+        return Err(EditError::BadPath(path.into()));
+    }
+    Ok(root.join(p))
+}
+
+/// Applies one block to the repository at `root`.
+pub fn apply_block(root: &Path, block: &Block) -> Result<Matched, EditError> {
+    let full = resolve(root, &block.path)?;
+    if block.search == block.replace {
+        return Err(EditError::NoChange);
+    }
+    let io = |action: &'static str, e: std::io::Error| EditError::Io {
+        action,
+        path: block.path.clone(),
+        message: e.to_string(),
+    };
+    if block.search.trim().is_empty() {
+        if full.exists() {
+            return Err(EditError::EmptySearch(block.path.clone()));
+        }
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io("create the directory of", e))?;
+        }
+        std::fs::write(&full, &block.replace).map_err(|e| io("write", e))?;
+        return Ok(Matched::NewFile);
+    }
+    if !full.is_file() {
+        return Err(EditError::NoSuchFile(block.path.clone()));
+    }
+    let content = std::fs::read_to_string(&full).map_err(|e| io("read", e))?;
+    let (new, matched) = replace(&content, &block.search, &block.replace, &block.path)?;
+    std::fs::write(&full, new).map_err(|e| io("write", e))?;
+    Ok(matched)
+}
+
+/// Applies one block, tolerating a wrong file name: small models often put
+/// prose where the path belongs. When `block.path` is not an existing file
+/// and SEARCH is not empty, the block goes to the one file of `shown` whose
+/// text SEARCH matches. Returns how it matched and the path it was applied to.
+pub fn apply_block_lenient(root: &Path, block: &Block, shown: &[String]) -> Result<(Matched, String), EditError> {
+    let named_exists = resolve(root, &block.path).is_ok_and(|p| p.is_file());
+    if named_exists || block.search.trim().is_empty() {
+        return apply_block(root, block).map(|m| (m, block.path.clone()));
+    }
+    let matching: Vec<&String> = shown
+        .iter()
+        .filter(|path| {
+            resolve(root, path)
+                .ok()
+                .and_then(|full| std::fs::read_to_string(full).ok())
+                .is_some_and(|text| replace(&text, &block.search, &block.replace, path).is_ok())
+        })
+        .collect();
+    match matching.as_slice() {
+        [path] => {
+            let retargeted = Block {
+                path: (*path).clone(),
+                ..block.clone()
+            };
+            apply_block(root, &retargeted).map(|m| (m, retargeted.path))
+        }
+        _ => Err(EditError::NoSuchFile(block.path.clone())),
+    }
+}
+
+/// Replaces the one occurrence of `search` in `content`.
+pub fn replace(content: &str, search: &str, replace: &str, path: &str) -> Result<(String, Matched), EditError> {
+    let exact = content.matches(search).count();
+    if exact == 1 {
+        return Ok((content.replacen(search, replace, 1), Matched::Exact));
+    }
+    if exact > 1 {
+        return Err(EditError::Ambiguous {
+            path: path.into(),
+            count: exact,
+        });
+    }
+    let lines: Vec<&str> = content.split_inclusive('\n').collect();
+    let wanted: Vec<&str> = search.lines().collect();
+    // Leading and trailing blank lines in SEARCH carry no information.
+    let first = wanted.iter().position(|l| !l.trim().is_empty()).unwrap_or(0);
+    let last = wanted.iter().rposition(|l| !l.trim().is_empty()).map_or(0, |i| i + 1);
+    let wanted = &wanted[first..last];
+    if wanted.is_empty() {
+        return Err(EditError::NotFound(path.into()));
+    }
+    let find = |same: &dyn Fn(&str, &str) -> bool| -> Vec<usize> {
+        (0..lines.len().saturating_sub(wanted.len() - 1))
+            .filter(|&s| wanted.iter().enumerate().all(|(k, w)| same(lines[s + k].trim_end_matches(['\n', '\r']), w)))
+            .collect()
+    };
+    let matchers: [(Matched, &dyn Fn(&str, &str) -> bool); 2] = [
+        (Matched::TrailingWhitespace, &|a: &str, b: &str| a.trim_end() == b.trim_end()),
+        (Matched::Indentation, &|a: &str, b: &str| a.trim() == b.trim()),
+    ];
+    for (kind, same) in matchers {
+        let hits = find(same);
+        match hits.len() {
+            0 => continue,
+            1 => {
+                let start = hits[0];
+                let end = start + wanted.len();
+                let replacement = if kind == Matched::Indentation {
+                    reindent(replace, wanted, &lines[start..end])
+                } else {
+                    replace.to_string()
+                };
+                let mut out: String = lines[..start].concat();
+                out.push_str(&replacement);
+                if !replacement.is_empty() && !replacement.ends_with('\n') {
+                    out.push('\n');
+                }
+                out.push_str(&lines[end..].concat());
+                return Ok((out, kind));
+            }
+            count => {
+                return Err(EditError::Ambiguous {
+                    path: path.into(),
+                    count,
+                })
+            }
+        }
+    }
+    Err(EditError::NotFound(path.into()))
+}
+
+fn indent_of(line: &str) -> &str {
+    &line[..line.len() - line.trim_start().len()]
+}
+
+/// Shifts `replace` by the indentation difference between what SEARCH said
+/// and what the file has.
+fn reindent(replace: &str, wanted: &[&str], found: &[&str]) -> String {
+    let Some(k) = wanted.iter().position(|l| !l.trim().is_empty()) else {
+        return replace.to_string();
+    };
+    let said = indent_of(wanted[k]);
+    let real = indent_of(found[k]);
+    replace
+        .lines()
+        .map(|line| {
+            if line.trim().is_empty() {
+                "\n".to_string()
+            } else if let Some(rest) = line.strip_prefix(said) {
+                format!("{real}{rest}\n")
+            } else {
+                format!("{real}{}\n", line.trim_start())
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_blocks_with_decorated_paths() {
+        let reply = "I will fix it.\n\n```python\n### pkg/a.py\n<<<<<<< SEARCH\n    x = 1\n=======\n    x = 2\n>>>>>>> REPLACE\n```\n`pkg/b.py`\n<<<<<<< SEARCH\n=======\nnew\n>>>>>>> REPLACE\nc.py\n<<<<<<< SEARCH\ncut off";
+        let p = parse(reply);
+        assert_eq!(
+            p.blocks,
+            vec![
+                Block { path: "pkg/a.py".into(), search: "    x = 1\n".into(), replace: "    x = 2\n".into() },
+                Block { path: "pkg/b.py".into(), search: "".into(), replace: "new\n".into() },
+            ]
+        );
+        assert_eq!(p.unterminated, 1);
+    }
+
+    #[test]
+    fn replace_cases() {
+        let file = "def f(x):\n    if x > 1:\n        return x\n    return 0\n";
+        let cases: &[(&str, &str, Result<(&str, Matched), EditError>)] = &[
+            ("    if x > 1:\n", "    if x >= 1:\n",
+             Ok(("def f(x):\n    if x >= 1:\n        return x\n    return 0\n", Matched::Exact))),
+            ("    if x > 1:   \n        return x\n", "    if x >= 1:\n        return x\n",
+             Ok(("def f(x):\n    if x >= 1:\n        return x\n    return 0\n", Matched::TrailingWhitespace))),
+            ("if x > 1:\n    return x\n", "if x >= 1:\n    return x + 0\n",
+             Ok(("def f(x):\n    if x >= 1:\n        return x + 0\n    return 0\n", Matched::Indentation))),
+            ("\n\n    return 0\n\n", "    return -1\n",
+             Ok(("def f(x):\n    if x > 1:\n        return x\n    return -1\n", Matched::TrailingWhitespace))),
+            ("    return y\n", "", Err(EditError::NotFound("f.py".into()))),
+            ("return", "yield", Err(EditError::Ambiguous { path: "f.py".into(), count: 2 })),
+        ];
+        for (search, repl, expected) in cases {
+            let got = replace(file, search, repl, "f.py");
+            let got = got.as_ref().map(|(s, m)| (s.as_str(), *m));
+            assert_eq!(got, expected.as_ref().map(|(s, m)| (*s, *m)), "{search:?}");
+        }
+    }
+
+    #[test]
+    fn paths_cannot_escape() {
+        let root = Path::new("/ws");
+        for bad in ["../x.py", "/etc/passwd", "", "a/../../b", ".git/config"] {
+            assert!(resolve(root, bad).is_err(), "{bad}");
+        }
+        assert_eq!(resolve(root, "./pkg/a.py").unwrap(), Path::new("/ws/./pkg/a.py"));
+    }
+
+    #[test]
+    fn apply_block_creates_and_edits() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.py"), "x = 1\n").unwrap();
+        let block = |path: &str, s: &str, r: &str| Block { path: path.into(), search: s.into(), replace: r.into() };
+        assert_eq!(apply_block(dir.path(), &block("a.py", "x = 1\n", "x = 2\n")), Ok(Matched::Exact));
+        assert_eq!(std::fs::read_to_string(dir.path().join("a.py")).unwrap(), "x = 2\n");
+        assert_eq!(apply_block(dir.path(), &block("n/b.py", "", "y = 1\n")), Ok(Matched::NewFile));
+        assert_eq!(apply_block(dir.path(), &block("a.py", "", "z\n")), Err(EditError::EmptySearch("a.py".into())));
+        assert_eq!(apply_block(dir.path(), &block("c.py", "q\n", "r\n")), Err(EditError::NoSuchFile("c.py".into())));
+        assert_eq!(apply_block(dir.path(), &block("a.py", "x = 2\n", "x = 2\n")), Err(EditError::NoChange));
+    }
+
+    #[test]
+    fn a_wrong_path_is_retargeted_to_the_one_shown_file_that_matches() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.py"), "x = 1\n").unwrap();
+        std::fs::write(dir.path().join("b.py"), "y = 1\n").unwrap();
+        let shown = ["a.py".to_string(), "b.py".to_string()];
+        let block = |path: &str, s: &str| Block { path: path.into(), search: s.into(), replace: "z = 0\n".into() };
+        let got = apply_block_lenient(dir.path(), &block("Here is the fix", "y = 1\n"), &shown);
+        assert_eq!(got, Ok((Matched::Exact, "b.py".to_string())));
+        assert_eq!(std::fs::read_to_string(dir.path().join("b.py")).unwrap(), "z = 0\n");
+        let got = apply_block_lenient(dir.path(), &block("nowhere.py", "q = 1\n"), &shown);
+        assert_eq!(got, Err(EditError::NoSuchFile("nowhere.py".into())));
+        // A named file that exists is never second-guessed.
+        let got = apply_block_lenient(dir.path(), &block("a.py", "y = 1\n"), &shown);
+        assert_eq!(got, Err(EditError::NotFound("a.py".into())));
+    }
+}

@@ -1,0 +1,332 @@
+//! The engine: a GGUF model loaded in-process through llama.cpp
+//! (`llama-cpp-2`), turning chat messages into completions.
+//!
+//! The model is loaded once and shared; each completion gets its own context
+//! (KV cache) sized by the settings. Prompts are rendered with the chat
+//! template stored in the model's metadata.
+
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use serde::{Deserialize, Serialize};
+
+/// Tokens evaluated per `decode` call while reading a prompt. Larger batches
+/// use more scratch memory for little gain on a CPU.
+const PROMPT_BATCH: usize = 512;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot initialise llama.cpp: {0}")]
+    Backend(String),
+    #[error("cannot load model {path}: {message} (is it a GGUF file llama.cpp supports?)")]
+    Load { path: PathBuf, message: String },
+    #[error("model {path} has no chat template in its metadata; use an instruct model")]
+    NoTemplate { path: PathBuf },
+    #[error("cannot apply the chat template of {path}: {message}")]
+    Template { path: PathBuf, message: String },
+    #[error("prompt does not fit: {prompt} prompt tokens + {reserved} reserved for the reply = {needed}, but the context holds {context}: {over} tokens too many (shorten the prompt, lower max_tokens or raise the context size)")]
+    TooLong {
+        prompt: usize,
+        reserved: usize,
+        needed: usize,
+        context: usize,
+        over: usize,
+    },
+    #[error("context size {requested} is larger than {model}'s trained context {trained}")]
+    ContextTooLarge {
+        requested: u32,
+        trained: u32,
+        model: String,
+    },
+    #[error("llama.cpp failed to {action}: {message}")]
+    Llama { action: &'static str, message: String },
+}
+
+/// How the engine is set up: fixed for the life of the loaded model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSettings {
+    /// Context size in tokens (prompt + reply). 0 means the model's own
+    /// trained context.
+    pub context: u32,
+    /// CPU threads; 0 means all available cores.
+    pub threads: u32,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        EngineSettings {
+            context: 8192,
+            threads: 0,
+        }
+    }
+}
+
+/// How one reply is sampled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sampling {
+    /// 0 is greedy decoding (deterministic).
+    pub temperature: f32,
+    pub top_p: f32,
+    pub seed: u32,
+    /// Most tokens generated for one reply.
+    pub max_tokens: u32,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling {
+            temperature: 0.0,
+            top_p: 1.0,
+            seed: 0,
+            max_tokens: 1024,
+        }
+    }
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn system(content: impl Into<String>) -> Self {
+        Message {
+            role: "system".into(),
+            content: content.into(),
+        }
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Message {
+            role: "user".into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// The model produced an end-of-generation token.
+    EndOfText,
+    /// `max_tokens` was reached.
+    MaxTokens,
+}
+
+/// A finished reply and what it cost.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Completion {
+    pub text: String,
+    /// Generated token ids, for exact comparisons.
+    pub tokens: Vec<i32>,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub stop: Stop,
+    pub prompt_s: f64,
+    pub decode_s: f64,
+}
+
+/// llama.cpp's backend may be initialised once per process.
+static BACKEND: OnceLock<LlamaBackend> = OnceLock::new();
+static BACKEND_INIT: Mutex<()> = Mutex::new(());
+
+fn backend() -> Result<&'static LlamaBackend, EngineError> {
+    let _guard = BACKEND_INIT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(b) = BACKEND.get() {
+        return Ok(b);
+    }
+    llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+    let b = LlamaBackend::init().map_err(|e| EngineError::Backend(e.to_string()))?;
+    Ok(BACKEND.get_or_init(|| b))
+}
+
+/// A loaded model, shared by every task of a run.
+pub struct Engine {
+    model: LlamaModel,
+    template: LlamaChatTemplate,
+    path: PathBuf,
+    context: u32,
+    threads: i32,
+    /// llama.cpp's context creation is not safe to run concurrently.
+    context_lock: Mutex<()>,
+}
+
+impl Engine {
+    pub fn load(path: &Path, settings: &EngineSettings) -> Result<Engine, EngineError> {
+        let backend = backend()?;
+        let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default())
+            .map_err(|e| EngineError::Load {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        let template = model.chat_template(None).map_err(|_| EngineError::NoTemplate {
+            path: path.to_path_buf(),
+        })?;
+        let trained = model.n_ctx_train();
+        let context = match settings.context {
+            0 => trained,
+            c if c > trained => {
+                return Err(EngineError::ContextTooLarge {
+                    requested: c,
+                    trained,
+                    model: path.display().to_string(),
+                })
+            }
+            c => c,
+        };
+        let threads = match settings.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            t => t as usize,
+        };
+        Ok(Engine {
+            model,
+            template,
+            path: path.to_path_buf(),
+            context,
+            threads: i32::try_from(threads).unwrap_or(i32::MAX),
+            context_lock: Mutex::new(()),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Context size in tokens.
+    pub fn context_size(&self) -> usize {
+        self.context as usize
+    }
+
+    /// Renders messages with the model's chat template, ready for the
+    /// assistant's reply.
+    pub fn render(&self, messages: &[Message]) -> Result<String, EngineError> {
+        let template_err = |message: String| EngineError::Template {
+            path: self.path.clone(),
+            message,
+        };
+        let chat = messages
+            .iter()
+            .map(|m| LlamaChatMessage::new(m.role.clone(), m.content.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| template_err(e.to_string()))?;
+        self.model
+            .apply_chat_template(&self.template, &chat, true)
+            .map_err(|e| template_err(e.to_string()))
+    }
+
+    fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
+        self.model.vocab().tokenize(text.as_bytes(), true, true)
+    }
+
+    /// Tokens in `messages` once rendered with the chat template.
+    pub fn count_tokens(&self, messages: &[Message]) -> Result<usize, EngineError> {
+        Ok(self.tokenize(&self.render(messages)?).len())
+    }
+
+    /// Checks that a prompt of `prompt` tokens leaves room for `reserved`.
+    pub fn check_fits(&self, prompt: usize, reserved: usize) -> Result<(), EngineError> {
+        let context = self.context_size();
+        let needed = prompt + reserved;
+        if needed > context {
+            return Err(EngineError::TooLong {
+                prompt,
+                reserved,
+                needed,
+                context,
+                over: needed - context,
+            });
+        }
+        Ok(())
+    }
+
+    /// Generates the assistant's reply to `messages`.
+    pub fn complete(&self, messages: &[Message], sampling: &Sampling) -> Result<Completion, EngineError> {
+        let prompt = self.tokenize(&self.render(messages)?);
+        let max_tokens = sampling.max_tokens as usize;
+        self.check_fits(prompt.len(), max_tokens)?;
+        let llama = |action: &'static str| move |e: &dyn std::fmt::Display| EngineError::Llama {
+            action,
+            message: e.to_string(),
+        };
+        let mut ctx = {
+            let _guard = self.context_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let params = LlamaContextParams::default()
+                .with_n_ctx(NonZeroU32::new(self.context))
+                .with_n_batch(PROMPT_BATCH as u32)
+                .with_n_threads(self.threads)
+                .with_n_threads_batch(self.threads);
+            self.model
+                .new_context(backend()?, params)
+                .map_err(|e| llama("create a context")(&e))?
+        };
+
+        let started = Instant::now();
+        let mut batch = LlamaBatch::new(PROMPT_BATCH, 1);
+        for (chunk_index, chunk) in prompt.chunks(PROMPT_BATCH).enumerate() {
+            batch.clear();
+            let offset = chunk_index * PROMPT_BATCH;
+            for (i, &token) in chunk.iter().enumerate() {
+                let pos = offset + i;
+                let last = pos + 1 == prompt.len();
+                batch
+                    .add(token, pos as i32, &[0], last)
+                    .map_err(|e| llama("fill a batch")(&e))?;
+            }
+            ctx.decode(&mut batch).map_err(|e| llama("evaluate the prompt")(&e))?;
+        }
+        let prompt_s = started.elapsed().as_secs_f64();
+
+        let mut sampler = if sampling.temperature <= 0.0 {
+            LlamaSampler::greedy()
+        } else {
+            LlamaSampler::chain_simple([
+                LlamaSampler::top_p(sampling.top_p, 1),
+                LlamaSampler::temp(sampling.temperature),
+                LlamaSampler::dist(sampling.seed),
+            ])
+        };
+        let vocab = self.model.vocab();
+        let decode_started = Instant::now();
+        let mut tokens = Vec::new();
+        let mut bytes = Vec::new();
+        let mut pos = prompt.len();
+        let mut stop = Stop::MaxTokens;
+        while tokens.len() < max_tokens {
+            let token = sampler.sample(&ctx, batch.n_tokens() - 1);
+            if vocab.is_eog(token) {
+                stop = Stop::EndOfText;
+                break;
+            }
+            tokens.push(token.0);
+            bytes.extend(vocab.token_to_piece(token, false, None));
+            batch.clear();
+            batch
+                .add(token, pos as i32, &[0], true)
+                .map_err(|e| llama("fill a batch")(&e))?;
+            pos += 1;
+            ctx.decode(&mut batch).map_err(|e| llama("decode")(&e))?;
+        }
+        Ok(Completion {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            completion_tokens: tokens.len(),
+            tokens,
+            prompt_tokens: prompt.len(),
+            stop,
+            prompt_s,
+            decode_s: decode_started.elapsed().as_secs_f64(),
+        })
+    }
+}

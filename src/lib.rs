@@ -1,0 +1,22 @@
+//! patchwright resolves GitHub issues offline: SWE-bench tasks in, patches
+//! out, with a GGUF model loaded in-process. See ARCHITECTURE.md for the map.
+
+pub mod batch;
+pub mod config;
+pub mod dataset;
+pub mod edit;
+pub mod engine;
+pub mod index;
+pub mod models;
+pub mod pipeline;
+pub mod repo;
+pub mod trajectory;
+
+/// Versions of what produced a run, for `run.json`.
+pub fn versions() -> serde_json::Value {
+    serde_json::json!({
+        "patchwright": env!("CARGO_PKG_VERSION"),
+        "llama-cpp-2": env!("PATCHWRIGHT_LLAMA_CPP_2"),
+        "llama-cpp-sys-2": env!("PATCHWRIGHT_LLAMA_CPP_SYS_2"),
+    })
+}

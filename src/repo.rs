@@ -1,0 +1,409 @@
+//! Repositories, offline: finding a task's repository under `--repos DIR` and
+//! making an isolated workspace at `base_commit`.
+//!
+//! Layout of `--repos DIR`, for the task repository `owner/name`, first match
+//! wins:
+//!
+//! - `DIR/owner__name.git`     a bare mirror (`git clone --mirror`);
+//! - `DIR/owner__name`         a plain clone (with a `.git` directory);
+//! - `DIR/owner__name.bundle`  a git bundle (unpacked once per process into
+//!                             a temporary bare repository).
+//!
+//! A workspace is not a `git worktree` of the mirror: a worktree shares the
+//! mirror's object store, so an agent could read the fix from later history.
+//! Instead the workspace is a fresh repository holding exactly one commit,
+//! `base_commit`, fetched shallow (`--depth 1`) from the mirror: no parents,
+//! no branches, no tags, no reflogs, no objects of later commits. Fetching
+//! transfers only the objects of one tree, so creating it costs about the
+//! size of one checkout, never a copy of the history.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RepoError {
+    #[error("no repository for `{repo}` under {dir}: expected {dir}/{name}.git (bare mirror), {dir}/{name} (clone) or {dir}/{name}.bundle")]
+    Missing {
+        repo: String,
+        dir: PathBuf,
+        name: String,
+    },
+    #[error("`{0}` is not a repository name of the form owner/name")]
+    BadName(String),
+    #[error("commit {commit} is not in {source_path}: update the mirror (git fetch) or check the task's base_commit")]
+    MissingCommit { commit: String, source_path: PathBuf },
+    #[error("git {args} failed in {dir}: {message}")]
+    Git {
+        args: String,
+        dir: PathBuf,
+        message: String,
+    },
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// `owner/name` → `owner__name`, SWE-bench's convention for instance ids.
+pub fn mirror_name(repo: &str) -> Option<String> {
+    let (owner, name) = repo.split_once('/')?;
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s != "."
+            && s != ".."
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    };
+    (ok(owner) && ok(name)).then(|| format!("{owner}__{name}"))
+}
+
+/// The repositories of one `--repos DIR`.
+pub struct Repos {
+    dir: PathBuf,
+    /// Bundles unpacked so far, by mirror name; lives as long as `Repos`.
+    unpacked: Mutex<HashMap<String, PathBuf>>,
+    scratch: tempfile::TempDir,
+}
+
+impl Repos {
+    pub fn new(dir: &Path) -> Result<Self, RepoError> {
+        let scratch = tempfile::Builder::new()
+            .prefix("patchwright-bundles-")
+            .tempdir()
+            .map_err(|source| RepoError::Io {
+                action: "create a temporary directory for",
+                path: std::env::temp_dir(),
+                source,
+            })?;
+        Ok(Repos {
+            dir: dir.to_path_buf(),
+            unpacked: Mutex::new(HashMap::new()),
+            scratch,
+        })
+    }
+
+    /// The git directory (or clone) that holds `repo`'s history.
+    pub fn locate(&self, repo: &str) -> Result<PathBuf, RepoError> {
+        let name = mirror_name(repo).ok_or_else(|| RepoError::BadName(repo.into()))?;
+        let bare = self.dir.join(format!("{name}.git"));
+        if bare.is_dir() {
+            return Ok(bare);
+        }
+        let clone = self.dir.join(&name);
+        if clone.join(".git").exists() {
+            return Ok(clone);
+        }
+        let bundle = self.dir.join(format!("{name}.bundle"));
+        if bundle.is_file() {
+            return self.unbundle(&name, &bundle);
+        }
+        Err(RepoError::Missing {
+            repo: repo.into(),
+            dir: self.dir.clone(),
+            name,
+        })
+    }
+
+    fn unbundle(&self, name: &str, bundle: &Path) -> Result<PathBuf, RepoError> {
+        let mut unpacked = self.unpacked.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(path) = unpacked.get(name) {
+            return Ok(path.clone());
+        }
+        let dest = self.scratch.path().join(format!("{name}.git"));
+        let bundle = absolute(bundle)?;
+        git(
+            self.scratch.path(),
+            &[
+                "clone".as_ref(),
+                "--quiet".as_ref(),
+                "--mirror".as_ref(),
+                bundle.as_os_str(),
+                dest.as_os_str(),
+            ],
+        )?;
+        unpacked.insert(name.to_string(), dest.clone());
+        Ok(dest)
+    }
+}
+
+/// A task's working copy: a one-commit repository at `base_commit`.
+pub struct Workspace {
+    path: PathBuf,
+    base_commit: String,
+}
+
+impl Workspace {
+    /// Creates `dest` (replacing whatever is there) holding `commit` of the
+    /// repository at `source`.
+    pub fn create(source: &Path, commit: &str, dest: &Path) -> Result<Workspace, RepoError> {
+        if dest.exists() {
+            remove_dir(dest)?;
+        }
+        std::fs::create_dir_all(dest).map_err(|source| RepoError::Io {
+            action: "create workspace",
+            path: dest.to_path_buf(),
+            source,
+        })?;
+        let source = absolute(source)?;
+        // No template: no sample hooks. No reflogs: nothing records history.
+        git(
+            dest,
+            &["init", "--quiet", "--template=", "--initial-branch=base"].map(AsRef::as_ref),
+        )?;
+        git(dest, &["config", "core.logAllRefUpdates", "false"].map(AsRef::as_ref))?;
+        git(dest, &["config", "gc.auto", "0"].map(AsRef::as_ref))?;
+        let full = resolve_commit(&source, commit)?;
+        let fetch = Command::new("git")
+            .current_dir(dest)
+            // upload-pack (run on the mirror) must allow a want by object id.
+            .env("GIT_CONFIG_COUNT", "1")
+            .env("GIT_CONFIG_KEY_0", "uploadpack.allowAnySHA1InWant")
+            .env("GIT_CONFIG_VALUE_0", "true")
+            .args(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1"])
+            .arg(&source)
+            .arg(&full)
+            .output();
+        check("fetch --depth=1", dest, fetch)?;
+        git(
+            dest,
+            &["checkout", "--quiet", "--detach", full.as_str()].map(AsRef::as_ref),
+        )?;
+        Ok(Workspace {
+            path: dest.to_path_buf(),
+            base_commit: full,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn base_commit(&self) -> &str {
+        &self.base_commit
+    }
+
+    /// `git diff` against `base_commit` of everything in the working tree,
+    /// new files included, in the form SWE-bench expects (a/ b/ prefixes).
+    pub fn diff(&self) -> Result<String, RepoError> {
+        git(&self.path, &["add", "--all"].map(AsRef::as_ref))?;
+        let out = git(
+            &self.path,
+            &[
+                "diff",
+                "--cached",
+                "--no-color",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--src-prefix=a/",
+                "--dst-prefix=b/",
+                self.base_commit.as_str(),
+            ]
+            .map(AsRef::as_ref),
+        )?;
+        // Unstage again so the tree looks untouched to whoever reads it next.
+        git(&self.path, &["reset", "--quiet"].map(AsRef::as_ref))?;
+        Ok(out)
+    }
+
+    /// Deletes the workspace directory.
+    pub fn remove(self) -> Result<(), RepoError> {
+        remove_dir(&self.path)
+    }
+}
+
+/// Expands an abbreviated commit id and checks it exists in `source`.
+fn resolve_commit(source: &Path, commit: &str) -> Result<String, RepoError> {
+    let spec = format!("{commit}^{{commit}}");
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir(source))
+        .args(["rev-parse", "--verify", "--quiet", &spec])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).trim().to_string()),
+        Ok(_) => Err(RepoError::MissingCommit {
+            commit: commit.into(),
+            source_path: source.to_path_buf(),
+        }),
+        Err(e) => Err(RepoError::Git {
+            args: "rev-parse".into(),
+            dir: source.to_path_buf(),
+            message: format!("cannot run git: {e} (install git)"),
+        }),
+    }
+}
+
+fn git_dir(source: &Path) -> PathBuf {
+    let dotgit = source.join(".git");
+    if dotgit.exists() {
+        dotgit
+    } else {
+        source.to_path_buf()
+    }
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, RepoError> {
+    std::path::absolute(path).map_err(|source| RepoError::Io {
+        action: "resolve",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn remove_dir(path: &Path) -> Result<(), RepoError> {
+    std::fs::remove_dir_all(path).map_err(|source| RepoError::Io {
+        action: "remove workspace",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Runs a git command in `dir` and returns its stdout.
+fn git(dir: &Path, args: &[&std::ffi::OsStr]) -> Result<String, RepoError> {
+    let out = Command::new("git").current_dir(dir).args(args).output();
+    let name = args
+        .first()
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    check(&name, dir, out)
+}
+
+fn check(args: &str, dir: &Path, out: std::io::Result<Output>) -> Result<String, RepoError> {
+    match out {
+        Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
+        Ok(o) => Err(RepoError::Git {
+            args: args.into(),
+            dir: dir.to_path_buf(),
+            message: String::from_utf8_lossy(&o.stderr).trim().to_string(),
+        }),
+        Err(e) => Err(RepoError::Git {
+            args: args.into(),
+            dir: dir.to_path_buf(),
+            message: format!("cannot run git: {e} (install git)"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(dir: &Path, script: &str) -> String {
+        let out = Command::new("sh")
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .args(["-ec", script])
+            .output()
+            .expect("sh runs");
+        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// A repository with a base commit and a later "fix" commit on a branch
+    /// and a tag, like a SWE-bench mirror.
+    fn upstream(root: &Path) -> (PathBuf, String, String) {
+        let up = root.join("up");
+        std::fs::create_dir_all(&up).unwrap();
+        sh(&up, "git init -q -b main . && echo 'x = 1' > a.py && mkdir pkg && echo 'y = 2' > pkg/b.py && git add -A && git commit -qm base");
+        let base = sh(&up, "git rev-parse HEAD");
+        sh(&up, "echo 'x = 2  # the fix' > a.py && git commit -qam fix && git tag v1");
+        let fix = sh(&up, "git rev-parse HEAD");
+        (up, base, fix)
+    }
+
+    #[test]
+    fn mirror_names() {
+        let cases = [
+            ("django/django", Some("django__django")),
+            ("psf/requests", Some("psf__requests")),
+            ("a/b/c", None),
+            ("noslash", None),
+            ("../x", None),
+            ("a/..", None),
+            ("a/ b", None),
+        ];
+        for (repo, expected) in cases {
+            assert_eq!(mirror_name(repo).as_deref(), expected, "{repo}");
+        }
+    }
+
+    #[test]
+    fn workspace_cannot_reach_later_history() {
+        let root = tempfile::tempdir().unwrap();
+        let (up, base, fix) = upstream(root.path());
+        let mirror = root.path().join("repos/o__r.git");
+        sh(root.path(), &format!("git clone -q --mirror {} {}", up.display(), mirror.display()));
+        let repos = Repos::new(&root.path().join("repos")).unwrap();
+        let source = repos.locate("o/r").unwrap();
+        let ws = Workspace::create(&source, &base[..10], &root.path().join("ws")).unwrap();
+        let dir = ws.path();
+        assert_eq!(ws.base_commit(), base);
+        assert_eq!(std::fs::read_to_string(dir.join("a.py")).unwrap(), "x = 1\n");
+        assert_eq!(sh(dir, "git rev-parse HEAD"), base);
+        // The fix commit and its objects are absent; no refs, tags or logs.
+        let fix_blob = sh(&up, "git rev-parse HEAD:a.py");
+        for object in [&fix, &fix_blob] {
+            let found = Command::new("git").current_dir(dir).args(["cat-file", "-e", object]).status().unwrap();
+            assert!(!found.success(), "{object} must not be reachable");
+        }
+        assert_eq!(sh(dir, "git for-each-ref"), "");
+        assert_eq!(sh(dir, "git log --all --format=%H"), base);
+        assert!(!dir.join(".git/logs").exists());
+        assert!(!dir.join(".git/FETCH_HEAD").exists());
+        let hooks = std::fs::read_dir(dir.join(".git/hooks")).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(hooks, 0);
+    }
+
+    #[test]
+    fn diff_includes_new_files_and_clone_and_bundle_layouts_work() {
+        let root = tempfile::tempdir().unwrap();
+        let (up, base, _) = upstream(root.path());
+        let repos_dir = root.path().join("repos");
+        std::fs::create_dir_all(&repos_dir).unwrap();
+        sh(root.path(), &format!("git clone -q {} repos/o__clone", up.display()));
+        sh(&up, &format!("git bundle create {}/o__bundled.bundle --all 2>/dev/null", repos_dir.display()));
+        let repos = Repos::new(&repos_dir).unwrap();
+        for name in ["o/clone", "o/bundled"] {
+            let source = repos.locate(name).unwrap();
+            let ws = Workspace::create(&source, &base, &root.path().join("ws")).unwrap();
+            std::fs::write(ws.path().join("a.py"), "x = 3\n").unwrap();
+            std::fs::write(ws.path().join("pkg/new.py"), "z = 1\n").unwrap();
+            let diff = ws.diff().unwrap();
+            assert!(diff.contains("diff --git a/a.py b/a.py\n"), "{diff}");
+            assert!(diff.contains("-x = 1\n+x = 3\n"), "{diff}");
+            assert!(diff.contains("diff --git a/pkg/new.py b/pkg/new.py\nnew file mode 100644\n"), "{diff}");
+            // The diff applies to the base commit.
+            let check = root.path().join("check");
+            let _ = std::fs::remove_dir_all(&check);
+            sh(root.path(), &format!("git clone -q {} check && cd check && git checkout -q {base}", up.display()));
+            std::fs::write(check.join("p.diff"), &diff).unwrap();
+            sh(&check, "git apply p.diff && grep -q 'x = 3' a.py");
+            let path = ws.path().to_path_buf();
+            ws.remove().unwrap();
+            assert!(!path.exists());
+        }
+    }
+
+    #[test]
+    fn missing_repository_and_commit_are_named() {
+        let root = tempfile::tempdir().unwrap();
+        let (up, _, _) = upstream(root.path());
+        let repos_dir = root.path().join("repos");
+        std::fs::create_dir_all(&repos_dir).unwrap();
+        sh(root.path(), &format!("git clone -q --mirror {} repos/o__r.git", up.display()));
+        let repos = Repos::new(&repos_dir).unwrap();
+        let err = repos.locate("o/absent").unwrap_err().to_string();
+        assert!(err.contains("no repository for `o/absent`") && err.contains("o__absent.git"), "{err}");
+        let source = repos.locate("o/r").unwrap();
+        let bogus = "deadbeefdeadbeefdeadbeefdeadbeefdeadbeef";
+        let err = Workspace::create(&source, bogus, &root.path().join("ws")).err().unwrap().to_string();
+        assert!(err.contains(&format!("commit {bogus} is not in")), "{err}");
+    }
+}
