@@ -145,7 +145,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), BatchError> {
         }
     };
     let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io("create a temporary file beside"))?;
+    let mut tmp =
+        tempfile::NamedTempFile::new_in(dir).map_err(io("create a temporary file beside"))?;
     std::io::Write::write_all(&mut tmp, bytes).map_err(io("write"))?;
     tmp.as_file().sync_all().map_err(io("sync"))?;
     tmp.persist(path).map_err(|e| BatchError::Io {
@@ -221,8 +222,12 @@ impl Batch<'_> {
 
     fn attempt(&self, task: &Task, trajectory: &mut Trajectory) -> Result<String, String> {
         let source = self.repos.locate(&task.repo).map_err(|e| e.to_string())?;
-        let workspace = Workspace::create(&source, &task.base_commit, &self.run.workspace(&task.instance_id))
-            .map_err(|e| e.to_string())?;
+        let workspace = Workspace::create(
+            &source,
+            &task.base_commit,
+            &self.run.workspace(&task.instance_id),
+        )
+        .map_err(|e| e.to_string())?;
         let outcome = pipeline::run(self.engine, self.settings, task, &workspace, trajectory)
             .map_err(|e| e.to_string());
         if !self.settings.keep_workspaces {
@@ -244,10 +249,11 @@ impl Batch<'_> {
             let Ok(text) = std::fs::read_to_string(&path) else {
                 continue;
             };
-            let result: TaskResult = serde_json::from_str(&text).map_err(|source| BatchError::Json {
-                what: path.display().to_string(),
-                source,
-            })?;
+            let result: TaskResult =
+                serde_json::from_str(&text).map_err(|source| BatchError::Json {
+                    what: path.display().to_string(),
+                    source,
+                })?;
             if result.status == Status::Error {
                 continue;
             }

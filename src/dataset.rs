@@ -125,7 +125,10 @@ fn load_list(path: &Path, text: &str) -> Result<Vec<Task>, DatasetError> {
         })?;
     let mut tasks = Vec::with_capacity(values.len());
     for (i, value) in values.into_iter().enumerate() {
-        tasks.push((Location::Index(i), parse_record(path, Location::Index(i), value)?));
+        tasks.push((
+            Location::Index(i),
+            parse_record(path, Location::Index(i), value)?,
+        ));
     }
     finish(path, tasks)
 }
@@ -192,7 +195,10 @@ fn validate(task: &Task) -> Result<(), (&'static str, String)> {
         ));
     }
     if crate::repo::mirror_name(&task.repo).is_none() {
-        return Err(("repo", format!("`{}` is not of the form owner/name", task.repo)));
+        return Err((
+            "repo",
+            format!("`{}` is not of the form owner/name", task.repo),
+        ));
     }
     let commit_ok = (7..=40).contains(&task.base_commit.len())
         && task.base_commit.chars().all(|c| c.is_ascii_hexdigit());
@@ -385,20 +391,59 @@ mod tests {
     fn errors_name_location_and_field() {
         let second = GOOD.replace("a__b-1", "a__b-2");
         let cases: &[(&str, String, &str)] = &[
-            (".jsonl", format!("{GOOD}\n{{\"instance_id\": 3}}"), "line 2: field `instance_id`"),
-            (".jsonl", format!("{GOOD}\n\n{}", GOOD.replace(r#""repo":"a/b","#, "").replace("a__b-1", "x")), "line 3: field `repo`: missing"),
-            (".jsonl", GOOD.replace(r#""FAIL_TO_PASS":"[\"t::x\"]""#, r#""FAIL_TO_PASS":"[oops""#), "line 1: field `FAIL_TO_PASS`"),
+            (
+                ".jsonl",
+                format!("{GOOD}\n{{\"instance_id\": 3}}"),
+                "line 2: field `instance_id`",
+            ),
+            (
+                ".jsonl",
+                format!(
+                    "{GOOD}\n\n{}",
+                    GOOD.replace(r#""repo":"a/b","#, "").replace("a__b-1", "x")
+                ),
+                "line 3: field `repo`: missing",
+            ),
+            (
+                ".jsonl",
+                GOOD.replace(
+                    r#""FAIL_TO_PASS":"[\"t::x\"]""#,
+                    r#""FAIL_TO_PASS":"[oops""#,
+                ),
+                "line 1: field `FAIL_TO_PASS`",
+            ),
             (".jsonl", format!("{GOOD}\n{{not json"), "line 2: "),
-            (".json", format!("[{GOOD}, {}]", second.replace("0123456789abcdef0123456789abcdef01234567", "zz")), "index 1: field `base_commit`"),
-            (".jsonl", GOOD.replace(r#""repo":"a/b""#, r#""repo":"ab""#), "line 1: field `repo`"),
-            (".jsonl", format!("{GOOD}\n{GOOD}"), "line 2: duplicate instance_id `a__b-1` (first seen at line 1)"),
+            (
+                ".json",
+                format!(
+                    "[{GOOD}, {}]",
+                    second.replace("0123456789abcdef0123456789abcdef01234567", "zz")
+                ),
+                "index 1: field `base_commit`",
+            ),
+            (
+                ".jsonl",
+                GOOD.replace(r#""repo":"a/b""#, r#""repo":"ab""#),
+                "line 1: field `repo`",
+            ),
+            (
+                ".jsonl",
+                format!("{GOOD}\n{GOOD}"),
+                "line 2: duplicate instance_id `a__b-1` (first seen at line 1)",
+            ),
             (".txt", GOOD.to_string(), "unsupported extension"),
         ];
         for (ext, body, expected) in cases {
             let f = file(ext, body);
             let err = load(f.path()).expect_err(expected).to_string();
-            assert!(err.contains(expected), "{err:?} should contain {expected:?}");
-            assert!(err.contains(&f.path().display().to_string()), "{err} names the file");
+            assert!(
+                err.contains(expected),
+                "{err:?} should contain {expected:?}"
+            );
+            assert!(
+                err.contains(&f.path().display().to_string()),
+                "{err} names the file"
+            );
         }
     }
 

@@ -37,6 +37,9 @@ pub enum Matched {
     Indentation,
     /// SEARCH was empty and the file did not exist: it was created.
     NewFile,
+    /// Not a block: a whole definition from a code fence replaced the one
+    /// of the same name.
+    Definition,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,7 +50,9 @@ pub enum EditError {
     Ambiguous { path: String, count: usize },
     #[error("path `{0}` is not a relative path inside the repository")]
     BadPath(String),
-    #[error("{0} does not exist (an empty SEARCH creates a new file; otherwise name an existing file)")]
+    #[error(
+        "{0} does not exist (an empty SEARCH creates a new file; otherwise name an existing file)"
+    )]
     NoSuchFile(String),
     #[error("empty SEARCH on existing file {0}")]
     EmptySearch(String),
@@ -79,7 +84,10 @@ fn is_marker(line: &str, ch: char, word: &str) -> bool {
 /// blank and not a code fence, with decorations removed.
 fn file_name(line: &str) -> String {
     let t = line.trim().trim_matches('`').trim_matches('*').trim();
-    let t = t.strip_prefix("File:").or_else(|| t.strip_prefix("file:")).unwrap_or(t);
+    let t = t
+        .strip_prefix("File:")
+        .or_else(|| t.strip_prefix("file:"))
+        .unwrap_or(t);
     let t = t.trim_start_matches('#').trim();
     t.trim_matches('`').trim_end_matches(':').trim().to_string()
 }
@@ -134,7 +142,8 @@ fn join_lines(lines: &[&str]) -> String {
 pub fn resolve(root: &Path, path: &str) -> Result<PathBuf, EditError> {
     let p = Path::new(path);
     let clean = !path.is_empty()
-        && p.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+        && p.components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
         && !p.components().any(|c| c.as_os_str() == ".git");
     if !clean {
         return Err(EditError::BadPath(path.into()));
@@ -176,7 +185,11 @@ pub fn apply_block(root: &Path, block: &Block) -> Result<Matched, EditError> {
 /// prose where the path belongs. When `block.path` is not an existing file
 /// and SEARCH is not empty, the block goes to the one file of `shown` whose
 /// text SEARCH matches. Returns how it matched and the path it was applied to.
-pub fn apply_block_lenient(root: &Path, block: &Block, shown: &[String]) -> Result<(Matched, String), EditError> {
+pub fn apply_block_lenient(
+    root: &Path,
+    block: &Block,
+    shown: &[String],
+) -> Result<(Matched, String), EditError> {
     let named_exists = resolve(root, &block.path).is_ok_and(|p| p.is_file());
     if named_exists || block.search.trim().is_empty() {
         return apply_block(root, block).map(|m| (m, block.path.clone()));
@@ -203,7 +216,12 @@ pub fn apply_block_lenient(root: &Path, block: &Block, shown: &[String]) -> Resu
 }
 
 /// Replaces the one occurrence of `search` in `content`.
-pub fn replace(content: &str, search: &str, replace: &str, path: &str) -> Result<(String, Matched), EditError> {
+pub fn replace(
+    content: &str,
+    search: &str,
+    replace: &str,
+    path: &str,
+) -> Result<(String, Matched), EditError> {
     let exact = content.matches(search).count();
     if exact == 1 {
         return Ok((content.replacen(search, replace, 1), Matched::Exact));
@@ -217,20 +235,35 @@ pub fn replace(content: &str, search: &str, replace: &str, path: &str) -> Result
     let lines: Vec<&str> = content.split_inclusive('\n').collect();
     let wanted: Vec<&str> = search.lines().collect();
     // Leading and trailing blank lines in SEARCH carry no information.
-    let first = wanted.iter().position(|l| !l.trim().is_empty()).unwrap_or(0);
-    let last = wanted.iter().rposition(|l| !l.trim().is_empty()).map_or(0, |i| i + 1);
+    let first = wanted
+        .iter()
+        .position(|l| !l.trim().is_empty())
+        .unwrap_or(0);
+    let last = wanted
+        .iter()
+        .rposition(|l| !l.trim().is_empty())
+        .map_or(0, |i| i + 1);
     let wanted = &wanted[first..last];
     if wanted.is_empty() {
         return Err(EditError::NotFound(path.into()));
     }
     let find = |same: &dyn Fn(&str, &str) -> bool| -> Vec<usize> {
         (0..lines.len().saturating_sub(wanted.len() - 1))
-            .filter(|&s| wanted.iter().enumerate().all(|(k, w)| same(lines[s + k].trim_end_matches(['\n', '\r']), w)))
+            .filter(|&s| {
+                wanted
+                    .iter()
+                    .enumerate()
+                    .all(|(k, w)| same(lines[s + k].trim_end_matches(['\n', '\r']), w))
+            })
             .collect()
     };
     let matchers: [(Matched, &dyn Fn(&str, &str) -> bool); 2] = [
-        (Matched::TrailingWhitespace, &|a: &str, b: &str| a.trim_end() == b.trim_end()),
-        (Matched::Indentation, &|a: &str, b: &str| a.trim() == b.trim()),
+        (Matched::TrailingWhitespace, &|a: &str, b: &str| {
+            a.trim_end() == b.trim_end()
+        }),
+        (Matched::Indentation, &|a: &str, b: &str| {
+            a.trim() == b.trim()
+        }),
     ];
     for (kind, same) in matchers {
         let hits = find(same);
@@ -261,6 +294,180 @@ pub fn replace(content: &str, search: &str, replace: &str, path: &str) -> Result
         }
     }
     Err(EditError::NotFound(path.into()))
+}
+
+/// A whole function or class definition the model wrote in a fenced code
+/// block instead of a SEARCH/REPLACE block — what small models do most.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Definition {
+    pub name: String,
+    /// The definition's text, decorators included, dedented.
+    pub text: String,
+}
+
+/// `def name(` / `async def name(` / `class name` at the start of `line`
+/// (after indentation): the defined name.
+fn defined_name(line: &str) -> Option<&str> {
+    let t = line.trim_start();
+    let rest = t
+        .strip_prefix("def ")
+        .or_else(|| t.strip_prefix("async def "))
+        .or_else(|| t.strip_prefix("class "))?;
+    let end = rest
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
+/// The top-level definitions in the reply's fenced code blocks.
+pub fn parse_definitions(reply: &str) -> Vec<Definition> {
+    let mut out = Vec::new();
+    let mut in_fence = false;
+    let mut block: Vec<&str> = Vec::new();
+    for line in reply.lines() {
+        if line.trim_start().starts_with("```") {
+            if in_fence {
+                out.extend(split_definitions(&block));
+                block.clear();
+            }
+            in_fence = !in_fence;
+        } else if in_fence {
+            block.push(line);
+        }
+    }
+    out
+}
+
+fn split_definitions(lines: &[&str]) -> Vec<Definition> {
+    let base = lines
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| indent_of(l).len())
+        .min()
+        .unwrap_or(0);
+    let at_base = |l: &str| !l.trim().is_empty() && indent_of(l).len() == base;
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let start = i;
+        // Decorators belong to the definition below them.
+        while i < lines.len() && at_base(lines[i]) && lines[i].trim_start().starts_with('@') {
+            i += 1;
+        }
+        let Some(name) = lines
+            .get(i)
+            .filter(|l| at_base(l))
+            .and_then(|l| defined_name(l))
+        else {
+            i = start + 1;
+            continue;
+        };
+        let mut end = i + 1;
+        while end < lines.len() && !at_base(lines[end]) {
+            end += 1;
+        }
+        let text: String = lines[start..end]
+            .iter()
+            .map(|l| format!("{}\n", l.get(base..).unwrap_or(l.trim_start())))
+            .collect();
+        out.push(Definition {
+            name: name.to_string(),
+            text: text.trim_end().to_string() + "\n",
+        });
+        i = end;
+    }
+    out
+}
+
+/// Replaces the definition of `def.name` in the one file of `shown` that
+/// defines it exactly once, re-indenting the new text to the old one's
+/// indentation. Returns the file it changed.
+pub fn apply_definition(
+    root: &Path,
+    def: &Definition,
+    shown: &[String],
+) -> Result<String, EditError> {
+    let mut found = Vec::new();
+    for path in shown {
+        let Ok(text) = resolve(root, path).and_then(|full| {
+            std::fs::read_to_string(full).map_err(|e| EditError::Io {
+                action: "read",
+                path: path.clone(),
+                message: e.to_string(),
+            })
+        }) else {
+            continue;
+        };
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        for (i, line) in lines.iter().enumerate() {
+            if defined_name(line) == Some(def.name.as_str()) {
+                found.push((path.clone(), text.clone(), i));
+            }
+        }
+    }
+    let (path, text, line) = match found.as_slice() {
+        [one] => one.clone(),
+        [] => {
+            return Err(EditError::NotFound(format!(
+                "a definition of `{}` in the shown files",
+                def.name
+            )))
+        }
+        many => {
+            return Err(EditError::Ambiguous {
+                path: format!("the definitions of `{}`", def.name),
+                count: many.len(),
+            })
+        }
+    };
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let indent = indent_of(lines[line]).to_string();
+    let mut start = line;
+    while start > 0
+        && lines[start - 1].trim_start().starts_with('@')
+        && indent_of(lines[start - 1]) == indent
+    {
+        start -= 1;
+    }
+    let mut end = line + 1;
+    while end < lines.len() {
+        let l = lines[end];
+        if !l.trim().is_empty() && indent_of(l).len() <= indent.len() {
+            break;
+        }
+        end += 1;
+    }
+    // Blank lines before the next definition stay where they were.
+    while end > line + 1 && lines[end - 1].trim().is_empty() {
+        end -= 1;
+    }
+    let new: String = def
+        .text
+        .lines()
+        .map(|l| {
+            if l.trim().is_empty() {
+                "\n".to_string()
+            } else {
+                format!("{indent}{l}\n")
+            }
+        })
+        .collect();
+    if lines[start..end].concat() == new {
+        return Err(EditError::NoChange);
+    }
+    let out = format!(
+        "{}{}{}",
+        lines[..start].concat(),
+        new,
+        lines[end..].concat()
+    );
+    let full = resolve(root, &path)?;
+    std::fs::write(&full, out).map_err(|e| EditError::Io {
+        action: "write",
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    Ok(path)
 }
 
 fn indent_of(line: &str) -> &str {
@@ -300,8 +507,16 @@ mod tests {
         assert_eq!(
             p.blocks,
             vec![
-                Block { path: "pkg/a.py".into(), search: "    x = 1\n".into(), replace: "    x = 2\n".into() },
-                Block { path: "pkg/b.py".into(), search: "".into(), replace: "new\n".into() },
+                Block {
+                    path: "pkg/a.py".into(),
+                    search: "    x = 1\n".into(),
+                    replace: "    x = 2\n".into()
+                },
+                Block {
+                    path: "pkg/b.py".into(),
+                    search: "".into(),
+                    replace: "new\n".into()
+                },
             ]
         );
         assert_eq!(p.unterminated, 1);
@@ -311,16 +526,51 @@ mod tests {
     fn replace_cases() {
         let file = "def f(x):\n    if x > 1:\n        return x\n    return 0\n";
         let cases: &[(&str, &str, Result<(&str, Matched), EditError>)] = &[
-            ("    if x > 1:\n", "    if x >= 1:\n",
-             Ok(("def f(x):\n    if x >= 1:\n        return x\n    return 0\n", Matched::Exact))),
-            ("    if x > 1:   \n        return x\n", "    if x >= 1:\n        return x\n",
-             Ok(("def f(x):\n    if x >= 1:\n        return x\n    return 0\n", Matched::TrailingWhitespace))),
-            ("if x > 1:\n    return x\n", "if x >= 1:\n    return x + 0\n",
-             Ok(("def f(x):\n    if x >= 1:\n        return x + 0\n    return 0\n", Matched::Indentation))),
-            ("\n\n    return 0\n\n", "    return -1\n",
-             Ok(("def f(x):\n    if x > 1:\n        return x\n    return -1\n", Matched::TrailingWhitespace))),
-            ("    return y\n", "", Err(EditError::NotFound("f.py".into()))),
-            ("return", "yield", Err(EditError::Ambiguous { path: "f.py".into(), count: 2 })),
+            (
+                "    if x > 1:\n",
+                "    if x >= 1:\n",
+                Ok((
+                    "def f(x):\n    if x >= 1:\n        return x\n    return 0\n",
+                    Matched::Exact,
+                )),
+            ),
+            (
+                "    if x > 1:   \n        return x\n",
+                "    if x >= 1:\n        return x\n",
+                Ok((
+                    "def f(x):\n    if x >= 1:\n        return x\n    return 0\n",
+                    Matched::TrailingWhitespace,
+                )),
+            ),
+            (
+                "if x > 1:\n    return x\n",
+                "if x >= 1:\n    return x + 0\n",
+                Ok((
+                    "def f(x):\n    if x >= 1:\n        return x + 0\n    return 0\n",
+                    Matched::Indentation,
+                )),
+            ),
+            (
+                "\n\n    return 0\n\n",
+                "    return -1\n",
+                Ok((
+                    "def f(x):\n    if x > 1:\n        return x\n    return -1\n",
+                    Matched::TrailingWhitespace,
+                )),
+            ),
+            (
+                "    return y\n",
+                "",
+                Err(EditError::NotFound("f.py".into())),
+            ),
+            (
+                "return",
+                "yield",
+                Err(EditError::Ambiguous {
+                    path: "f.py".into(),
+                    count: 2,
+                }),
+            ),
         ];
         for (search, repl, expected) in cases {
             let got = replace(file, search, repl, "f.py");
@@ -335,20 +585,87 @@ mod tests {
         for bad in ["../x.py", "/etc/passwd", "", "a/../../b", ".git/config"] {
             assert!(resolve(root, bad).is_err(), "{bad}");
         }
-        assert_eq!(resolve(root, "./pkg/a.py").unwrap(), Path::new("/ws/./pkg/a.py"));
+        assert_eq!(
+            resolve(root, "./pkg/a.py").unwrap(),
+            Path::new("/ws/./pkg/a.py")
+        );
     }
 
     #[test]
     fn apply_block_creates_and_edits() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.py"), "x = 1\n").unwrap();
-        let block = |path: &str, s: &str, r: &str| Block { path: path.into(), search: s.into(), replace: r.into() };
-        assert_eq!(apply_block(dir.path(), &block("a.py", "x = 1\n", "x = 2\n")), Ok(Matched::Exact));
-        assert_eq!(std::fs::read_to_string(dir.path().join("a.py")).unwrap(), "x = 2\n");
-        assert_eq!(apply_block(dir.path(), &block("n/b.py", "", "y = 1\n")), Ok(Matched::NewFile));
-        assert_eq!(apply_block(dir.path(), &block("a.py", "", "z\n")), Err(EditError::EmptySearch("a.py".into())));
-        assert_eq!(apply_block(dir.path(), &block("c.py", "q\n", "r\n")), Err(EditError::NoSuchFile("c.py".into())));
-        assert_eq!(apply_block(dir.path(), &block("a.py", "x = 2\n", "x = 2\n")), Err(EditError::NoChange));
+        let block = |path: &str, s: &str, r: &str| Block {
+            path: path.into(),
+            search: s.into(),
+            replace: r.into(),
+        };
+        assert_eq!(
+            apply_block(dir.path(), &block("a.py", "x = 1\n", "x = 2\n")),
+            Ok(Matched::Exact)
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.py")).unwrap(),
+            "x = 2\n"
+        );
+        assert_eq!(
+            apply_block(dir.path(), &block("n/b.py", "", "y = 1\n")),
+            Ok(Matched::NewFile)
+        );
+        assert_eq!(
+            apply_block(dir.path(), &block("a.py", "", "z\n")),
+            Err(EditError::EmptySearch("a.py".into()))
+        );
+        assert_eq!(
+            apply_block(dir.path(), &block("c.py", "q\n", "r\n")),
+            Err(EditError::NoSuchFile("c.py".into()))
+        );
+        assert_eq!(
+            apply_block(dir.path(), &block("a.py", "x = 2\n", "x = 2\n")),
+            Err(EditError::NoChange)
+        );
+    }
+
+    #[test]
+    fn definitions_in_code_fences_replace_the_originals() {
+        let dir = tempfile::tempdir().unwrap();
+        let original = "import os\n\n\nclass T:\n    @property\n    def size(self):\n        return 1\n\n    def other(self):\n        pass\n\n\ndef top(x):\n    return x < 1\n";
+        std::fs::write(dir.path().join("m.py"), original).unwrap();
+        let reply = "The bug is in `size`.\n```python\n@property\ndef size(self):\n    return 2\n```\nand\n```\ndef top(x):\n    return x <= 1\n\nprint(top(1))\n```\n";
+        let defs = parse_definitions(reply);
+        assert_eq!(
+            defs,
+            vec![
+                Definition {
+                    name: "size".into(),
+                    text: "@property\ndef size(self):\n    return 2\n".into()
+                },
+                Definition {
+                    name: "top".into(),
+                    text: "def top(x):\n    return x <= 1\n".into()
+                },
+            ]
+        );
+        let shown = ["m.py".to_string()];
+        for d in &defs {
+            assert_eq!(apply_definition(dir.path(), d, &shown), Ok("m.py".into()));
+        }
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("m.py")).unwrap(),
+            "import os\n\n\nclass T:\n    @property\n    def size(self):\n        return 2\n\n    def other(self):\n        pass\n\n\ndef top(x):\n    return x <= 1\n"
+        );
+        assert_eq!(
+            apply_definition(dir.path(), &defs[1], &shown),
+            Err(EditError::NoChange)
+        );
+        let missing = Definition {
+            name: "absent".into(),
+            text: "def absent():\n    pass\n".into(),
+        };
+        assert!(matches!(
+            apply_definition(dir.path(), &missing, &shown),
+            Err(EditError::NotFound(_))
+        ));
     }
 
     #[test]
@@ -357,10 +674,17 @@ mod tests {
         std::fs::write(dir.path().join("a.py"), "x = 1\n").unwrap();
         std::fs::write(dir.path().join("b.py"), "y = 1\n").unwrap();
         let shown = ["a.py".to_string(), "b.py".to_string()];
-        let block = |path: &str, s: &str| Block { path: path.into(), search: s.into(), replace: "z = 0\n".into() };
+        let block = |path: &str, s: &str| Block {
+            path: path.into(),
+            search: s.into(),
+            replace: "z = 0\n".into(),
+        };
         let got = apply_block_lenient(dir.path(), &block("Here is the fix", "y = 1\n"), &shown);
         assert_eq!(got, Ok((Matched::Exact, "b.py".to_string())));
-        assert_eq!(std::fs::read_to_string(dir.path().join("b.py")).unwrap(), "z = 0\n");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("b.py")).unwrap(),
+            "z = 0\n"
+        );
         let got = apply_block_lenient(dir.path(), &block("nowhere.py", "q = 1\n"), &shown);
         assert_eq!(got, Err(EditError::NoSuchFile("nowhere.py".into())));
         // A named file that exists is never second-guessed.

@@ -48,7 +48,10 @@ pub enum EngineError {
         model: String,
     },
     #[error("llama.cpp failed to {action}: {message}")]
-    Llama { action: &'static str, message: String },
+    Llama {
+        action: &'static str,
+        message: String,
+    },
 }
 
 /// How the engine is set up: fixed for the life of the loaded model.
@@ -172,9 +175,11 @@ impl Engine {
                 path: path.to_path_buf(),
                 message: e.to_string(),
             })?;
-        let template = model.chat_template(None).map_err(|_| EngineError::NoTemplate {
-            path: path.to_path_buf(),
-        })?;
+        let template = model
+            .chat_template(None)
+            .map_err(|_| EngineError::NoTemplate {
+                path: path.to_path_buf(),
+            })?;
         let trained = model.n_ctx_train();
         let context = match settings.context {
             0 => trained,
@@ -253,13 +258,19 @@ impl Engine {
     }
 
     /// Generates the assistant's reply to `messages`.
-    pub fn complete(&self, messages: &[Message], sampling: &Sampling) -> Result<Completion, EngineError> {
+    pub fn complete(
+        &self,
+        messages: &[Message],
+        sampling: &Sampling,
+    ) -> Result<Completion, EngineError> {
         let prompt = self.tokenize(&self.render(messages)?);
         let max_tokens = sampling.max_tokens as usize;
         self.check_fits(prompt.len(), max_tokens)?;
-        let llama = |action: &'static str| move |e: &dyn std::fmt::Display| EngineError::Llama {
-            action,
-            message: e.to_string(),
+        let llama = |action: &'static str| {
+            move |e: &dyn std::fmt::Display| EngineError::Llama {
+                action,
+                message: e.to_string(),
+            }
         };
         let mut ctx = {
             let _guard = self.context_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -285,7 +296,8 @@ impl Engine {
                     .add(token, pos as i32, &[0], last)
                     .map_err(|e| llama("fill a batch")(&e))?;
             }
-            ctx.decode(&mut batch).map_err(|e| llama("evaluate the prompt")(&e))?;
+            ctx.decode(&mut batch)
+                .map_err(|e| llama("evaluate the prompt")(&e))?;
         }
         let prompt_s = started.elapsed().as_secs_f64();
 

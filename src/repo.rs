@@ -33,7 +33,10 @@ pub enum RepoError {
     #[error("`{0}` is not a repository name of the form owner/name")]
     BadName(String),
     #[error("commit {commit} is not in {source_path}: update the mirror (git fetch) or check the task's base_commit")]
-    MissingCommit { commit: String, source_path: PathBuf },
+    MissingCommit {
+        commit: String,
+        source_path: PathBuf,
+    },
     #[error("git {args} failed in {dir}: {message}")]
     Git {
         args: String,
@@ -154,7 +157,10 @@ impl Workspace {
             dest,
             &["init", "--quiet", "--template=", "--initial-branch=base"].map(AsRef::as_ref),
         )?;
-        git(dest, &["config", "core.logAllRefUpdates", "false"].map(AsRef::as_ref))?;
+        git(
+            dest,
+            &["config", "core.logAllRefUpdates", "false"].map(AsRef::as_ref),
+        )?;
         git(dest, &["config", "gc.auto", "0"].map(AsRef::as_ref))?;
         let full = resolve_commit(&source, commit)?;
         let fetch = Command::new("git")
@@ -163,7 +169,13 @@ impl Workspace {
             .env("GIT_CONFIG_COUNT", "1")
             .env("GIT_CONFIG_KEY_0", "uploadpack.allowAnySHA1InWant")
             .env("GIT_CONFIG_VALUE_0", "true")
-            .args(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1"])
+            .args([
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--depth=1",
+            ])
             .arg(&source)
             .arg(&full)
             .output();
@@ -302,7 +314,11 @@ mod tests {
             .args(["-ec", script])
             .output()
             .expect("sh runs");
-        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
@@ -313,7 +329,10 @@ mod tests {
         std::fs::create_dir_all(&up).unwrap();
         sh(&up, "git init -q -b main . && echo 'x = 1' > a.py && mkdir pkg && echo 'y = 2' > pkg/b.py && git add -A && git commit -qm base");
         let base = sh(&up, "git rev-parse HEAD");
-        sh(&up, "echo 'x = 2  # the fix' > a.py && git commit -qam fix && git tag v1");
+        sh(
+            &up,
+            "echo 'x = 2  # the fix' > a.py && git commit -qam fix && git tag v1",
+        );
         let fix = sh(&up, "git rev-parse HEAD");
         (up, base, fix)
     }
@@ -339,25 +358,41 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let (up, base, fix) = upstream(root.path());
         let mirror = root.path().join("repos/o__r.git");
-        sh(root.path(), &format!("git clone -q --mirror {} {}", up.display(), mirror.display()));
+        sh(
+            root.path(),
+            &format!(
+                "git clone -q --mirror {} {}",
+                up.display(),
+                mirror.display()
+            ),
+        );
         let repos = Repos::new(&root.path().join("repos")).unwrap();
         let source = repos.locate("o/r").unwrap();
         let ws = Workspace::create(&source, &base[..10], &root.path().join("ws")).unwrap();
         let dir = ws.path();
         assert_eq!(ws.base_commit(), base);
-        assert_eq!(std::fs::read_to_string(dir.join("a.py")).unwrap(), "x = 1\n");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("a.py")).unwrap(),
+            "x = 1\n"
+        );
         assert_eq!(sh(dir, "git rev-parse HEAD"), base);
         // The fix commit and its objects are absent; no refs, tags or logs.
         let fix_blob = sh(&up, "git rev-parse HEAD:a.py");
         for object in [&fix, &fix_blob] {
-            let found = Command::new("git").current_dir(dir).args(["cat-file", "-e", object]).status().unwrap();
+            let found = Command::new("git")
+                .current_dir(dir)
+                .args(["cat-file", "-e", object])
+                .status()
+                .unwrap();
             assert!(!found.success(), "{object} must not be reachable");
         }
         assert_eq!(sh(dir, "git for-each-ref"), "");
         assert_eq!(sh(dir, "git log --all --format=%H"), base);
         assert!(!dir.join(".git/logs").exists());
         assert!(!dir.join(".git/FETCH_HEAD").exists());
-        let hooks = std::fs::read_dir(dir.join(".git/hooks")).map(|d| d.count()).unwrap_or(0);
+        let hooks = std::fs::read_dir(dir.join(".git/hooks"))
+            .map(|d| d.count())
+            .unwrap_or(0);
         assert_eq!(hooks, 0);
     }
 
@@ -367,8 +402,17 @@ mod tests {
         let (up, base, _) = upstream(root.path());
         let repos_dir = root.path().join("repos");
         std::fs::create_dir_all(&repos_dir).unwrap();
-        sh(root.path(), &format!("git clone -q {} repos/o__clone", up.display()));
-        sh(&up, &format!("git bundle create {}/o__bundled.bundle --all 2>/dev/null", repos_dir.display()));
+        sh(
+            root.path(),
+            &format!("git clone -q {} repos/o__clone", up.display()),
+        );
+        sh(
+            &up,
+            &format!(
+                "git bundle create {}/o__bundled.bundle --all 2>/dev/null",
+                repos_dir.display()
+            ),
+        );
         let repos = Repos::new(&repos_dir).unwrap();
         for name in ["o/clone", "o/bundled"] {
             let source = repos.locate(name).unwrap();
@@ -378,11 +422,20 @@ mod tests {
             let diff = ws.diff().unwrap();
             assert!(diff.contains("diff --git a/a.py b/a.py\n"), "{diff}");
             assert!(diff.contains("-x = 1\n+x = 3\n"), "{diff}");
-            assert!(diff.contains("diff --git a/pkg/new.py b/pkg/new.py\nnew file mode 100644\n"), "{diff}");
+            assert!(
+                diff.contains("diff --git a/pkg/new.py b/pkg/new.py\nnew file mode 100644\n"),
+                "{diff}"
+            );
             // The diff applies to the base commit.
             let check = root.path().join("check");
             let _ = std::fs::remove_dir_all(&check);
-            sh(root.path(), &format!("git clone -q {} check && cd check && git checkout -q {base}", up.display()));
+            sh(
+                root.path(),
+                &format!(
+                    "git clone -q {} check && cd check && git checkout -q {base}",
+                    up.display()
+                ),
+            );
             std::fs::write(check.join("p.diff"), &diff).unwrap();
             sh(&check, "git apply p.diff && grep -q 'x = 3' a.py");
             let path = ws.path().to_path_buf();
@@ -397,13 +450,22 @@ mod tests {
         let (up, _, _) = upstream(root.path());
         let repos_dir = root.path().join("repos");
         std::fs::create_dir_all(&repos_dir).unwrap();
-        sh(root.path(), &format!("git clone -q --mirror {} repos/o__r.git", up.display()));
+        sh(
+            root.path(),
+            &format!("git clone -q --mirror {} repos/o__r.git", up.display()),
+        );
         let repos = Repos::new(&repos_dir).unwrap();
         let err = repos.locate("o/absent").unwrap_err().to_string();
-        assert!(err.contains("no repository for `o/absent`") && err.contains("o__absent.git"), "{err}");
+        assert!(
+            err.contains("no repository for `o/absent`") && err.contains("o__absent.git"),
+            "{err}"
+        );
         let source = repos.locate("o/r").unwrap();
         let bogus = "deadbeefdeadbeefdeadbeefdeadbeefdeadbeef";
-        let err = Workspace::create(&source, bogus, &root.path().join("ws")).err().unwrap().to_string();
+        let err = Workspace::create(&source, bogus, &root.path().join("ws"))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains(&format!("commit {bogus} is not in")), "{err}");
     }
 }

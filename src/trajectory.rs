@@ -21,9 +21,11 @@ pub enum Step {
     },
     /// One call of the model.
     ModelCall(Box<ModelCall>),
-    /// Edit blocks parsed from a reply and what became of each.
+    /// Edit blocks parsed from a reply and what became of each; when no
+    /// block applied, the whole definitions found in code fences.
     Edit {
         blocks: Vec<EditOutcome>,
+        definitions: Vec<EditOutcome>,
         unterminated: usize,
     },
     /// The final patch.

@@ -37,7 +37,9 @@ fn list(extra: &[&str]) -> Vec<String> {
 fn shards_cover_every_demo_task_exactly_once() {
     let all = list(&[]);
     assert!(all.len() >= 6, "the demo set has at least 6 tasks: {all:?}");
-    let mut union: Vec<String> = (1..=3).flat_map(|k| list(&["--shard", &format!("{k}/3")])).collect();
+    let mut union: Vec<String> = (1..=3)
+        .flat_map(|k| list(&["--shard", &format!("{k}/3")]))
+        .collect();
     assert_eq!(union.len(), all.len(), "no task is in two shards");
     union.sort();
     let mut sorted = all.clone();
@@ -45,11 +47,22 @@ fn shards_cover_every_demo_task_exactly_once() {
     assert_eq!(union, sorted);
     // Filter and slice compose with the listing.
     assert_eq!(list(&["--slice", "1:3"]), all[1..3].to_vec());
-    assert_eq!(list(&["--filter", &format!("^{}$", regex_escape(&all[0]))]), vec![all[0].clone()]);
+    assert_eq!(
+        list(&["--filter", &format!("^{}$", regex_escape(&all[0]))]),
+        vec![all[0].clone()]
+    );
 }
 
 fn regex_escape(s: &str) -> String {
-    s.chars().map(|c| if c.is_alphanumeric() || c == '_' { c.to_string() } else { format!("\\{c}") }).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '_' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
 }
 
 #[test]
@@ -64,8 +77,15 @@ fn a_broken_task_file_is_refused_before_any_work() {
     std::fs::write(&file, format!("{first}\n{broken}\n")).unwrap();
     let out = dir.path().join("run");
     let o = patchwright(&[
-        "batch", "--dataset", file.to_str().unwrap(), "--repos", "datasets/demo/repos",
-        "--out", out.to_str().unwrap(), "--model", "smollm2-135m",
+        "batch",
+        "--dataset",
+        file.to_str().unwrap(),
+        "--repos",
+        "datasets/demo/repos",
+        "--out",
+        out.to_str().unwrap(),
+        "--model",
+        "smollm2-135m",
     ]);
     assert!(!o.status.success());
     let err = stderr(&o);
@@ -92,8 +112,17 @@ fn run_batch(dir: &Path, name: &str, extra: &[&str]) -> (PathBuf, String, Output
     .unwrap();
     let out = dir.join(name);
     let mut args = vec![
-        "batch", "--dataset", tasks.to_str().unwrap(), "--repos", "datasets/demo/repos",
-        "--out", out.to_str().unwrap(), "--model", "smollm2-135m", "--config", config.to_str().unwrap(),
+        "batch",
+        "--dataset",
+        tasks.to_str().unwrap(),
+        "--repos",
+        "datasets/demo/repos",
+        "--out",
+        out.to_str().unwrap(),
+        "--model",
+        "smollm2-135m",
+        "--config",
+        config.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
     let o = patchwright(&args);
@@ -123,17 +152,29 @@ fn a_batch_writes_predictions_trajectories_and_run_json() {
 
     // One prediction: the task with a repository. The missing one is an error.
     let predictions = std::fs::read_to_string(out.join("predictions.jsonl")).unwrap();
-    let lines: Vec<Value> = predictions.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> = predictions
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 1, "{predictions}");
     let p = lines[0].as_object().unwrap();
-    assert_eq!(p.keys().collect::<Vec<_>>(), ["instance_id", "model_name_or_path", "model_patch"]);
+    assert_eq!(
+        p.keys().collect::<Vec<_>>(),
+        ["instance_id", "model_name_or_path", "model_patch"]
+    );
     assert_eq!(p["instance_id"], id.as_str());
     assert_eq!(p["model_name_or_path"], "patchwright__smollm2-135m");
     assert!(p["model_patch"].is_string());
 
     let ghost = read_json(&out.join("results/ghost__repo-1.json"));
     assert_eq!(ghost["status"], "error");
-    assert!(ghost["error"].as_str().unwrap().contains("no repository for `ghost/repo`"), "{ghost}");
+    assert!(
+        ghost["error"]
+            .as_str()
+            .unwrap()
+            .contains("no repository for `ghost/repo`"),
+        "{ghost}"
+    );
     assert!(stderr(&o).contains("ghost__repo-1"), "the error is logged");
 
     // The trajectory records the real model call.
@@ -148,12 +189,20 @@ fn a_batch_writes_predictions_trajectories_and_run_json() {
     assert_eq!(call["tokens"].as_array().unwrap().len() as u64, generated);
     assert_eq!(call["sampling"]["max_tokens"], 48);
     let task: Value = serde_json::from_str(
-        std::fs::read_to_string(common::root().join(DEMO)).unwrap().lines().next().unwrap(),
+        std::fs::read_to_string(common::root().join(DEMO))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
     )
     .unwrap();
     let user = call["messages"][1]["content"].as_str().unwrap();
     assert!(user.contains(task["problem_statement"].as_str().unwrap().trim()));
-    assert_eq!(steps[0]["shown"].as_array().unwrap().len(), 1, "retrieval.files = 1");
+    assert_eq!(
+        steps[0]["shown"].as_array().unwrap().len(),
+        1,
+        "retrieval.files = 1"
+    );
     assert_eq!(t["model_patch"], p["model_patch"]);
 
     // run.json: resolved settings, the model's checksum, the selection.
@@ -163,14 +212,29 @@ fn a_batch_writes_predictions_trajectories_and_run_json() {
     assert_eq!(run["model"]["sha256"], smol.sha256.as_str());
     assert_eq!(run["settings"]["sampling"]["max_tokens"], 48);
     assert_eq!(run["settings"]["engine"]["context"], 4096);
-    assert_eq!(run["settings"]["sampling"]["temperature"], 0.0, "untouched defaults stay");
-    assert_eq!(run["selection"]["instance_ids"], serde_json::json!(["ghost__repo-1", id]));
+    assert_eq!(
+        run["settings"]["sampling"]["temperature"], 0.0,
+        "untouched defaults stay"
+    );
+    assert_eq!(
+        run["selection"]["instance_ids"],
+        serde_json::json!(["ghost__repo-1", id])
+    );
     assert_eq!(run["summary"]["errors"], 1);
     assert!(run["finished_at"].is_string());
-    assert!(!out.join("workspaces").join(&id).exists(), "workspaces are removed");
+    assert!(
+        !out.join("workspaces").join(&id).exists(),
+        "workspaces are removed"
+    );
 
     // Greedy decoding: a second run writes the same predictions.
     let (again, _, _) = run_batch(dir.path(), "b", &["--keep-workspaces"]);
-    assert_eq!(std::fs::read_to_string(again.join("predictions.jsonl")).unwrap(), predictions);
-    assert!(again.join("workspaces").join(&id).join(".git").exists(), "--keep-workspaces keeps it");
+    assert_eq!(
+        std::fs::read_to_string(again.join("predictions.jsonl")).unwrap(),
+        predictions
+    );
+    assert!(
+        again.join("workspaces").join(&id).join(".git").exists(),
+        "--keep-workspaces keeps it"
+    );
 }

@@ -5,7 +5,10 @@ mod common;
 use patchwright::engine::{Engine, EngineError, EngineSettings, Message, Sampling, Stop};
 
 fn engine() -> Engine {
-    let settings = EngineSettings { context: 2048, threads: 2 };
+    let settings = EngineSettings {
+        context: 2048,
+        threads: 2,
+    };
     Engine::load(&common::test_model(), &settings).expect("test model loads")
 }
 
@@ -19,7 +22,12 @@ fn prompt() -> Vec<Message> {
 #[test]
 fn greedy_decoding_is_exact_and_repeatable() {
     let engine = engine();
-    let sampling = Sampling { temperature: 0.0, top_p: 1.0, seed: 0, max_tokens: 16 };
+    let sampling = Sampling {
+        temperature: 0.0,
+        top_p: 1.0,
+        seed: 0,
+        max_tokens: 16,
+    };
     let a = engine.complete(&prompt(), &sampling).unwrap();
     let b = engine.complete(&prompt(), &sampling).unwrap();
     assert_eq!(a.tokens, b.tokens);
@@ -48,9 +56,17 @@ fn the_chat_template_comes_from_the_model() {
 
 #[test]
 fn max_tokens_stops_generation() {
-    let sampling = Sampling { temperature: 0.0, top_p: 1.0, seed: 0, max_tokens: 3 };
+    let sampling = Sampling {
+        temperature: 0.0,
+        top_p: 1.0,
+        seed: 0,
+        max_tokens: 3,
+    };
     let c = engine()
-        .complete(&[Message::user("Count from one to one hundred in words.")], &sampling)
+        .complete(
+            &[Message::user("Count from one to one hundred in words.")],
+            &sampling,
+        )
         .unwrap();
     assert_eq!(c.completion_tokens, 3);
     assert_eq!(c.stop, Stop::MaxTokens);
@@ -59,12 +75,25 @@ fn max_tokens_stops_generation() {
 #[test]
 fn seeded_sampling_is_repeatable() {
     let engine = engine();
-    let sampling = Sampling { temperature: 0.9, top_p: 0.95, seed: 7, max_tokens: 24 };
+    let sampling = Sampling {
+        temperature: 0.9,
+        top_p: 0.95,
+        seed: 7,
+        max_tokens: 24,
+    };
     let msg = [Message::user("Write a short poem about rust.")];
     let a = engine.complete(&msg, &sampling).unwrap();
     let b = engine.complete(&msg, &sampling).unwrap();
     assert_eq!(a.tokens, b.tokens);
-    let other = engine.complete(&msg, &Sampling { seed: 8, ..sampling }).unwrap();
+    let other = engine
+        .complete(
+            &msg,
+            &Sampling {
+                seed: 8,
+                ..sampling
+            },
+        )
+        .unwrap();
     assert_ne!(a.tokens, other.tokens, "another seed samples another reply");
 }
 
@@ -74,9 +103,18 @@ fn a_prompt_that_does_not_fit_is_refused_with_the_excess() {
     let long = "word ".repeat(3000);
     let msg = [Message::user(long)];
     let prompt = engine.count_tokens(&msg).unwrap();
-    let sampling = Sampling { max_tokens: 100, ..Sampling::default() };
+    let sampling = Sampling {
+        max_tokens: 100,
+        ..Sampling::default()
+    };
     match engine.complete(&msg, &sampling) {
-        Err(EngineError::TooLong { prompt: p, reserved, context, over, .. }) => {
+        Err(EngineError::TooLong {
+            prompt: p,
+            reserved,
+            context,
+            over,
+            ..
+        }) => {
             assert_eq!((p, reserved, context), (prompt, 100, 2048));
             assert_eq!(over, prompt + 100 - 2048);
         }
@@ -86,7 +124,12 @@ fn a_prompt_that_does_not_fit_is_refused_with_the_excess() {
 
 #[test]
 fn a_context_beyond_the_trained_one_is_refused() {
-    let settings = EngineSettings { context: 1 << 20, threads: 1 };
-    let err = Engine::load(&common::test_model(), &settings).err().expect("refused");
+    let settings = EngineSettings {
+        context: 1 << 20,
+        threads: 1,
+    };
+    let err = Engine::load(&common::test_model(), &settings)
+        .err()
+        .expect("refused");
     assert!(err.to_string().contains("larger than"), "{err}");
 }

@@ -74,6 +74,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("sandboxed median:     {:.3} ms", ms(s));
     println!("overhead (median):    {:.3} ms", ms(s.saturating_sub(p)));
     let r = median(rlimit_only);
-    println!("sandboxed, no cgroup: {:.3} ms (overhead {:.3} ms)", ms(r), ms(r.saturating_sub(p)));
+    println!(
+        "sandboxed, no cgroup: {:.3} ms (overhead {:.3} ms)",
+        ms(r),
+        ms(r.saturating_sub(p))
+    );
     Ok(())
 }

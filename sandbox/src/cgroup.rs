@@ -122,12 +122,17 @@ impl Cgroup {
             procs: Vec::new(),
         };
         let mem_dir = memory.join(&name);
-        std::fs::create_dir(&mem_dir).map_err(|e| format!("creating {}: {e}", mem_dir.display()))?;
+        std::fs::create_dir(&mem_dir)
+            .map_err(|e| format!("creating {}: {e}", mem_dir.display()))?;
         cg.dirs.push(mem_dir.clone());
         let pid_dir = pids.join(&name);
-        std::fs::create_dir(&pid_dir).map_err(|e| format!("creating {}: {e}", pid_dir.display()))?;
+        std::fs::create_dir(&pid_dir)
+            .map_err(|e| format!("creating {}: {e}", pid_dir.display()))?;
         cg.dirs.push(pid_dir.clone());
-        write_file(&mem_dir.join("memory.limit_in_bytes"), &memory_bytes.to_string())?;
+        write_file(
+            &mem_dir.join("memory.limit_in_bytes"),
+            &memory_bytes.to_string(),
+        )?;
         // Memory+swap equal to memory: no swapping past the cap.
         let memsw = mem_dir.join("memory.memsw.limit_in_bytes");
         if memsw.exists() {

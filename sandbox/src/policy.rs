@@ -75,8 +75,9 @@ pub const HOSTS_FD: i32 = 5;
 /// tell "the sandbox could not be set up" apart from the command's own exit.
 pub const STATUS_FD: i32 = 6;
 
-/// Host files under /etc that programs need and that hold no secrets. Bound
-/// read-only if they exist. Never /etc/shadow, /etc/gshadow, /etc/ssl/private.
+/// Host files under /etc that programs need and that hold no secrets: bound
+/// read-only (or recreated as the same symlink) if they exist. Never
+/// /etc/shadow, /etc/gshadow, /etc/ssl/private, /etc/ssh.
 pub const ETC_FILES: &[&str] = &[
     "/etc/ld.so.cache",
     "/etc/ld.so.conf",
@@ -95,7 +96,9 @@ pub const ETC_FILES: &[&str] = &[
 
 /// Top-level system directories bound (or recreated as symlinks when the host
 /// has merged /usr) by [`detect_system_mounts`].
-pub const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
 
 /// Minimal `/etc/passwd` generated for the sandbox (the host's is not shown).
 pub const PASSWD_CONTENT: &str = "root:x:0:0:root:/root:/usr/sbin/nologin\n\
@@ -106,7 +109,8 @@ nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
 pub const GROUP_CONTENT: &str = "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n";
 
 /// Minimal `/etc/hosts`: only loopback names resolve.
-pub const HOSTS_CONTENT: &str = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+pub const HOSTS_CONTENT: &str =
+    "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n";
 
 /// One system mount of the sandbox's read-only base layer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -308,34 +312,34 @@ fn check_path(what: &str, p: &Path) -> Result<(), SandboxError> {
 }
 
 /// The base layer for this host: `/usr` and whichever of /bin, /sbin, /lib,
-/// /lib32, /lib64, /libx32 exist (as symlinks where the host has symlinks,
-/// read-only binds where it has directories), then the [`ETC_FILES`] that
-/// exist-or-not (`--ro-bind-try`).
+/// /lib32, /lib64, /libx32 and [`ETC_FILES`] exist, as symlinks where the
+/// host has symlinks (cheaper than a bind: no mount), read-only binds where
+/// it has directories or files; missing ones are left out.
 pub fn detect_system_mounts() -> Vec<Mount> {
-    let mut mounts = Vec::new();
-    for dir in SYSTEM_DIRS {
-        let path = Path::new(dir);
-        match std::fs::symlink_metadata(path) {
-            Ok(meta) if meta.file_type().is_symlink() => {
-                if let Ok(target) = std::fs::read_link(path) {
-                    mounts.push(Mount::Symlink {
-                        target,
-                        link: path.to_path_buf(),
-                    });
-                }
-            }
-            Ok(meta) if meta.is_dir() => mounts.push(Mount::RoBind {
-                src: path.to_path_buf(),
-                dest: path.to_path_buf(),
-            }),
-            _ => {}
-        }
-    }
-    mounts.extend(etc_mounts());
-    mounts
+    SYSTEM_DIRS
+        .iter()
+        .chain(ETC_FILES.iter())
+        .filter_map(|p| host_mount(Path::new(p)))
+        .collect()
 }
 
-/// The [`ETC_FILES`] as `--ro-bind-try` mounts.
+fn host_mount(path: &Path) -> Option<Mount> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(path).ok()?;
+        return Some(Mount::Symlink {
+            target,
+            link: path.to_path_buf(),
+        });
+    }
+    Some(Mount::RoBind {
+        src: path.to_path_buf(),
+        dest: path.to_path_buf(),
+    })
+}
+
+/// The [`ETC_FILES`] as `--ro-bind-try` mounts: a host-independent variant
+/// of the /etc part of [`detect_system_mounts`] (used by the snapshot test).
 pub fn etc_mounts() -> Vec<Mount> {
     ETC_FILES
         .iter()
@@ -407,7 +411,11 @@ pub fn bwrap_args(policy: &Policy, command: &[String]) -> Vec<String> {
         (GROUP_FD, "/etc/group"),
         (HOSTS_FD, "/etc/hosts"),
     ] {
-        a.extend(["--ro-bind-data".to_string(), fd.to_string(), dest.to_string()]);
+        a.extend([
+            "--ro-bind-data".to_string(),
+            fd.to_string(),
+            dest.to_string(),
+        ]);
     }
     push_all(&mut a, &["--dev", "/dev", "--proc", "/proc"]);
     let tmp = policy.limits.tmp_bytes.to_string();

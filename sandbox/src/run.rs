@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::cgroup::Cgroup;
 use crate::error::SandboxError;
-use crate::outcome::{
-    Enforced, LimitsInForce, Mechanism, Outcome, SignalInfo,
-};
+use crate::outcome::{Enforced, LimitsInForce, Mechanism, Outcome, SignalInfo};
 use crate::output::HeadTail;
 use crate::policy::{
     bwrap_args, Policy, CORE_DUMP_BYTES, GROUP_CONTENT, GROUP_FD, HOSTS_CONTENT, HOSTS_FD,
@@ -125,6 +123,8 @@ fn set_rlimit(kind: Rlimit, value: u64) -> libc::c_int {
 
 /// The runner's own hard limit for NOFILE; an unprivileged runner cannot go
 /// above it.
+// rlim_t is u64 here but not on every target.
+#[allow(clippy::useless_conversion)]
 fn nofile_hard_limit() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -134,7 +134,7 @@ fn nofile_hard_limit() -> u64 {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return u64::MAX;
     }
-    lim.rlim_max as u64
+    u64::from(lim.rlim_max)
 }
 
 fn is_root() -> bool {
@@ -196,7 +196,10 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
             Err(reason) => (None, Some(reason)),
         }
     } else {
-        (None, Some("disabled by the policy (cgroups = false)".to_string()))
+        (
+            None,
+            Some("disabled by the policy (cgroups = false)".to_string()),
+        )
     };
 
     // rlimits: the cheap ones always, address space (and NPROC where it
@@ -554,4 +557,3 @@ fn wait_gone(pid: i32, limit: Duration) {
         std::thread::sleep(Duration::from_millis(2));
     }
 }
-

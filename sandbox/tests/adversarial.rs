@@ -44,7 +44,9 @@ fn missing_bwrap_is_refused_with_install_hint() {
 fn failed_sandbox_setup_is_refused_not_run() {
     let mut task = Task::new();
     let marker = task.wt().join("ran");
-    task.policy.extra_ro_binds.push("/nonexistent-pw-toolchain".into());
+    task.policy
+        .extra_ro_binds
+        .push("/nonexistent-pw-toolchain".into());
     let script = format!("touch {}", marker.display());
     let err = run(&task.policy, &argv(&["bash", "-c", &script])).expect_err("must refuse");
     match &err {
@@ -83,7 +85,10 @@ fn basic_run_reports_status_output_and_identity() {
     assert_eq!(o.cli_exit_code(), 3);
     assert_eq!(
         o.output,
-        format!("out\nerr\n{}\n1000\n1000\nsandbox\nhello from the worktree\n", wt.display())
+        format!(
+            "out\nerr\n{}\n1000\n1000\nsandbox\nhello from the worktree\n",
+            wt.display()
+        )
     );
     assert_eq!(o.bytes_omitted, 0);
     assert!(o.wall_time_secs > 0.0 && o.wall_time_secs < 10.0);
@@ -225,7 +230,9 @@ fn huge_output_is_bounded() {
         o.bytes_omitted
     );
     assert!(o.output.starts_with("y\ny\ny\n"));
-    assert!(o.output.contains(&format!("[... {} bytes omitted ...]", o.bytes_omitted)));
+    assert!(o
+        .output
+        .contains(&format!("[... {} bytes omitted ...]", o.bytes_omitted)));
     // Marker line plus at most the cap.
     assert!(o.output.len() <= DEFAULT_OUTPUT_BYTES + 64);
 }
@@ -240,7 +247,11 @@ fn infinite_loop_is_killed_at_the_timeout() {
     assert!(o.timed_out);
     assert_eq!(o.signal.as_ref().map(|s| s.name.as_str()), Some("SIGKILL"));
     assert_eq!(o.cli_exit_code(), TIMEOUT_EXIT_CODE);
-    assert!(o.wall_time_secs >= 1.0 && o.wall_time_secs < 1.5, "{}", o.wall_time_secs);
+    assert!(
+        o.wall_time_secs >= 1.0 && o.wall_time_secs < 1.5,
+        "{}",
+        o.wall_time_secs
+    );
     assert!(elapsed < Duration::from_millis(2_500), "{elapsed:?}");
 }
 
@@ -275,8 +286,14 @@ fn daemonised_grandchild_does_not_outlive_the_command() {
     assert_eq!(o.exit_code, Some(0), "{}", o.output);
     assert!(o.output.ends_with("2\nstarted\n"), "{}", o.output);
     assert!(start.elapsed() < Duration::from_secs(5));
-    assert!(host_processes_with(&quiet).is_empty(), "quiet daemon survived");
-    assert!(host_processes_with(&loud).is_empty(), "loud daemon survived");
+    assert!(
+        host_processes_with(&quiet).is_empty(),
+        "quiet daemon survived"
+    );
+    assert!(
+        host_processes_with(&loud).is_empty(),
+        "loud daemon survived"
+    );
 }
 
 #[test]
@@ -317,8 +334,17 @@ fn large_file_hits_the_file_size_cap() {
     let script = "import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n\
                   open('big2', 'wb').write(b'x' * (2 << 20))\n";
     let o = run(&task.policy, &argv(&[&py.to_string_lossy(), "-c", script])).expect("runs");
-    assert!(o.output.contains("[Errno 27] File too large"), "{}", o.output);
-    assert!(std::fs::metadata(task.wt().join("big2")).map(|m| m.len()).unwrap_or(0) <= 1 << 20);
+    assert!(
+        o.output.contains("[Errno 27] File too large"),
+        "{}",
+        o.output
+    );
+    assert!(
+        std::fs::metadata(task.wt().join("big2"))
+            .map(|m| m.len())
+            .unwrap_or(0)
+            <= 1 << 20
+    );
 }
 
 // ---------------------------------------------------------------- filesystem
@@ -340,11 +366,26 @@ fn cannot_write_outside_the_worktree() {
     );
     let o = task.sh(&script);
     let out = &o.output;
-    assert!(out.contains("cannot touch '/etc/pw-x': Read-only file system"), "{out}");
-    assert!(out.contains("cannot touch '/usr/pw-x': Read-only file system"), "{out}");
-    assert!(out.contains("cannot touch '/pw-x': Read-only file system"), "{out}");
-    assert!(out.contains("cannot touch '/root/pw-x': No such file or directory"), "{out}");
-    assert!(out.contains("/home/pw’: No such file or directory"), "{out}");
+    assert!(
+        out.contains("cannot touch '/etc/pw-x': Read-only file system"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cannot touch '/usr/pw-x': Read-only file system"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cannot touch '/pw-x': Read-only file system"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cannot touch '/root/pw-x': No such file or directory"),
+        "{out}"
+    );
+    assert!(
+        out.contains("/home/pw’: No such file or directory"),
+        "{out}"
+    );
     assert!(
         out.contains(&format!("/tmp/{host_tmp_name}: No such file or directory")),
         "{out}"
@@ -371,16 +412,20 @@ fn cannot_write_outside_the_worktree() {
 #[test]
 fn git_metadata_is_read_only() {
     let task = Task::new();
-    let o = task.sh(
-        "echo '[alias] x = !evil' >> .git/config 2>&1; \
+    let o = task.sh("echo '[alias] x = !evil' >> .git/config 2>&1; \
          mkdir .git/hooks 2>&1; rm -rf .git 2>&1; mv .git moved 2>&1; \
-         echo edit >> hello.txt && echo worktree-writable",
-    );
+         echo edit >> hello.txt && echo worktree-writable");
     let out = &o.output;
     assert!(out.contains(".git/config: Read-only file system"), "{out}");
     assert!(out.contains(".git/hooks’: Read-only file system"), "{out}");
-    assert!(out.contains("cannot remove '.git/config': Read-only file system"), "{out}");
-    assert!(out.contains("cannot move '.git' to 'moved': Device or resource busy"), "{out}");
+    assert!(
+        out.contains("cannot remove '.git/config': Read-only file system"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cannot move '.git' to 'moved': Device or resource busy"),
+        "{out}"
+    );
     assert!(out.contains("worktree-writable"), "{out}");
     assert_eq!(
         std::fs::read_to_string(task.wt().join(".git/config")).expect("config"),
@@ -407,11 +452,26 @@ fn symlinks_cannot_escape_the_worktree() {
     let out = &o.output;
     assert!(!out.contains("outside secret"), "{out}");
     assert!(!out.contains("root:"), "{out}");
-    assert!(out.contains("cat: abs-link: No such file or directory"), "{out}");
-    assert!(out.contains("cat: rel-link: No such file or directory"), "{out}");
-    assert!(out.contains("cat: shadow-link: No such file or directory"), "{out}");
-    assert!(out.contains("ls: cannot access 'root-link/': No such file or directory"), "{out}");
-    assert!(out.contains("rootlink/etc/shadow: No such file or directory"), "{out}");
+    assert!(
+        out.contains("cat: abs-link: No such file or directory"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cat: rel-link: No such file or directory"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cat: shadow-link: No such file or directory"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ls: cannot access 'root-link/': No such file or directory"),
+        "{out}"
+    );
+    assert!(
+        out.contains("rootlink/etc/shadow: No such file or directory"),
+        "{out}"
+    );
     assert_eq!(
         std::fs::read_to_string(&secret).expect("secret"),
         "outside secret\n"
@@ -431,11 +491,26 @@ fn host_secrets_are_not_visible() {
          grep -c '^sandbox:' /etc/passwd; grep -c root /etc/passwd; true",
     );
     let out = &o.output;
-    assert!(out.contains("cat: /etc/shadow: No such file or directory"), "{out}");
-    assert!(out.contains("ls: cannot access '/root': No such file or directory"), "{out}");
-    assert!(out.contains("ls: cannot access '/home': No such file or directory"), "{out}");
-    assert!(out.contains("'/root/.pyenv': No such file or directory"), "{out}");
-    assert!(out.contains("'/etc/ssl/private': No such file or directory"), "{out}");
+    assert!(
+        out.contains("cat: /etc/shadow: No such file or directory"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ls: cannot access '/root': No such file or directory"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ls: cannot access '/home': No such file or directory"),
+        "{out}"
+    );
+    assert!(
+        out.contains("'/root/.pyenv': No such file or directory"),
+        "{out}"
+    );
+    assert!(
+        out.contains("'/etc/ssl/private': No such file or directory"),
+        "{out}"
+    );
     assert!(!out.contains(&secret), "secret leaked: {out}");
     assert!(!out.contains("PW_TEST_SECRET_TOKEN"), "{out}");
     // The generated passwd has the sandbox user and only the root line.
@@ -452,7 +527,9 @@ fn extra_read_only_bind_exposes_only_that_directory() {
     let bin = tool.path().join("bin");
     std::fs::create_dir_all(&bin).expect("mkdir");
     std::fs::write(bin.join("tool"), "#!/bin/sh\necho tool ran\n").expect("write");
-    let mut perm = std::fs::metadata(bin.join("tool")).expect("meta").permissions();
+    let mut perm = std::fs::metadata(bin.join("tool"))
+        .expect("meta")
+        .permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
     std::fs::set_permissions(bin.join("tool"), perm).expect("chmod");
     let tool_dir = std::fs::canonicalize(tool.path()).expect("canon");
@@ -460,14 +537,21 @@ fn extra_read_only_bind_exposes_only_that_directory() {
     let o = task.sh(&format!(
         "{d}/bin/tool; touch {d}/bin/x 2>&1; ls {parent} | wc -l",
         d = tool_dir.display(),
-        parent = tool_dir.parent().map(|p| p.display().to_string()).unwrap_or_default()
+        parent = tool_dir
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
     ));
     let out = &o.output;
     assert!(out.starts_with("tool ran\n"), "{out}");
     assert!(out.contains("Read-only file system"), "{out}");
     // Of the host's parent directory only the bound entries are visible:
     // the toolchain and the worktree's ancestor.
-    let visible: usize = out.lines().last().and_then(|l| l.trim().parse().ok()).unwrap_or(99);
+    let visible: usize = out
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(99);
     assert!(visible <= 2, "{out}");
 }
 
@@ -490,10 +574,16 @@ fn network_egress_fails() {
         "{out}"
     );
     assert!(out.contains("tcp=1"), "{out}");
-    assert!(out.contains("/dev/tcp/1.1.1.1/53: Network is unreachable"), "{out}");
+    assert!(
+        out.contains("/dev/tcp/1.1.1.1/53: Network is unreachable"),
+        "{out}"
+    );
     assert!(out.contains("ext=1"), "{out}");
     assert!(out.contains("dns=2"), "{out}");
-    assert!(!out.contains("example.com\n") || out.contains("dns=2"), "{out}");
+    assert!(
+        !out.contains("example.com\n") || out.contains("dns=2"),
+        "{out}"
+    );
     // Loopback inside the sandbox is its own.
     assert!(out.contains("localhost"), "{out}");
     listener.set_nonblocking(true).expect("nonblocking");
@@ -624,7 +714,10 @@ else printf(\"fd%d: errno %d\\n\",i,errno);}return 0;}\n",
     assert!(st.success(), "compiling the TIOCSTI helper failed");
     let canon = std::fs::canonicalize(dir.path()).expect("canon");
     task.policy.extra_ro_binds.push(canon.clone());
-    (vec![canon.join("tiocsti").to_string_lossy().into_owned()], Some(dir))
+    (
+        vec![canon.join("tiocsti").to_string_lossy().into_owned()],
+        Some(dir),
+    )
 }
 
 #[test]

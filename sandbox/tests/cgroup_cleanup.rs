@@ -48,6 +48,9 @@ fn cgroups_are_removed_after_each_run() {
         assert!(o.events.oom_kills.is_some() && o.events.pids_max_hits.is_some());
         let mut found = Vec::new();
         leftovers(Path::new("/sys/fs/cgroup"), &prefix, 6, &mut found);
-        assert!(found.is_empty(), "after {script:?}: leftover cgroups {found:?}");
+        assert!(
+            found.is_empty(),
+            "after {script:?}: leftover cgroups {found:?}"
+        );
     }
 }

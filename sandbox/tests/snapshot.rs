@@ -44,12 +44,18 @@ fn default_policy_argv_matches_snapshot() {
         &["python".to_string(), "-m".to_string(), "pytest".to_string()],
     );
     let actual = argv.join("\n") + "\n";
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/default_policy.argv");
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/default_policy.argv");
     if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
         std::fs::write(&path, &actual).expect("write snapshot");
     }
     let expected = std::fs::read_to_string(&path).expect("snapshot file exists");
-    assert_eq!(actual, expected, "bwrap argv changed; see {}", path.display());
+    assert_eq!(
+        actual,
+        expected,
+        "bwrap argv changed; see {}",
+        path.display()
+    );
 }
 
 #[test]
@@ -63,11 +69,18 @@ fn argv_is_deterministic_and_never_binds_root_or_secrets() {
         .map(|w| (w[0].as_str(), w[1].as_str()))
         .collect();
     assert!(!pairs.iter().any(|(f, s)| f.contains("bind") && *s == "/"));
-    assert!(!a.iter().any(|x| x.contains("shadow") || x == "/root" || x == "/home"));
-    assert!(!a.iter().any(|x| x == "/etc/ssl" || x.contains("ssl/private")));
+    assert!(!a
+        .iter()
+        .any(|x| x.contains("shadow") || x == "/root" || x == "/home"));
+    assert!(!a
+        .iter()
+        .any(|x| x == "/etc/ssl" || x.contains("ssl/private")));
     // The .git re-bind comes after the read-write worktree bind.
     let rw = a.iter().position(|x| x == "--bind").expect("rw bind");
-    let git = a.iter().position(|x| x == "/work/repo/.git").expect(".git bind");
+    let git = a
+        .iter()
+        .position(|x| x == "/work/repo/.git")
+        .expect(".git bind");
     assert!(git > rw);
     assert_eq!(a[git - 1], "--ro-bind-try");
     // The command comes last, after "--".

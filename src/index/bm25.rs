@@ -37,10 +37,7 @@ pub fn tokenize(text: &str) -> Vec<String> {
 
 fn push_term(out: &mut Vec<String>, term: &str) {
     let term = term.trim_matches('_');
-    if term.len() >= 2
-        && !term.chars().all(|c| c.is_ascii_digit())
-        && !STOPWORDS.contains(&term)
-    {
+    if term.len() >= 2 && !term.chars().all(|c| c.is_ascii_digit()) && !STOPWORDS.contains(&term) {
         out.push(term.to_string());
     }
 }
@@ -155,7 +152,10 @@ mod tests {
     fn tokenize_cases() {
         let cases: &[(&str, &[&str])] = &[
             ("parse_version", &["parse_version", "parse", "version"]),
-            ("parseHTTPVersion", &["parsehttpversion", "parse", "http", "version"]),
+            (
+                "parseHTTPVersion",
+                &["parsehttpversion", "parse", "http", "version"],
+            ),
             ("The cache is stale", &["cache", "stale"]),
             ("x = 42", &[]),
             ("utf8 v2", &["utf8", "utf", "v2"]),

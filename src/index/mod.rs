@@ -52,7 +52,8 @@ pub fn python_files(root: &Path) -> Result<Vec<String>, IndexError> {
 /// (`tests/` or `test/` directories, `test_*.py`, `*_test.py`, `conftest.py`).
 pub fn is_test_file(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
-    path.split('/').any(|part| part == "tests" || part == "test" || part == "testing")
+    path.split('/')
+        .any(|part| part == "tests" || part == "test" || part == "testing")
         || name.starts_with("test_")
         || name.ends_with("_test.py")
         || name == "conftest.py"
@@ -65,7 +66,8 @@ pub fn rank_files(root: &Path, query: &str) -> Result<Vec<RankedFile>, IndexErro
     let mut files = Vec::new();
     for path in python_files(root)?.into_iter().filter(|p| !is_test_file(p)) {
         let full = root.join(&path);
-        let small = std::fs::metadata(&full).is_ok_and(|m| m.is_file() && m.len() <= MAX_FILE_BYTES);
+        let small =
+            std::fs::metadata(&full).is_ok_and(|m| m.is_file() && m.len() <= MAX_FILE_BYTES);
         if !small {
             continue;
         }

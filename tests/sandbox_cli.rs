@@ -1,0 +1,90 @@
+//! `patchwright sandbox exec`: the command people use to rerun an agent's
+//! command. The attacks themselves are tested in the sandbox crate.
+
+use std::process::{Command, Output};
+
+fn exec(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_patchwright"))
+        .args(["sandbox", "exec", "--dir"])
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("patchwright runs")
+}
+
+#[test]
+fn prints_output_and_exits_with_the_commands_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = exec(
+        dir.path(),
+        &[
+            "--",
+            "sh",
+            "-c",
+            "echo hello; echo oops >&2; touch made; exit 3",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "hello\noops\n");
+    assert!(dir.path().join("made").exists(), "the worktree is writable");
+}
+
+#[test]
+fn a_timeout_exits_124() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = exec(dir.path(), &["--timeout", "0.5", "--", "sleep", "30"]);
+    assert_eq!(o.status.code(), Some(124));
+}
+
+#[test]
+fn json_reports_status_and_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = exec(
+        dir.path(),
+        &[
+            "--json",
+            "--memory",
+            "256",
+            "--",
+            "sh",
+            "-c",
+            "echo $HOME; exit 2",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["exit_code"], 2);
+    assert_eq!(v["timed_out"], false);
+    assert_eq!(v["output"], "/tmp\n");
+    assert_eq!(v["bytes_omitted"], 0);
+    assert_eq!(v["limits"]["memory_bytes"]["value"], 256u64 << 20);
+    assert_eq!(v["limits"]["timeout_ms"]["value"], 600_000);
+}
+
+#[test]
+fn host_secrets_are_out_of_reach() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = exec(
+        dir.path(),
+        &["--", "sh", "-c", "ls /root 2>&1; cat /etc/shadow 2>&1"],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("ls: cannot access '/root': No such file or directory"),
+        "{out}"
+    );
+    assert!(
+        out.contains("/etc/shadow: No such file or directory"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_missing_directory_is_refused() {
+    let o = Command::new(env!("CARGO_BIN_EXE_patchwright"))
+        .args(["sandbox", "exec", "--dir", "/nonexistent/dir", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/dir"));
+}
