@@ -206,6 +206,7 @@ fn cmd_batch(args: BatchArgs) -> Result<i32> {
     tracing::info!("hashing {}", model.path.display());
     let model_sha256 = models::sha256_file(&model.path)?;
     let header = models::gguf::read_header(&model.path)?;
+    let dataset_sha256 = models::sha256_file(&args.dataset)?;
     let model_name = format!(
         "patchwright__{}",
         model.known.as_ref().map_or_else(
@@ -222,7 +223,7 @@ fn cmd_batch(args: BatchArgs) -> Result<i32> {
             "versions": patchwright::versions(),
             "dataset": {
                 "path": args.dataset,
-                "sha256": models::sha256_file(&args.dataset).ok(),
+                "sha256": dataset_sha256,
                 "tasks_in_file": in_file,
             },
             "selection": {
