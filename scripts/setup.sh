@@ -30,4 +30,4 @@ build_release() {
     cargo build --release --locked --bin patchwright
 }
 
-PATCHWRIGHT=target/release/patchwright
+PATCHWRIGHT="${CARGO_TARGET_DIR:-target}/release/patchwright"
