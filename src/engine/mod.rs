@@ -1,9 +1,16 @@
 //! The engine: a GGUF model loaded in-process through llama.cpp
 //! (`llama-cpp-2`), turning chat messages into completions.
 //!
-//! The model is loaded once and shared; each completion gets its own context
-//! (KV cache) sized by the settings. Prompts are rendered with the chat
-//! template stored in the model's metadata.
+//! The model is loaded once and shared. [`Engine::complete`] is the plain
+//! path: one reply in a fresh context. A [`Session`] keeps its KV cache
+//! across calls and decodes N candidates from one evaluated prompt; a request
+//! may carry a GBNF grammar ([`grammar`] builds the common ones). Prompts are
+//! rendered with the chat template stored in the model's metadata.
+
+pub mod grammar;
+mod session;
+
+pub use session::{Candidate, Generation, Request, Session, Stats};
 
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
@@ -21,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 /// Tokens evaluated per `decode` call while reading a prompt. Larger batches
 /// use more scratch memory for little gain on a CPU.
-const PROMPT_BATCH: usize = 512;
+pub(crate) const PROMPT_BATCH: usize = 512;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -47,6 +54,10 @@ pub enum EngineError {
         trained: u32,
         model: String,
     },
+    #[error(
+        "invalid GBNF grammar (llama.cpp could not parse it; check the rule named `root`): {0}"
+    )]
+    Grammar(String),
     #[error("llama.cpp failed to {action}: {message}")]
     Llama {
         action: &'static str,
@@ -117,6 +128,12 @@ impl Message {
             content: content.into(),
         }
     }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Message {
+            role: "assistant".into(),
+            content: content.into(),
+        }
+    }
 }
 
 /// Why generation stopped.
@@ -146,7 +163,7 @@ pub struct Completion {
 static BACKEND: OnceLock<LlamaBackend> = OnceLock::new();
 static BACKEND_INIT: Mutex<()> = Mutex::new(());
 
-fn backend() -> Result<&'static LlamaBackend, EngineError> {
+pub(crate) fn backend() -> Result<&'static LlamaBackend, EngineError> {
     let _guard = BACKEND_INIT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(b) = BACKEND.get() {
         return Ok(b);
@@ -158,13 +175,13 @@ fn backend() -> Result<&'static LlamaBackend, EngineError> {
 
 /// A loaded model, shared by every task of a run.
 pub struct Engine {
-    model: LlamaModel,
+    pub(crate) model: LlamaModel,
     template: LlamaChatTemplate,
     path: PathBuf,
     context: u32,
-    threads: i32,
+    pub(crate) threads: i32,
     /// llama.cpp's context creation is not safe to run concurrently.
-    context_lock: Mutex<()>,
+    pub(crate) context_lock: Mutex<()>,
 }
 
 impl Engine {
@@ -232,8 +249,17 @@ impl Engine {
             .map_err(|e| template_err(e.to_string()))
     }
 
-    fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
+    pub(crate) fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
         self.model.vocab().tokenize(text.as_bytes(), true, true)
+    }
+
+    /// The token ids of `messages` rendered with the chat template.
+    pub fn tokenize_messages(&self, messages: &[Message]) -> Result<Vec<i32>, EngineError> {
+        Ok(self
+            .tokenize(&self.render(messages)?)
+            .iter()
+            .map(|t| t.0)
+            .collect())
     }
 
     /// Tokens in `messages` once rendered with the chat template.

@@ -1,0 +1,310 @@
+//! Sessions: a conversation that keeps its KV cache between calls, and
+//! generates N candidates from one evaluated prompt.
+//!
+//! Sequence 0 holds the conversation: after a call it caches the prompt and
+//! candidate 0's reply. A new call evaluates only the tokens after the
+//! longest common prefix with that cache and drops the divergent tail. For N
+//! candidates the evaluated prompt is copied (shared cells of the unified KV
+//! cache, not a memory copy) to sequences 1..N, and all N decode in one
+//! batch, one token per live sequence per step; a candidate that finishes
+//! leaves the batch.
+
+use std::num::NonZeroU32;
+use std::time::Instant;
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use serde::Serialize;
+
+use super::{backend, Engine, EngineError, Message, Sampling, Stop, PROMPT_BATCH};
+
+/// One generated candidate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Candidate {
+    pub text: String,
+    pub tokens: Vec<i32>,
+    pub stop: Stop,
+}
+
+/// What a call cost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stats {
+    pub prompt_tokens: usize,
+    /// Prompt tokens decoded by this call.
+    pub prompt_tokens_evaluated: usize,
+    /// Prompt tokens found in the KV cache from earlier calls.
+    pub prompt_tokens_reused: usize,
+    /// Tokens generated, per candidate.
+    pub generated_tokens: Vec<usize>,
+    pub prompt_s: f64,
+    pub decode_s: f64,
+    pub total_s: f64,
+}
+
+/// The candidates of one call and what they cost.
+#[derive(Debug, Clone, Serialize)]
+pub struct Generation {
+    pub candidates: Vec<Candidate>,
+    pub stats: Stats,
+}
+
+/// One call: the conversation so far, how many candidates, how to sample.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    pub messages: &'a [Message],
+    pub sampling: Sampling,
+    /// Number of candidates (at least 1).
+    pub n: usize,
+    /// Candidate i's temperature, overriding `sampling.temperature`; its
+    /// seed is always `sampling.seed + i`.
+    pub temperatures: Option<Vec<f32>>,
+    /// A GBNF grammar (root rule `root`) every candidate must follow.
+    pub grammar: Option<&'a str>,
+}
+
+impl<'a> Request<'a> {
+    pub fn new(messages: &'a [Message], sampling: Sampling) -> Self {
+        Request {
+            messages,
+            sampling,
+            n: 1,
+            temperatures: None,
+            grammar: None,
+        }
+    }
+}
+
+/// A conversation with its own KV cache.
+pub struct Session<'e> {
+    engine: &'e Engine,
+    ctx: LlamaContext<'e>,
+    n_seq_max: usize,
+    /// Tokens whose keys and values sequence 0 holds, in order.
+    cached: Vec<LlamaToken>,
+}
+
+fn llama(action: &'static str) -> impl Fn(&dyn std::fmt::Display) -> EngineError {
+    move |e| EngineError::Llama {
+        action,
+        message: e.to_string(),
+    }
+}
+
+impl<'e> Session<'e> {
+    /// A session for up to `n_seq_max` candidates per call. Its KV cache
+    /// holds the engine's context for the conversation plus `reply_tokens`
+    /// for each extra candidate.
+    pub fn new(
+        engine: &'e Engine,
+        n_seq_max: usize,
+        reply_tokens: usize,
+    ) -> Result<Self, EngineError> {
+        let n_seq_max = n_seq_max.max(1);
+        let cells = engine.context_size() + (n_seq_max - 1) * reply_tokens;
+        let ctx = {
+            let _guard = engine
+                .context_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let params = LlamaContextParams::default()
+                .with_n_ctx(NonZeroU32::new(u32::try_from(cells).unwrap_or(u32::MAX)))
+                .with_n_batch(PROMPT_BATCH as u32)
+                .with_n_seq_max(u32::try_from(n_seq_max).unwrap_or(u32::MAX))
+                .with_kv_unified(true)
+                .with_n_threads(engine.threads)
+                .with_n_threads_batch(engine.threads);
+            engine
+                .model
+                .new_context(backend()?, params)
+                .map_err(|e| llama("create a context")(&e))?
+        };
+        Ok(Session {
+            engine,
+            ctx,
+            n_seq_max,
+            cached: Vec::new(),
+        })
+    }
+
+    /// KV cells of the session: the most prompt plus reply tokens of all
+    /// candidates one call can hold (llama.cpp rounds the size up).
+    pub fn capacity(&self) -> usize {
+        self.ctx.n_ctx() as usize
+    }
+
+    /// Tokens the KV cache holds for the conversation.
+    pub fn cached_tokens(&self) -> usize {
+        self.cached.len()
+    }
+
+    /// Generates `request.n` candidate replies to `request.messages`.
+    pub fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError> {
+        let started = Instant::now();
+        let n = request.n.max(1);
+        if n > self.n_seq_max {
+            return Err(EngineError::Llama {
+                action: "generate",
+                message: format!(
+                    "{n} candidates asked of a session made for {}",
+                    self.n_seq_max
+                ),
+            });
+        }
+        let prompt = self.engine.tokenize(&self.engine.render(request.messages)?);
+        let max_tokens = request.sampling.max_tokens as usize;
+        let capacity = self.capacity();
+        let reserved = n * max_tokens;
+        if prompt.len() + reserved > capacity {
+            let needed = prompt.len() + reserved;
+            return Err(EngineError::TooLong {
+                prompt: prompt.len(),
+                reserved,
+                needed,
+                context: capacity,
+                over: needed - capacity,
+            });
+        }
+        let mut samplers = (0..n)
+            .map(|i| self.sampler(request, i))
+            .collect::<Result<Vec<_>, _>>()?;
+
+        // Reuse the longest common prefix; keep at least the last prompt
+        // token to evaluate, since its logits start the reply.
+        let common = prompt
+            .iter()
+            .zip(&self.cached)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len().saturating_sub(1));
+        for seq in 1..self.n_seq_max {
+            self.ctx
+                .clear_kv_cache_seq(Some(seq as u32), None, None)
+                .map_err(|e| llama("clear a sequence")(&e))?;
+        }
+        self.ctx
+            .clear_kv_cache_seq(Some(0), Some(common as u32), None)
+            .map_err(|e| llama("drop the divergent tail")(&e))?;
+        self.cached.truncate(common);
+
+        let mut batch = LlamaBatch::new(PROMPT_BATCH.max(n), i32::try_from(n).unwrap_or(i32::MAX));
+        let mut last_index = 0;
+        for (chunk_index, chunk) in prompt[common..].chunks(PROMPT_BATCH).enumerate() {
+            batch.clear();
+            for (i, &token) in chunk.iter().enumerate() {
+                let pos = common + chunk_index * PROMPT_BATCH + i;
+                let last = pos + 1 == prompt.len();
+                batch
+                    .add(token, pos as i32, &[0], last)
+                    .map_err(|e| llama("fill a batch")(&e))?;
+                if last {
+                    last_index = i as i32;
+                }
+            }
+            self.ctx
+                .decode(&mut batch)
+                .map_err(|e| llama("evaluate the prompt")(&e))?;
+        }
+        self.cached = prompt.clone();
+        for seq in 1..n {
+            self.ctx
+                .copy_kv_cache_seq(0, seq as i32, None, None)
+                .map_err(|e| llama("copy the prompt to a sequence")(&e))?;
+        }
+        let prompt_s = started.elapsed().as_secs_f64();
+
+        let decode_started = Instant::now();
+        let vocab = self.engine.model.vocab();
+        let mut tokens: Vec<Vec<LlamaToken>> = vec![Vec::new(); n];
+        let mut bytes: Vec<Vec<u8>> = vec![Vec::new(); n];
+        let mut stops: Vec<Option<Stop>> = vec![None; n];
+        // Where each live candidate's logits are in the last batch.
+        let mut logits_at: Vec<i32> = vec![last_index; n];
+        let mut pos = prompt.len();
+        loop {
+            batch.clear();
+            let mut in_batch = 0;
+            for i in 0..n {
+                if stops[i].is_some() {
+                    continue;
+                }
+                if tokens[i].len() >= max_tokens {
+                    stops[i] = Some(Stop::MaxTokens);
+                    continue;
+                }
+                let token = samplers[i].sample(&self.ctx, logits_at[i]);
+                if vocab.is_eog(token) {
+                    stops[i] = Some(Stop::EndOfText);
+                    continue;
+                }
+                tokens[i].push(token);
+                bytes[i].extend(vocab.token_to_piece(token, false, None));
+                batch
+                    .add(token, pos as i32, &[i as i32], true)
+                    .map_err(|e| llama("fill a batch")(&e))?;
+                logits_at[i] = in_batch;
+                in_batch += 1;
+            }
+            if in_batch == 0 {
+                break;
+            }
+            self.ctx
+                .decode(&mut batch)
+                .map_err(|e| llama("decode")(&e))?;
+            pos += 1;
+        }
+        // Sequence 0 now also holds candidate 0's reply: the next turn of
+        // the conversation starts with it.
+        self.cached.extend(&tokens[0]);
+        let decode_s = decode_started.elapsed().as_secs_f64();
+
+        let candidates: Vec<Candidate> = tokens
+            .iter()
+            .zip(&bytes)
+            .zip(&stops)
+            .map(|((t, b), s)| Candidate {
+                text: String::from_utf8_lossy(b).into_owned(),
+                tokens: t.iter().map(|t| t.0).collect(),
+                stop: s.unwrap_or(Stop::MaxTokens),
+            })
+            .collect();
+        Ok(Generation {
+            stats: Stats {
+                prompt_tokens: prompt.len(),
+                prompt_tokens_evaluated: prompt.len() - common,
+                prompt_tokens_reused: common,
+                generated_tokens: candidates.iter().map(|c| c.tokens.len()).collect(),
+                prompt_s,
+                decode_s,
+                total_s: started.elapsed().as_secs_f64(),
+            },
+            candidates,
+        })
+    }
+
+    fn sampler(&self, request: &Request<'_>, i: usize) -> Result<LlamaSampler, EngineError> {
+        let temperature = request
+            .temperatures
+            .as_ref()
+            .and_then(|t| t.get(i).copied())
+            .unwrap_or(request.sampling.temperature);
+        let seed = request.sampling.seed.wrapping_add(i as u32);
+        let mut chain = Vec::new();
+        if let Some(grammar) = request.grammar {
+            chain.push(
+                LlamaSampler::grammar(&self.engine.model, grammar, "root")
+                    .map_err(|e| EngineError::Grammar(e.to_string()))?,
+            );
+        }
+        if temperature <= 0.0 {
+            chain.push(LlamaSampler::greedy());
+        } else {
+            chain.push(LlamaSampler::top_p(request.sampling.top_p, 1));
+            chain.push(LlamaSampler::temp(temperature));
+            chain.push(LlamaSampler::dist(seed));
+        }
+        Ok(LlamaSampler::chain_simple(chain))
+    }
+}
