@@ -42,6 +42,8 @@ pub enum BatchError {
     },
     #[error(transparent)]
     Repo(#[from] crate::repo::RepoError),
+    #[error("{path} already holds a run (run.json exists): choose another --out, or delete it to start over")]
+    Exists { path: PathBuf },
 }
 
 /// How a task ended.
@@ -97,7 +99,14 @@ pub struct RunDir {
 }
 
 impl RunDir {
+    /// Creates the run directory. A directory that already holds a run is
+    /// refused: mixing two runs' results would mislabel predictions.
     pub fn create(root: &Path) -> Result<RunDir, BatchError> {
+        if root.join("run.json").exists() {
+            return Err(BatchError::Exists {
+                path: root.to_path_buf(),
+            });
+        }
         for sub in ["results", "trajectories"] {
             let dir = root.join(sub);
             std::fs::create_dir_all(&dir).map_err(|source| BatchError::Io {
@@ -184,7 +193,19 @@ impl Batch<'_> {
     pub fn run_task(&self, task: &Task) -> Result<TaskResult, BatchError> {
         let started = Instant::now();
         let mut trajectory = Trajectory::new(&task.instance_id);
-        let outcome = self.attempt(task, &mut trajectory);
+        // A panic in one task (a bug) becomes that task's error, not the
+        // end of the batch.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.attempt(task, &mut trajectory)
+        }))
+        .unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(format!("internal error (a bug in patchwright): {what}"))
+        });
         let (status, error, model_patch) = match outcome {
             Ok(patch) if patch.is_empty() => (Status::NoPatch, None, patch),
             Ok(patch) => (Status::Patched, None, patch),

@@ -111,7 +111,13 @@ pub fn load(path: &Path) -> Result<Vec<Task>, DatasetError> {
     let mut tasks = Vec::with_capacity(records.len());
     for (location, line) in records {
         let mut de = serde_json::Deserializer::from_str(line);
-        tasks.push((location, parse_record(path, location, &mut de)?));
+        let task = parse_record(path, location, &mut de)?;
+        de.end().map_err(|e| DatasetError::Syntax {
+            path: path.to_path_buf(),
+            location,
+            message: format!("text after the task object: {e}"),
+        })?;
+        tasks.push((location, task));
     }
     finish(path, tasks)
 }
@@ -120,7 +126,7 @@ fn load_list(path: &Path, text: &str) -> Result<Vec<Task>, DatasetError> {
     let values: Vec<serde_json::Value> =
         serde_json::from_str(text).map_err(|e| DatasetError::Syntax {
             path: path.to_path_buf(),
-            location: Location::Index(0),
+            location: Location::Line(e.line()),
             message: format!("not a JSON list of task objects: {e}"),
         })?;
     let mut tasks = Vec::with_capacity(values.len());
@@ -237,7 +243,10 @@ fn test_list<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<String>, D::Error> 
         List(Vec<String>),
         Encoded(String),
     }
-    match Form::deserialize(de)? {
+    let form = Form::deserialize(de).map_err(|_| {
+        serde::de::Error::custom("expected a list of test names or a JSON-encoded string of one")
+    })?;
+    match form {
         Form::List(list) => Ok(list),
         Form::Encoded(s) if s.trim().is_empty() => Ok(Vec::new()),
         Form::Encoded(s) => serde_json::from_str(&s).map_err(|e| {
@@ -413,6 +422,26 @@ mod tests {
                 "line 1: field `FAIL_TO_PASS`",
             ),
             (".jsonl", format!("{GOOD}\n{{not json"), "line 2: "),
+            (
+                ".jsonl",
+                format!("{GOOD} trailing"),
+                "line 1: text after the task object",
+            ),
+            (
+                ".jsonl",
+                format!("{GOOD}{}", GOOD.replace("a__b-1", "a__b-2")),
+                "line 1: text after the task object",
+            ),
+            (
+                ".jsonl",
+                GOOD.replace(r#""FAIL_TO_PASS":"[\"t::x\"]""#, r#""FAIL_TO_PASS":5"#),
+                "field `FAIL_TO_PASS`: expected a list of test names",
+            ),
+            (
+                ".json",
+                format!("[{GOOD},\n{{oops]"),
+                "line 2: not a JSON list",
+            ),
             (
                 ".json",
                 format!(

@@ -50,6 +50,8 @@ pub enum EditError {
     Ambiguous { path: String, count: usize },
     #[error("path `{0}` is not a relative path inside the repository")]
     BadPath(String),
+    #[error("path `{0}` goes through a symbolic link; edit the file it points to by its own path")]
+    Symlink(String),
     #[error(
         "{0} does not exist (an empty SEARCH creates a new file; otherwise name an existing file)"
     )]
@@ -147,6 +149,21 @@ pub fn resolve(root: &Path, path: &str) -> Result<PathBuf, EditError> {
         && !p.components().any(|c| c.as_os_str() == ".git");
     if !clean {
         return Err(EditError::BadPath(path.into()));
+    }
+    // The runner edits files outside the sandbox: it must never follow a
+    // symbolic link planted in the repository (to /root/.ssh, say).
+    let mut current = root.to_path_buf();
+    for component in p.components() {
+        if let Component::Normal(name) = component {
+            current.push(name);
+            match std::fs::symlink_metadata(&current) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    return Err(EditError::Symlink(path.into()))
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
     }
     Ok(root.join(p))
 }
@@ -588,6 +605,38 @@ mod tests {
         assert_eq!(
             resolve(root, "./pkg/a.py").unwrap(),
             Path::new("/ws/./pkg/a.py")
+        );
+    }
+
+    #[test]
+    fn symbolic_links_are_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("authorized_keys");
+        std::os::unix::fs::symlink(&target, dir.path().join("dangling")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("d")).unwrap();
+        std::fs::write(outside.path().join("x.py"), "x = 1\n").unwrap();
+        let block = |path: &str, s: &str| Block {
+            path: path.into(),
+            search: s.into(),
+            replace: "pwned\n".into(),
+        };
+        let cases = [
+            block("dangling", ""),
+            block("d/x.py", "x = 1\n"),
+            block("d/new.py", ""),
+        ];
+        for b in cases {
+            assert_eq!(
+                apply_block(dir.path(), &b),
+                Err(EditError::Symlink(b.path.clone()))
+            );
+        }
+        assert!(!target.exists());
+        assert!(!outside.path().join("new.py").exists());
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("x.py")).unwrap(),
+            "x = 1\n"
         );
     }
 

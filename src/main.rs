@@ -92,7 +92,8 @@ enum SandboxCommand {
     /// Run one command exactly as an agent's command runs: same policy, DIR
     /// as the writable worktree (its .git read-only), no network, limits on
     /// memory, processes, /tmp, file size and output. Prints the output and
-    /// exits with the command's status (124 on timeout, 128+N on signal N).
+    /// exits with the command's status (124 on timeout, 128+N on signal N,
+    /// 125 when the sandbox refused to run it).
     Exec(ExecArgs),
 }
 
@@ -105,7 +106,7 @@ struct ExecArgs {
     #[arg(long, value_name = "S")]
     timeout: Option<f64>,
     /// Memory limit in MiB [default: 4096].
-    #[arg(long, value_name = "MB")]
+    #[arg(long, value_name = "MiB")]
     memory: Option<u64>,
     /// Also bind this host path read-only (a Python environment, say).
     /// Repeatable.
@@ -126,10 +127,12 @@ struct BatchArgs {
     #[arg(long, value_name = "FILE")]
     dataset: PathBuf,
     /// Directory of repositories: DIR/owner__name.git (bare mirror),
-    /// DIR/owner__name (clone) or DIR/owner__name.bundle.
+    /// DIR/owner__name (clone) or DIR/owner__name.bundle. Required unless
+    /// --list.
     #[arg(long, value_name = "DIR", required_unless_present = "list")]
     repos: Option<PathBuf>,
-    /// Run directory to write.
+    /// Run directory to write; refused if it already holds a run. Required
+    /// unless --list.
     #[arg(long, value_name = "RUN_DIR", required_unless_present = "list")]
     out: Option<PathBuf>,
     /// Model: a name from `patchwright models list`, or a GGUF file
@@ -189,10 +192,26 @@ fn main() -> ExitCode {
         Ok(0) => ExitCode::SUCCESS,
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each cause left out when the message before it
+/// already quotes it (library errors name their cause in their message).
+fn chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
 }
 
 fn init_logging(verbose: u8) {
@@ -206,6 +225,7 @@ fn init_logging(verbose: u8) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
 }
@@ -481,17 +501,36 @@ const SANDBOX_REFUSED: i32 = 125;
 
 fn cmd_sandbox_exec(args: ExecArgs) -> Result<i32> {
     use std::io::Write;
-    let mut policy = sandbox::Policy::for_worktree(&args.dir)?;
+    // Every refusal (bad flags, bad directory, no sandbox) exits 125: the
+    // command never ran.
+    let refuse = |message: String| {
+        eprintln!("error: {message}");
+        Ok(SANDBOX_REFUSED)
+    };
+    let mut policy = match sandbox::Policy::for_worktree(&args.dir) {
+        Ok(p) => p,
+        Err(e) => return refuse(e.to_string()),
+    };
     if let Some(s) = args.timeout {
         if !(s.is_finite() && s > 0.0) {
-            bail!("--timeout {s}: must be a positive number of seconds");
+            return refuse(format!(
+                "--timeout {s}: must be a positive number of seconds"
+            ));
         }
         policy.limits.timeout_ms = (s * 1000.0).round() as u64;
     }
     if let Some(mb) = args.memory {
+        if mb == 0 {
+            return refuse("--memory 0: give the limit in MiB, at least 1".into());
+        }
         policy.limits.memory_bytes = mb.saturating_mul(1 << 20);
     }
-    policy.extra_ro_binds = args.ro_bind;
+    for path in args.ro_bind {
+        match std::path::absolute(&path) {
+            Ok(p) => policy.extra_ro_binds.push(p),
+            Err(e) => return refuse(format!("--ro-bind {}: {e}", path.display())),
+        }
+    }
     let outcome = match sandbox::run(&policy, &args.command) {
         Ok(o) => o,
         Err(e) => {

@@ -3,6 +3,8 @@
 //! asks for SEARCH/REPLACE blocks, and applies them. One model call per task;
 //! it runs no code. (The MASAI pipeline replaces it as the default later.)
 
+use std::path::Path;
+
 use crate::config::Settings;
 use crate::dataset::Task;
 use crate::edit;
@@ -72,19 +74,37 @@ pub fn run(
 
     let completion = engine.complete(&messages, &settings.sampling)?;
     let reply = completion.text.clone();
+    let prompt = engine.render(&messages)?;
     trajectory.record(Step::ModelCall(Box::new(ModelCall::new(
         "edit",
         messages,
+        prompt,
         settings.sampling.clone(),
         completion,
     ))));
 
-    let parsed = edit::parse(&reply);
+    trajectory.record(apply_reply(workspace.path(), &reply, &shown_paths));
+
+    let patch = workspace.diff()?;
+    trajectory.record(Step::Diff {
+        files: patch.matches("\ndiff --git ").count()
+            + usize::from(patch.starts_with("diff --git ")),
+        bytes: patch.len(),
+    });
+    Ok(patch)
+}
+
+/// Applies a reply's edits to the repository at `root`: its SEARCH/REPLACE
+/// blocks, or, when none of them applies, the whole definitions it wrote in
+/// code fences. `shown` are the files the model saw. Returns the record of
+/// what became of each edit.
+pub fn apply_reply(root: &Path, reply: &str, shown: &[String]) -> Step {
+    let parsed = edit::parse(reply);
     let blocks: Vec<EditOutcome> = parsed
         .blocks
         .iter()
         .map(|block| {
-            let result = edit::apply_block_lenient(workspace.path(), block, &shown_paths);
+            let result = edit::apply_block_lenient(root, block, shown);
             EditOutcome {
                 path: block.path.clone(),
                 applied_to: result.as_ref().ok().map(|(_, p)| p.clone()),
@@ -93,15 +113,14 @@ pub fn run(
             }
         })
         .collect();
-    // No block applied: take whole definitions written in code fences.
-    let any_applied = blocks.iter().any(|b: &EditOutcome| b.applied_to.is_some());
+    let any_applied = blocks.iter().any(|b| b.applied_to.is_some());
     let definitions = if any_applied {
         Vec::new()
     } else {
-        edit::parse_definitions(&reply)
+        edit::parse_definitions(reply)
             .iter()
             .map(|def| {
-                let result = edit::apply_definition(workspace.path(), def, &shown_paths);
+                let result = edit::apply_definition(root, def, shown);
                 EditOutcome {
                     path: def.name.clone(),
                     applied_to: result.as_ref().ok().cloned(),
@@ -111,19 +130,11 @@ pub fn run(
             })
             .collect()
     };
-    trajectory.record(Step::Edit {
+    Step::Edit {
         blocks,
         definitions,
         unterminated: parsed.unterminated,
-    });
-
-    let patch = workspace.diff()?;
-    trajectory.record(Step::Diff {
-        files: patch.matches("\ndiff --git ").count()
-            + usize::from(patch.starts_with("diff --git ")),
-        bytes: patch.len(),
-    });
-    Ok(patch)
+    }
 }
 
 fn file_section(path: &str, text: &str, note: &str) -> String {

@@ -163,7 +163,7 @@ impl Workspace {
         )?;
         git(dest, &["config", "gc.auto", "0"].map(AsRef::as_ref))?;
         let full = resolve_commit(&source, commit)?;
-        let fetch = Command::new("git")
+        let fetch = git_command()
             .current_dir(dest)
             // upload-pack (run on the mirror) must allow a want by object id.
             .env("GIT_CONFIG_COUNT", "1")
@@ -207,6 +207,7 @@ impl Workspace {
             &[
                 "diff",
                 "--cached",
+                "--binary",
                 "--no-color",
                 "--no-ext-diff",
                 "--no-textconv",
@@ -230,7 +231,7 @@ impl Workspace {
 /// Expands an abbreviated commit id and checks it exists in `source`.
 fn resolve_commit(source: &Path, commit: &str) -> Result<String, RepoError> {
     let spec = format!("{commit}^{{commit}}");
-    let out = Command::new("git")
+    let out = git_command()
         .arg("--git-dir")
         .arg(git_dir(source))
         .args(["rev-parse", "--verify", "--quiet", &spec])
@@ -247,6 +248,27 @@ fn resolve_commit(source: &Path, commit: &str) -> Result<String, RepoError> {
             message: format!("cannot run git: {e} (install git)"),
         }),
     }
+}
+
+/// `git` isolated from the host's git setup: no system or user config (no
+/// `core.hooksPath`, no aliases, no diff drivers), no repository named by
+/// the environment, no prompts.
+pub(crate) fn git_command() -> Command {
+    let mut cmd = Command::new("git");
+    for var in [
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_CEILING_DIRECTORIES",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0");
+    cmd
 }
 
 fn git_dir(source: &Path) -> PathBuf {
@@ -276,7 +298,7 @@ fn remove_dir(path: &Path) -> Result<(), RepoError> {
 
 /// Runs a git command in `dir` and returns its stdout.
 fn git(dir: &Path, args: &[&std::ffi::OsStr]) -> Result<String, RepoError> {
-    let out = Command::new("git").current_dir(dir).args(args).output();
+    let out = git_command().current_dir(dir).args(args).output();
     let name = args
         .first()
         .map(|a| a.to_string_lossy().into_owned())
@@ -379,7 +401,7 @@ mod tests {
         // The fix commit and its objects are absent; no refs, tags or logs.
         let fix_blob = sh(&up, "git rev-parse HEAD:a.py");
         for object in [&fix, &fix_blob] {
-            let found = Command::new("git")
+            let found = git_command()
                 .current_dir(dir)
                 .args(["cat-file", "-e", object])
                 .status()

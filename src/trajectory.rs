@@ -1,7 +1,7 @@
 //! Trajectories: the record of one task's run — every model call (messages,
-//! rendered prompt, reply, token counts, time) and every other step — written
-//! as one JSON file per task, so a run can be inspected and replayed without
-//! the model.
+//! rendered prompt, reply, generated token ids, token counts, time) and every
+//! other step — written as one JSON file per task: enough to inspect a run,
+//! and to replay it without the model (no replay backend exists yet).
 
 use std::time::Instant;
 
@@ -42,6 +42,9 @@ pub struct RankedEntry {
 pub struct ModelCall {
     pub purpose: String,
     pub messages: Vec<Message>,
+    /// The messages rendered with the model's chat template: the text the
+    /// model actually read.
+    pub prompt: String,
     pub sampling: Sampling,
     pub response: String,
     /// Generated token ids, so a replay can check it matches exactly.
@@ -54,10 +57,17 @@ pub struct ModelCall {
 }
 
 impl ModelCall {
-    pub fn new(purpose: &str, messages: Vec<Message>, sampling: Sampling, c: Completion) -> Self {
+    pub fn new(
+        purpose: &str,
+        messages: Vec<Message>,
+        prompt: String,
+        sampling: Sampling,
+        c: Completion,
+    ) -> Self {
         ModelCall {
             purpose: purpose.into(),
             messages,
+            prompt,
             sampling,
             response: c.text,
             tokens: c.tokens,

@@ -80,11 +80,41 @@ fn host_secrets_are_out_of_reach() {
 }
 
 #[test]
-fn a_missing_directory_is_refused() {
+fn refusals_exit_125_and_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = std::path::Path::new("/nonexistent/dir");
+    let cases: [(&std::path::Path, &[&str], &str); 3] = [
+        (missing, &["--", "true"], "/nonexistent/dir"),
+        (dir.path(), &["--memory", "0", "--", "true"], "--memory 0"),
+        (dir.path(), &["--timeout=-1", "--", "true"], "--timeout -1"),
+    ];
+    for (d, args, expected) in cases {
+        let o = exec(d, args);
+        assert_eq!(o.status.code(), Some(125), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(expected), "{err}");
+    }
+}
+
+#[test]
+fn a_relative_ro_bind_is_made_absolute() {
+    let dir = tempfile::tempdir().unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_patchwright"))
-        .args(["sandbox", "exec", "--dir", "/nonexistent/dir", "--", "true"])
+        .current_dir(dir.path().parent().unwrap())
+        .args(["sandbox", "exec", "--dir"])
+        .arg(dir.path())
+        .args([
+            "--ro-bind",
+            dir.path().file_name().unwrap().to_str().unwrap(),
+            "--",
+            "true",
+        ])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/dir"));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

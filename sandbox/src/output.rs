@@ -83,12 +83,16 @@ impl HeadTail {
     /// The text a model sees: the head, then (only if bytes were dropped) a
     /// marker line with the count, then the tail. Invalid UTF-8 is replaced.
     pub fn render(&self) -> String {
-        let head = String::from_utf8_lossy(&self.head);
         let tail_bytes = self.tail();
-        let tail = String::from_utf8_lossy(&tail_bytes);
         if self.omitted() == 0 {
-            return format!("{head}{tail}");
+            // Nothing dropped: decode as one stream, so a character split
+            // between head and tail stays whole.
+            let mut all = self.head.clone();
+            all.extend_from_slice(&tail_bytes);
+            return String::from_utf8_lossy(&all).into_owned();
         }
+        let head = String::from_utf8_lossy(&self.head);
+        let tail = String::from_utf8_lossy(&tail_bytes);
         format!("{head}\n[... {} bytes omitted ...]\n{tail}", self.omitted())
     }
 }
@@ -238,6 +242,15 @@ mod tests {
         assert_eq!(buf.omitted(), 4096 * 1000 - 1024);
         assert_eq!(buf.head(), &chunk[..512]);
         assert_eq!(buf.tail(), &chunk[4096 - 512..]);
+    }
+
+    #[test]
+    fn a_character_across_head_and_tail_stays_whole() {
+        // Capacity 4: head 2 bytes, tail 2. "aé!" is 4 bytes, é split 1+1.
+        let mut buf = HeadTail::new(4);
+        buf.push("aé!".as_bytes());
+        assert_eq!(buf.omitted(), 0);
+        assert_eq!(buf.render(), "aé!");
     }
 
     #[test]

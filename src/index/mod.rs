@@ -4,7 +4,6 @@
 pub mod bm25;
 
 use std::path::Path;
-use std::process::Command;
 
 /// Files larger than this are not ranked or shown: they are data or
 /// generated code, and would not fit a small model's context anyway.
@@ -26,7 +25,7 @@ pub struct RankedFile {
 
 /// The repository's tracked Python files (paths relative to `root`).
 pub fn python_files(root: &Path) -> Result<Vec<String>, IndexError> {
-    let out = Command::new("git")
+    let out = crate::repo::git_command()
         .current_dir(root)
         .args(["ls-files", "-z", "--", "*.py"])
         .output()
@@ -49,11 +48,12 @@ pub fn python_files(root: &Path) -> Result<Vec<String>, IndexError> {
 }
 
 /// Whether a path is a test file by the conventions of pytest and unittest
-/// (`tests/` or `test/` directories, `test_*.py`, `*_test.py`, `conftest.py`).
+/// (`tests/` directories, `test_*.py`, `*_test.py`, `conftest.py`). A
+/// `test/` or `testing/` package is not assumed to be tests: in Django and
+/// NumPy it is library code that fixes land in.
 pub fn is_test_file(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
-    path.split('/')
-        .any(|part| part == "tests" || part == "test" || part == "testing")
+    path.split('/').any(|part| part == "tests")
         || name.starts_with("test_")
         || name.ends_with("_test.py")
         || name == "conftest.py"
@@ -100,7 +100,8 @@ mod tests {
             ("test_x.py", true),
             ("pkg/x_test.py", true),
             ("conftest.py", true),
-            ("pkg/testing/utils.py", true),
+            ("pkg/testing/utils.py", false),
+            ("django/test/client.py", false),
             ("pkg/contest.py", false),
             ("pkg/latest.py", false),
             ("src/attest/core.py", false),
