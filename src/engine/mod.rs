@@ -177,6 +177,9 @@ pub(crate) fn backend() -> Result<&'static LlamaBackend, EngineError> {
 pub struct Engine {
     pub(crate) model: LlamaModel,
     template: LlamaChatTemplate,
+    /// Texts of the vocabulary's control tokens (`<|im_end|>`, ...), which
+    /// message content must not be able to produce.
+    control_texts: Vec<String>,
     path: PathBuf,
     context: u32,
     pub(crate) threads: i32,
@@ -197,6 +200,15 @@ impl Engine {
             .map_err(|_| EngineError::NoTemplate {
                 path: path.to_path_buf(),
             })?;
+        let vocab = model.vocab();
+        let mut control_texts: Vec<String> = vocab
+            .tokens()
+            .filter(|&t| vocab.is_control(t))
+            .filter_map(|t| vocab.text(t).map(|c| c.to_string_lossy().into_owned()))
+            .filter(|text| text.chars().count() >= 2)
+            .collect();
+        // Longest first, so a token containing another is broken whole.
+        control_texts.sort_by_key(|t| std::cmp::Reverse(t.len()));
         let trained = model.n_ctx_train();
         let context = match settings.context {
             0 => trained,
@@ -216,6 +228,7 @@ impl Engine {
         Ok(Engine {
             model,
             template,
+            control_texts,
             path: path.to_path_buf(),
             context,
             threads: i32::try_from(threads).unwrap_or(i32::MAX),
@@ -241,12 +254,30 @@ impl Engine {
         };
         let chat = messages
             .iter()
-            .map(|m| LlamaChatMessage::new(m.role.clone(), m.content.clone()))
+            .map(|m| LlamaChatMessage::new(m.role.clone(), self.neutralise(&m.content)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| template_err(e.to_string()))?;
         self.model
             .apply_chat_template(&self.template, &chat, true)
             .map_err(|e| template_err(e.to_string()))
+    }
+
+    /// Message content as the model will read it: any control token's text
+    /// (an issue quoting `<|im_end|>`, a repository file with
+    /// `<|endoftext|>`) gets a zero-width space after its first character,
+    /// so it is read as text and cannot end a turn or forge a role. The
+    /// rendered prompt is tokenized with special tokens parsed, because the
+    /// template's own markers must be.
+    fn neutralise(&self, content: &str) -> String {
+        let mut out = content.to_string();
+        for text in &self.control_texts {
+            if out.contains(text.as_str()) {
+                let mut chars = text.chars();
+                let first = chars.next().map(String::from).unwrap_or_default();
+                out = out.replace(text.as_str(), &format!("{first}\u{200B}{}", chars.as_str()));
+            }
+        }
+        out
     }
 
     pub(crate) fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
