@@ -118,3 +118,55 @@ fn a_relative_ro_bind_is_made_absolute() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// TIOCSTI from inside the sandbox when the runner has a controlling
+/// terminal (a pty made by `script`): the sandbox's own session has none, so
+/// /dev/tty cannot be opened and stdio are not terminals. The control run,
+/// the same helper outside the sandbox under the same pty, shows the
+/// terminal was there to attack.
+#[test]
+fn tiocsti_cannot_reach_the_runners_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("sti.c");
+    std::fs::write(
+        &src,
+        "#include <fcntl.h>\n#include <stdio.h>\n#include <errno.h>\n#include <sys/ioctl.h>\n\
+         int main(void){int fd=open(\"/dev/tty\",O_RDWR);\
+         if(fd<0){printf(\"tty: errno %d\\n\",errno);return 0;}\
+         printf(\"tty: opened\\n\");char c=' ';\
+         if(ioctl(fd,TIOCSTI,&c)==0)printf(\"sti: injected\\n\");else printf(\"sti: errno %d\\n\",errno);return 0;}\n",
+    )
+    .unwrap();
+    let exe = dir.path().join("sti");
+    let st = Command::new("cc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("cc is needed for this test");
+    assert!(st.success());
+    let under_pty = |command: String| {
+        let o = Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("script (util-linux) is needed for this test");
+        String::from_utf8_lossy(&o.stdout).replace('\r', "")
+    };
+    let control = under_pty(exe.display().to_string());
+    assert!(
+        control.contains("tty: opened"),
+        "the pty gave a controlling terminal: {control}"
+    );
+    let sandboxed = under_pty(format!(
+        "{} sandbox exec --dir {} -- {}",
+        env!("CARGO_BIN_EXE_patchwright"),
+        dir.path().display(),
+        exe.display()
+    ));
+    assert!(
+        sandboxed.contains("tty: errno 6"),
+        "ENXIO, no controlling terminal: {sandboxed}"
+    );
+    assert!(!sandboxed.contains("injected"), "{sandboxed}");
+}

@@ -579,11 +579,8 @@ fn network_egress_fails() {
         "{out}"
     );
     assert!(out.contains("ext=1"), "{out}");
+    // getent exits 2 when the name is not found: no resolver is reachable.
     assert!(out.contains("dns=2"), "{out}");
-    assert!(
-        !out.contains("example.com\n") || out.contains("dns=2"),
-        "{out}"
-    );
     // Loopback inside the sandbox is its own.
     assert!(out.contains("localhost"), "{out}");
     listener.set_nonblocking(true).expect("nonblocking");
@@ -592,18 +589,17 @@ fn network_egress_fails() {
         Err(std::io::ErrorKind::WouldBlock),
         "the host listener was reached"
     );
-    if let Some(py) = python() {
-        let o = run(
-            &task.policy,
-            &argv(&[
-                &py.to_string_lossy(),
-                "-c",
-                "import socket\ntry:\n    socket.getaddrinfo('pypi.org', 443)\nexcept socket.gaierror as e:\n    print('gaierror', e.errno)\n",
-            ]),
-        )
-        .expect("runs");
-        assert!(o.output.starts_with("gaierror"), "{}", o.output);
-    }
+    let py = python().expect("/usr/bin/python3 is needed for the DNS part of this test");
+    let o = run(
+        &task.policy,
+        &argv(&[
+            &py.to_string_lossy(),
+            "-c",
+            "import socket\ntry:\n    socket.getaddrinfo('pypi.org', 443)\nexcept socket.gaierror as e:\n    print('gaierror', e.errno)\n",
+        ]),
+    )
+    .expect("runs");
+    assert!(o.output.starts_with("gaierror"), "{}", o.output);
 }
 
 // ---------------------------------------------------------------- processes
@@ -667,7 +663,10 @@ fn no_privileges_inside() {
 
 /// TIOCSTI pushes characters into a terminal's input queue. With
 /// `--new-session` the sandbox has no controlling terminal and its stdio are
-/// /dev/null and a pipe, so there is no terminal to inject into.
+/// /dev/null and a pipe, so there is no terminal to inject into. (This test
+/// runs without a terminal; tests/sandbox_cli.rs repeats it from a runner
+/// that has one, with a control showing the terminal is reachable without
+/// the sandbox.)
 #[test]
 fn tiocsti_injection_fails() {
     let mut task = Task::new();
