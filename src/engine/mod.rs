@@ -65,12 +65,36 @@ pub enum EngineError {
     },
 }
 
+/// Memory the KV cache of one conversation may take when the context size is
+/// left to the model (`context = 0`): 2 GiB keeps a 32k-token context of a
+/// 0.5–1.5B model whole and stops a 128k-context 7B model from asking for
+/// tens of GiB on a 24 GiB machine.
+pub const KV_BUDGET_BYTES: u64 = 2 << 30;
+
+/// Bytes of KV cache per token at f16: keys and values, every layer, one
+/// head dimension per KV head.
+pub fn kv_bytes_per_token(n_layer: u32, n_embd: u32, n_head: u32, n_head_kv: u32) -> u64 {
+    if n_head == 0 {
+        return 0;
+    }
+    let head_dim = u64::from(n_embd / n_head);
+    2 * u64::from(n_layer) * u64::from(n_head_kv) * head_dim * 2
+}
+
+/// The trained context, cut to what `budget` bytes of KV cache hold.
+pub fn context_within_budget(trained: u32, per_token: u64, budget: u64) -> u32 {
+    match budget.checked_div(per_token) {
+        Some(fits) => trained.min(u32::try_from(fits).unwrap_or(u32::MAX)).max(1),
+        None => trained,
+    }
+}
+
 /// How the engine is set up: fixed for the life of the loaded model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EngineSettings {
     /// Context size in tokens (prompt + reply). 0 means the model's own
-    /// trained context.
+    /// trained context, cut to what [`KV_BUDGET_BYTES`] of KV cache holds.
     pub context: u32,
     /// CPU threads; 0 means all available cores.
     pub threads: u32,
@@ -210,8 +234,14 @@ impl Engine {
         // Longest first, so a token containing another is broken whole.
         control_texts.sort_by_key(|t| std::cmp::Reverse(t.len()));
         let trained = model.n_ctx_train();
+        let per_token = kv_bytes_per_token(
+            model.n_layer(),
+            u32::try_from(model.n_embd()).unwrap_or(0),
+            model.n_head(),
+            model.n_head_kv(),
+        );
         let context = match settings.context {
-            0 => trained,
+            0 => context_within_budget(trained, per_token, KV_BUDGET_BYTES),
             c if c > trained => {
                 return Err(EngineError::ContextTooLarge {
                     requested: c,
@@ -397,5 +427,23 @@ impl Engine {
             prompt_s,
             decode_s: decode_started.elapsed().as_secs_f64(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_is_capped_by_the_kv_budget() {
+        // Qwen2.5-Coder-0.5B: 24 layers, 896 wide, 14 heads, 2 KV heads.
+        let qwen = kv_bytes_per_token(24, 896, 14, 2);
+        assert_eq!(qwen, 12 * 1024);
+        assert_eq!(context_within_budget(32768, qwen, KV_BUDGET_BYTES), 32768);
+        // A 7B-like model: 32 layers, 4096 wide, 32 heads, 8 KV heads.
+        let big = kv_bytes_per_token(32, 4096, 32, 8);
+        assert_eq!(big, 128 * 1024);
+        assert_eq!(context_within_budget(131072, big, KV_BUDGET_BYTES), 16384);
+        assert_eq!(context_within_budget(4096, 0, KV_BUDGET_BYTES), 4096);
     }
 }
