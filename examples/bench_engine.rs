@@ -1,7 +1,11 @@
 //! Engine benchmark (run by `scripts/bench-engine`; figures go to
 //! BENCHMARKS.md). Not a test: it measures, it asserts nothing.
 //!
-//!   bench_engine MODEL.gguf THREADS
+//!   bench_engine MODEL.gguf THREADS [PROMPT_OUT]
+//!
+//! `BENCH_SECTIONS` (comma-separated: single, candidates, conversation;
+//! default all) picks what runs. With PROMPT_OUT, the rendered single-sequence prompt is written there so
+//! a peer (llama-cpp-python) can be timed on exactly the same text.
 //!
 //! 1. one sequence: prompt-processing and generation tokens/s;
 //! 2. N = 1, 2, 4, 8 candidates of 128 tokens after a ~1,500-token prompt:
@@ -14,18 +18,20 @@ use std::time::Instant;
 
 use patchwright::engine::{Engine, EngineSettings, Message, Request, Sampling, Session};
 
-/// Filler text of roughly `tokens` tokens: numbered, so no two are alike.
+/// Filler text of roughly `tokens` tokens (a line is about 17 Qwen tokens):
+/// numbered, so no two are alike.
 fn filler(tokens: usize, salt: usize) -> String {
-    (0..tokens / 12)
+    (0..tokens / 17)
         .map(|i| format!("Line {salt}-{i}: the parser reads a value and checks its range.\n"))
         .collect()
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let (model, threads) = match args.as_slice() {
-        [_, m, t] => (m.clone(), t.parse::<u32>()?),
-        _ => return Err("usage: bench_engine MODEL.gguf THREADS".into()),
+    let (model, threads, prompt_out) = match args.as_slice() {
+        [_, m, t] => (m.clone(), t.parse::<u32>()?, None),
+        [_, m, t, p] => (m.clone(), t.parse::<u32>()?, Some(p.clone())),
+        _ => return Err("usage: bench_engine MODEL.gguf THREADS [PROMPT_OUT]".into()),
     };
     let engine = Engine::load(
         std::path::Path::new(&model),
@@ -45,11 +51,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Message::user(format!("{}\nSummarise the text above.", filler(1500, 0))),
     ];
     let prompt_tokens = engine.count_tokens(&prompt)?;
+    if let Some(path) = prompt_out {
+        std::fs::write(path, engine.render(&prompt)?)?;
+    }
+
+    let sections =
+        std::env::var("BENCH_SECTIONS").unwrap_or_else(|_| "single,candidates,conversation".into());
+    let run = |name: &str| sections.split(',').any(|s| s.trim() == name);
 
     // 1. One sequence. Generation speed from a run with no EOS allowed to
     // cut it short is what we want; a 128-token cap keeps it bounded.
-    let one = engine.complete(&prompt, &greedy(128))?;
-    println!(
+    if run("single") {
+        let one = engine.complete(&prompt, &greedy(128))?;
+        println!(
         "single: prompt {} tok in {:.2}s = {:.1} tok/s; generation {} tok in {:.2}s = {:.1} tok/s",
         one.prompt_tokens,
         one.prompt_s,
@@ -58,10 +72,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         one.decode_s,
         one.completion_tokens as f64 / one.decode_s
     );
+    }
 
     // 2. N candidates: batched vs one after another.
     let mut base = None;
-    for n in [1usize, 2, 4, 8] {
+    for n in [1usize, 2, 4, 8].into_iter().filter(|_| run("candidates")) {
         let sampling = Sampling {
             temperature: 0.8,
             top_p: 0.95,
@@ -98,6 +113,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // 3. A 20-turn conversation.
+    if !run("conversation") {
+        return Ok(());
+    }
     let mut session = Session::new(&engine, 1, 32)?;
     let mut messages = vec![Message::system("You are an agent exploring a repository.")];
     let (mut evaluated, mut total) = (0usize, 0usize);
