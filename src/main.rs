@@ -49,9 +49,14 @@ enum Command {
 #[derive(Args)]
 struct GenerateArgs {
     /// Model: a name from `patchwright models list`, or a GGUF file
-    /// [default: the manifest's default model].
+    /// [default: the manifest's default model]. With --server, the model
+    /// name sent to the server.
     #[arg(long, value_name = "NAME|PATH")]
     model: Option<String>,
+    /// Ask an OpenAI-compatible server (http://HOST:PORT) instead of
+    /// loading the model here; each candidate is one request.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
     /// Number of candidates.
     #[arg(long, default_value_t = 1, value_name = "N")]
     n: usize,
@@ -420,15 +425,11 @@ fn cmd_models_fetch(name: &str) -> Result<i32> {
 }
 
 fn cmd_generate(args: GenerateArgs) -> Result<i32> {
-    use patchwright::engine::{Message, Request, Sampling, Session};
+    use patchwright::engine::http::HttpBackend;
+    use patchwright::engine::{Backend, Message, Request, Sampling};
     if args.n == 0 {
         bail!("--n must be at least 1");
     }
-    let spec = match args.model {
-        Some(m) => m,
-        None => models::default_model()?.name,
-    };
-    let model = models::resolve(&spec)?;
     let grammar = args
         .grammar
         .as_ref()
@@ -437,13 +438,26 @@ fn cmd_generate(args: GenerateArgs) -> Result<i32> {
                 .with_context(|| format!("cannot read grammar file {}", path.display()))
         })
         .transpose()?;
-    let engine = Engine::load(
-        &model.path,
-        &EngineSettings {
-            context: args.context,
-            threads: args.threads,
-        },
-    )?;
+    let backend: Box<dyn Backend> = match &args.server {
+        Some(url) => Box::new(HttpBackend::new(
+            url,
+            args.model.as_deref().unwrap_or("default"),
+        )?),
+        None => {
+            let spec = match &args.model {
+                Some(m) => m.clone(),
+                None => models::default_model()?.name,
+            };
+            let model = models::resolve(&spec)?;
+            Box::new(Engine::load(
+                &model.path,
+                &EngineSettings {
+                    context: args.context,
+                    threads: args.threads,
+                },
+            )?)
+        }
+    };
     let mut messages = Vec::new();
     if let Some(system) = args.system {
         messages.push(Message::system(system));
@@ -461,8 +475,8 @@ fn cmd_generate(args: GenerateArgs) -> Result<i32> {
         temperatures: None,
         grammar: grammar.as_deref(),
     };
-    let mut session = Session::new(&engine, args.n, args.max_tokens as usize)?;
-    let generation = session.generate(&request)?;
+    let mut conversation = backend.conversation(args.n, args.max_tokens as usize)?;
+    let generation = conversation.generate(&request)?;
     if args.json {
         println!(
             "{}",

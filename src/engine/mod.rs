@@ -8,6 +8,7 @@
 //! rendered with the chat template stored in the model's metadata.
 
 pub mod grammar;
+pub mod http;
 mod session;
 
 pub use session::{Candidate, Generation, Request, Session, Stats};
@@ -58,6 +59,8 @@ pub enum EngineError {
         "invalid GBNF grammar (llama.cpp could not parse it; check the rule named `root`): {0}"
     )]
     Grammar(String),
+    #[error("request to {url} failed: {message}")]
+    Http { url: String, message: String },
     #[error("llama.cpp failed to {action}: {message}")]
     Llama {
         action: &'static str,
@@ -181,6 +184,39 @@ pub struct Completion {
     pub stop: Stop,
     pub prompt_s: f64,
     pub decode_s: f64,
+}
+
+/// Something that answers requests: the model in this process, or a server.
+pub trait Backend: Sync {
+    /// A conversation that can ask for up to `n_seq_max` candidates of at
+    /// most `reply_tokens` tokens per call.
+    fn conversation(
+        &self,
+        n_seq_max: usize,
+        reply_tokens: usize,
+    ) -> Result<Box<dyn Conversation + '_>, EngineError>;
+}
+
+/// A sequence of calls sharing what the backend can keep between them (the
+/// embedded engine keeps the KV cache).
+pub trait Conversation {
+    fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError>;
+}
+
+impl Backend for Engine {
+    fn conversation(
+        &self,
+        n_seq_max: usize,
+        reply_tokens: usize,
+    ) -> Result<Box<dyn Conversation + '_>, EngineError> {
+        Ok(Box::new(Session::new(self, n_seq_max, reply_tokens)?))
+    }
+}
+
+impl Conversation for Session<'_> {
+    fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError> {
+        Session::generate(self, request)
+    }
 }
 
 /// llama.cpp's backend may be initialised once per process.
