@@ -9,6 +9,7 @@
 
 pub mod grammar;
 pub mod http;
+pub mod replay;
 mod session;
 
 pub use session::{Candidate, Generation, Request, Session, Stats};
@@ -59,6 +60,8 @@ pub enum EngineError {
         "invalid GBNF grammar (llama.cpp could not parse it; check the rule named `root`): {0}"
     )]
     Grammar(String),
+    #[error("replay of {source_path}: {message}")]
+    Replay { source_path: PathBuf, message: String },
     #[error("request to {url} failed: {message}")]
     Http { url: String, message: String },
     #[error("llama.cpp failed to {action}: {message}")]

@@ -1,0 +1,132 @@
+//! The replay backend: answers from a recorded trajectory instead of a
+//! model, call by call in recorded order, and refuses a call whose messages
+//! differ from the recording (the run has diverged). For tests, and for
+//! debugging a run without the model.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::Deserialize;
+
+use super::{Candidate, Conversation, EngineError, Generation, Message, Request, Stats, Stop};
+
+/// One recorded model call, as `trajectory::ModelCall` writes it.
+#[derive(Debug, Clone, Deserialize)]
+struct Recorded {
+    messages: Vec<Message>,
+    response: String,
+    tokens: Vec<i32>,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    stop: Stop,
+}
+
+#[derive(Deserialize)]
+struct Step {
+    kind: String,
+    #[serde(flatten)]
+    rest: serde_json::Value,
+}
+
+#[derive(Deserialize)]
+struct TrajectoryFile {
+    steps: Vec<Step>,
+}
+
+/// The model calls of one trajectory file, answered in order.
+pub struct ReplayBackend {
+    source: PathBuf,
+    calls: Vec<Recorded>,
+    next: Mutex<usize>,
+}
+
+impl ReplayBackend {
+    /// Reads the `model_call` steps of a trajectory file.
+    pub fn from_trajectory(path: &Path) -> Result<Self, EngineError> {
+        let err = |message: String| EngineError::Replay {
+            source_path: path.to_path_buf(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read it: {e}")))?;
+        let file: TrajectoryFile =
+            serde_json::from_str(&text).map_err(|e| err(format!("not a trajectory: {e}")))?;
+        let calls = file
+            .steps
+            .into_iter()
+            .filter(|s| s.kind == "model_call")
+            .enumerate()
+            .map(|(i, s)| {
+                serde_json::from_value(s.rest).map_err(|e| err(format!("model call {}: {e}", i + 1)))
+            })
+            .collect::<Result<Vec<Recorded>, _>>()?;
+        Ok(ReplayBackend {
+            source: path.to_path_buf(),
+            calls,
+            next: Mutex::new(0),
+        })
+    }
+
+    /// Recorded calls not answered yet.
+    pub fn remaining(&self) -> usize {
+        let next = *self.next.lock().unwrap_or_else(|e| e.into_inner());
+        self.calls.len().saturating_sub(next)
+    }
+}
+
+struct ReplayConversation<'a> {
+    backend: &'a ReplayBackend,
+}
+
+impl Conversation for ReplayConversation<'_> {
+    fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError> {
+        let b = self.backend;
+        let err = |message: String| EngineError::Replay {
+            source_path: b.source.clone(),
+            message,
+        };
+        let mut next = b.next.lock().unwrap_or_else(|e| e.into_inner());
+        let index = *next;
+        let call = b.calls.get(index).ok_or_else(|| {
+            err(format!("the run asked for call {} but the recording has {}", index + 1, b.calls.len()))
+        })?;
+        if request.n > 1 {
+            return Err(err(format!("call {} asks for {} candidates; the recording holds one", index + 1, request.n)));
+        }
+        if call.messages != request.messages {
+            let at = call
+                .messages
+                .iter()
+                .zip(request.messages)
+                .position(|(a, b)| a != b)
+                .unwrap_or(call.messages.len().min(request.messages.len()));
+            return Err(err(format!(
+                "the run diverged at call {}: message {} differs from the recording",
+                index + 1,
+                at + 1
+            )));
+        }
+        *next += 1;
+        Ok(Generation {
+            candidates: vec![Candidate {
+                text: call.response.clone(),
+                tokens: call.tokens.clone(),
+                stop: call.stop,
+            }],
+            stats: Stats {
+                prompt_tokens: call.prompt_tokens,
+                prompt_tokens_evaluated: 0,
+                prompt_tokens_reused: 0,
+                generated_tokens: vec![call.completion_tokens],
+                prompt_s: 0.0,
+                decode_s: 0.0,
+                total_s: 0.0,
+            },
+        })
+    }
+}
+
+impl super::Backend for ReplayBackend {
+    fn conversation(&self, _n_seq_max: usize, _reply_tokens: usize) -> Result<Box<dyn Conversation + '_>, EngineError> {
+        Ok(Box::new(ReplayConversation { backend: self }))
+    }
+}
