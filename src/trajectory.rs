@@ -1,7 +1,7 @@
 //! Trajectories: the record of one task's run — every model call (messages,
 //! rendered prompt, reply, generated token ids, token counts, time) and every
 //! other step — written as one JSON file per task: enough to inspect a run,
-//! and to replay it without the model (no replay backend exists yet).
+//! and to replay it without the model (`engine::replay`).
 
 use std::time::Instant;
 
