@@ -79,7 +79,7 @@ struct GenerateArgs {
     #[arg(long, value_name = "TEXT")]
     system: Option<String>,
     /// Context size in tokens for the prompt and one reply; 0 is the
-    /// model's trained context.
+    /// model's trained context, capped by a 2 GiB KV-cache budget.
     #[arg(long, default_value_t = EngineSettings::default().context, value_name = "TOKENS")]
     context: u32,
     /// CPU threads; 0 is all cores.

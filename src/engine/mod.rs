@@ -61,7 +61,10 @@ pub enum EngineError {
     )]
     Grammar(String),
     #[error("replay of {source_path}: {message}")]
-    Replay { source_path: PathBuf, message: String },
+    Replay {
+        source_path: PathBuf,
+        message: String,
+    },
     #[error("request to {url} failed: {message}")]
     Http { url: String, message: String },
     #[error("llama.cpp failed to {action}: {message}")]

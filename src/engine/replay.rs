@@ -47,7 +47,8 @@ impl ReplayBackend {
             source_path: path.to_path_buf(),
             message,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read it: {e}")))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| err(format!("cannot read it: {e}")))?;
         let file: TrajectoryFile =
             serde_json::from_str(&text).map_err(|e| err(format!("not a trajectory: {e}")))?;
         let calls = file
@@ -56,7 +57,8 @@ impl ReplayBackend {
             .filter(|s| s.kind == "model_call")
             .enumerate()
             .map(|(i, s)| {
-                serde_json::from_value(s.rest).map_err(|e| err(format!("model call {}: {e}", i + 1)))
+                serde_json::from_value(s.rest)
+                    .map_err(|e| err(format!("model call {}: {e}", i + 1)))
             })
             .collect::<Result<Vec<Recorded>, _>>()?;
         Ok(ReplayBackend {
@@ -87,10 +89,18 @@ impl Conversation for ReplayConversation<'_> {
         let mut next = b.next.lock().unwrap_or_else(|e| e.into_inner());
         let index = *next;
         let call = b.calls.get(index).ok_or_else(|| {
-            err(format!("the run asked for call {} but the recording has {}", index + 1, b.calls.len()))
+            err(format!(
+                "the run asked for call {} but the recording has {}",
+                index + 1,
+                b.calls.len()
+            ))
         })?;
         if request.n > 1 {
-            return Err(err(format!("call {} asks for {} candidates; the recording holds one", index + 1, request.n)));
+            return Err(err(format!(
+                "call {} asks for {} candidates; the recording holds one",
+                index + 1,
+                request.n
+            )));
         }
         if call.messages != request.messages {
             let at = call
@@ -126,7 +136,11 @@ impl Conversation for ReplayConversation<'_> {
 }
 
 impl super::Backend for ReplayBackend {
-    fn conversation(&self, _n_seq_max: usize, _reply_tokens: usize) -> Result<Box<dyn Conversation + '_>, EngineError> {
+    fn conversation(
+        &self,
+        _n_seq_max: usize,
+        _reply_tokens: usize,
+    ) -> Result<Box<dyn Conversation + '_>, EngineError> {
         Ok(Box::new(ReplayConversation { backend: self }))
     }
 }
