@@ -157,7 +157,10 @@ fn fork_bomb_hits_the_pids_limit_and_is_cleaned_up() {
     task.policy.limits.max_processes = 64;
     task.policy.limits.timeout_ms = 4_000;
     let marker = unique("forkbomb");
-    let script = format!("m={marker}; bomb() {{ bomb | bomb & }}; bomb; wait");
+    // Each bomb stays alive for a while after forking, so the number of
+    // live processes doubles every generation and must hit the cap (a bomb
+    // whose processes exit at once can, on a fast machine, stay under it).
+    let script = format!("m={marker}; bomb() {{ bomb | bomb & sleep 2; }}; bomb; wait");
     let start = Instant::now();
     let o = task.sh(&script);
     let elapsed = start.elapsed();
