@@ -36,7 +36,7 @@ fn cgroups_are_removed_after_each_run() {
         "echo fine",
         "sleep 100",
         "(sleep 100 &); (setsid sleep 100 &); exit 0",
-        "bomb() { bomb | bomb & }; bomb; wait",
+        "bomb() { bomb | bomb & sleep 2; }; bomb; wait",
     ] {
         let o = task.sh(script);
         let mech = o.limits.memory_bytes.map(|m| m.mechanism);
