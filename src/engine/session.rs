@@ -135,11 +135,6 @@ impl<'e> Session<'e> {
         self.ctx.n_ctx() as usize
     }
 
-    /// Tokens the KV cache holds for the conversation.
-    pub fn cached_tokens(&self) -> usize {
-        self.cached.len()
-    }
-
     /// Generates `request.n` candidate replies to `request.messages`.
     pub fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError> {
         let started = Instant::now();
