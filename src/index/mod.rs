@@ -1,7 +1,12 @@
 //! What the agents know about a repository without running it: its Python
-//! files and a BM25 ranking of them against an issue.
+//! files and a BM25 ranking of them against an issue (`bm25.rs`), and the
+//! classes, functions and methods in them from tree-sitter, with their
+//! signatures, line ranges and docstrings, indexed in parallel and cached per
+//! repository and commit, plus syntax errors for checking an edit
+//! (`symbols.rs`).
 
 pub mod bm25;
+pub mod symbols;
 
 use std::path::Path;
 
@@ -13,6 +18,10 @@ pub const MAX_FILE_BYTES: u64 = 512 * 1024;
 pub enum IndexError {
     #[error("cannot list files of {dir} with git ls-files: {message}")]
     List { dir: String, message: String },
+    #[error("cannot resolve the repository directory {dir}: {message}")]
+    Root { dir: String, message: String },
+    #[error("cannot write the code index cache {path}: {message}")]
+    Cache { path: String, message: String },
 }
 
 /// A ranked file with its text.
