@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::agents::react::ReactSettings;
 use crate::engine::{EngineSettings, Sampling};
 
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +31,28 @@ pub struct Settings {
     pub engine: EngineSettings,
     pub sampling: Sampling,
     pub retrieval: Retrieval,
+    pub aci: AciConfig,
+    /// Limits and history processing of the agents' ReAct episodes.
+    pub react: ReactSettings,
+}
+
+/// The agent-computer interface.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AciConfig {
+    /// Lines of the file viewer's window.
+    pub window: usize,
+    /// Wall-clock limit of one `run` command, in seconds.
+    pub run_timeout_s: u64,
+}
+
+impl AciConfig {
+    pub fn settings(&self) -> crate::aci::AciSettings {
+        crate::aci::AciSettings {
+            window: self.window,
+            run_timeout_s: self.run_timeout_s,
+        }
+    }
 }
 
 /// How the first pipeline picks the code to show the model.
@@ -49,6 +72,11 @@ impl Settings {
             engine: EngineSettings::default(),
             sampling: Sampling::default(),
             retrieval: Retrieval { files: 3 },
+            aci: AciConfig {
+                window: crate::aci::DEFAULT_WINDOW,
+                run_timeout_s: crate::aci::DEFAULT_RUN_TIMEOUT_S,
+            },
+            react: ReactSettings::default(),
         }
     }
 
@@ -105,6 +133,15 @@ mod tests {
         assert_eq!(s.model, "m");
         let s = Settings::with_toml(&base, "model = \"x.gguf\"\n[retrieval]\nfiles = 1").unwrap();
         assert_eq!((s.model.as_str(), s.retrieval.files), ("x.gguf", 1));
+        let s = Settings::with_toml(
+            &base,
+            "[aci]\nwindow = 50\n[react.history]\nkeep = \"all\"\n[react]\nmax_steps = 12",
+        )
+        .unwrap();
+        assert_eq!((s.aci.window, s.aci.run_timeout_s), (50, base.aci.run_timeout_s));
+        assert_eq!(s.react.history.keep, crate::agents::history::Keep::All);
+        assert_eq!(s.react.history.block, base.react.history.block);
+        assert_eq!((s.react.max_steps, s.react.reply_tokens), (12, base.react.reply_tokens));
     }
 
     #[test]
@@ -114,6 +151,7 @@ mod tests {
             ("[sampling]\ntemprature = 1.0", "temprature"),
             ("[engine]\ncontext = \"big\"", "context"),
             ("colour = 1", "colour"),
+            ("[react.history]\nkeep = \"most\"", "history.keep"),
         ];
         for (text, key) in cases {
             let err = Settings::with_toml(&base, text).unwrap_err();

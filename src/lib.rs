@@ -1,6 +1,8 @@
 //! patchwright resolves GitHub issues offline: SWE-bench tasks in, patches
 //! out, with a GGUF model loaded in-process. See ARCHITECTURE.md for the map.
 
+pub mod aci;
+pub mod agents;
 pub mod batch;
 pub mod config;
 pub mod dataset;

@@ -44,6 +44,24 @@ enum Command {
     /// Run commands in the bubblewrap sandbox the agents' commands run in.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
+    /// Drive the agent-computer interface by hand: read commands from
+    /// stdin, one a line (an edit's lines follow it through `end_of_edit`,
+    /// a str_replace's through `>>>>>>> REPLACE`), and print exactly what
+    /// the model would be shown. `submit` prints the patch and stops.
+    Aci(AciArgs),
+}
+
+#[derive(Args)]
+struct AciArgs {
+    /// The repository (a git work tree; `submit` diffs against its HEAD).
+    #[arg(long, value_name = "DIR")]
+    repo: PathBuf,
+    /// Lines of the file viewer's window.
+    #[arg(long, default_value_t = patchwright::aci::DEFAULT_WINDOW, value_name = "W")]
+    window: usize,
+    /// Wall-clock limit of each `run`, in seconds.
+    #[arg(long, default_value_t = patchwright::aci::DEFAULT_RUN_TIMEOUT_S, value_name = "S")]
+    run_timeout: u64,
 }
 
 #[derive(Args)]
@@ -192,6 +210,7 @@ fn main() -> ExitCode {
         Command::Models(ModelsCommand::Fetch { name }) => cmd_models_fetch(&name),
         Command::Generate(args) => cmd_generate(args),
         Command::Sandbox(SandboxCommand::Exec(args)) => cmd_sandbox_exec(args),
+        Command::Aci(args) => cmd_aci(args),
     };
     match result {
         Ok(0) => ExitCode::SUCCESS,
@@ -506,6 +525,44 @@ fn cmd_generate(args: GenerateArgs) -> Result<i32> {
             s.generated_tokens,
             s.decode_s
         );
+    }
+    Ok(0)
+}
+
+fn cmd_aci(args: AciArgs) -> Result<i32> {
+    use patchwright::aci::{self, Aci, AciSettings, Command as AciCommand};
+    use std::io::{BufRead, Write};
+
+    if args.window == 0 {
+        bail!("--window must be at least 1");
+    }
+    let repo = &args.repo;
+    let base = patchwright::repo::head_commit(repo)
+        .with_context(|| format!("--repo {} must be a git work tree with a commit", repo.display()))?;
+    let index = patchwright::index::symbols::CodeIndex::build(repo)
+        .with_context(|| format!("cannot index {}", repo.display()))?;
+    let settings = AciSettings {
+        window: args.window,
+        run_timeout_s: args.run_timeout,
+    };
+    let mut interface = Aci::new(repo, &base, index, settings);
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    let mut out = std::io::stdout().lock();
+    while let Some(text) = aci::command::read_command(&mut lines) {
+        let text = text.context("cannot read stdin")?;
+        let observation = match AciCommand::parse(&text) {
+            Ok(command) => interface.execute(&command),
+            Err(e) => aci::Observation {
+                text: format!("Error: {e}"),
+                submitted: false,
+            },
+        };
+        writeln!(out, "{}", observation.text)?;
+        out.flush()?;
+        if observation.submitted {
+            break;
+        }
     }
     Ok(0)
 }

@@ -201,31 +201,47 @@ impl Workspace {
     /// `git diff` against `base_commit` of everything in the working tree,
     /// new files included, in the form SWE-bench expects (a/ b/ prefixes).
     pub fn diff(&self) -> Result<String, RepoError> {
-        git(&self.path, &["add", "--all"].map(AsRef::as_ref))?;
-        let out = git(
-            &self.path,
-            &[
-                "diff",
-                "--cached",
-                "--binary",
-                "--no-color",
-                "--no-ext-diff",
-                "--no-textconv",
-                "--src-prefix=a/",
-                "--dst-prefix=b/",
-                self.base_commit.as_str(),
-            ]
-            .map(AsRef::as_ref),
-        )?;
-        // Unstage again so the tree looks untouched to whoever reads it next.
-        git(&self.path, &["reset", "--quiet"].map(AsRef::as_ref))?;
-        Ok(out)
+        diff_against(&self.path, &self.base_commit)
     }
 
     /// Deletes the workspace directory.
     pub fn remove(self) -> Result<(), RepoError> {
         remove_dir(&self.path)
     }
+}
+
+/// `git diff` of the working tree of the repository at `dir` against
+/// `base`, new files included, in the form SWE-bench expects (a/ b/
+/// prefixes, binary changes as binary patches).
+pub fn diff_against(dir: &Path, base: &str) -> Result<String, RepoError> {
+    git(dir, &["add", "--all"].map(AsRef::as_ref))?;
+    let out = git(
+        dir,
+        &[
+            "diff",
+            "--cached",
+            "--binary",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--src-prefix=a/",
+            "--dst-prefix=b/",
+            base,
+        ]
+        .map(AsRef::as_ref),
+    );
+    // Unstage again so the tree looks untouched to whoever reads it next.
+    let reset = git(dir, &["reset", "--quiet"].map(AsRef::as_ref));
+    let out = out?;
+    reset?;
+    Ok(out)
+}
+
+/// The full id of the commit checked out in the repository at `dir`.
+pub fn head_commit(dir: &Path) -> Result<String, RepoError> {
+    Ok(git(dir, &["rev-parse", "--verify", "HEAD"].map(AsRef::as_ref))?
+        .trim()
+        .to_string())
 }
 
 /// Expands an abbreviated commit id and checks it exists in `source`.

@@ -2,12 +2,35 @@
 //! rendered prompt, reply, generated token ids, token counts, time) and every
 //! other step — written as one JSON file per task: enough to inspect a run,
 //! and to replay it without the model (`engine::replay`).
+//!
+//! The file is `{"instance_id": ..., "steps": [...]}`; each step has `kind`
+//! and `at_s` (seconds since the task began) and the fields of its kind:
+//!
+//! - `retrieve`: `ranked` [{path, score}], `shown`, `truncated` (paths).
+//! - `model_call`: `purpose`, `messages` [{role, content}], `prompt` (the
+//!   rendered text, absent when the backend renders it itself), `sampling`,
+//!   `response`, `tokens` (generated ids), `prompt_tokens`,
+//!   `prompt_tokens_evaluated` and `prompt_tokens_reused` (the KV cache's
+//!   work: evaluated + reused = prompt), `completion_tokens`, `stop`,
+//!   `prompt_s`, `decode_s`.
+//! - `action` (one ReAct turn, after its `model_call`): `agent`, `step`
+//!   (1-based), `thought`, `action` (the command's text), `observation`
+//!   (what the agent was shown), `format_error` (why the reply was not a
+//!   command, if it was not), `exec_s` (seconds running the command).
+//! - `episode` (the end of a ReAct episode): `agent`, `status`
+//!   (`submitted`, `exit_step_limit`, `exit_context`, `exit_time`,
+//!   `exit_token_limit`, `exit_error`), `steps`, `format_errors`, `truncated`,
+//!   `tokens_evaluated`, `tokens_reused`, `tokens_generated`, `wall_s`,
+//!   `error`.
+//! - `edit`: `blocks` and `definitions` [{path, applied_to, matched,
+//!   error}], `unterminated`.
+//! - `diff`: `files`, `bytes` of the final patch.
 
 use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::engine::{Completion, Message, Sampling};
+use crate::engine::{Completion, Generation, Message, Sampling};
 
 /// One recorded step.
 #[derive(Debug, Clone, Serialize)]
@@ -30,6 +53,23 @@ pub enum Step {
     },
     /// The final patch.
     Diff { files: usize, bytes: usize },
+    /// One turn of a ReAct episode: what the agent thought and did, and
+    /// what it was shown.
+    Action(Box<ActionStep>),
+    /// How a ReAct episode ended.
+    Episode(Box<crate::agents::react::EpisodeSummary>),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ActionStep {
+    pub agent: String,
+    pub step: usize,
+    pub thought: String,
+    pub action: String,
+    pub observation: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format_error: Option<String>,
+    pub exec_s: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -43,13 +83,18 @@ pub struct ModelCall {
     pub purpose: String,
     pub messages: Vec<Message>,
     /// The messages rendered with the model's chat template: the text the
-    /// model actually read.
-    pub prompt: String,
+    /// model actually read (absent when a server renders it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
     pub sampling: Sampling,
     pub response: String,
     /// Generated token ids, so a replay can check it matches exactly.
     pub tokens: Vec<i32>,
     pub prompt_tokens: usize,
+    /// Prompt tokens the model evaluated for this call.
+    pub prompt_tokens_evaluated: usize,
+    /// Prompt tokens whose KV entries were reused from the previous call.
+    pub prompt_tokens_reused: usize,
     pub completion_tokens: usize,
     pub stop: crate::engine::Stop,
     pub prompt_s: f64,
@@ -67,15 +112,45 @@ impl ModelCall {
         ModelCall {
             purpose: purpose.into(),
             messages,
-            prompt,
+            prompt: Some(prompt),
             sampling,
             response: c.text,
             tokens: c.tokens,
             prompt_tokens: c.prompt_tokens,
+            prompt_tokens_evaluated: c.prompt_tokens,
+            prompt_tokens_reused: 0,
             completion_tokens: c.completion_tokens,
             stop: c.stop,
             prompt_s: c.prompt_s,
             decode_s: c.decode_s,
+        }
+    }
+
+    /// The record of a call that returned `generation` (its first
+    /// candidate is the reply).
+    pub fn from_generation(
+        purpose: &str,
+        messages: Vec<Message>,
+        prompt: Option<String>,
+        sampling: Sampling,
+        generation: &Generation,
+    ) -> Self {
+        let first = generation.candidates.first();
+        let s = &generation.stats;
+        ModelCall {
+            purpose: purpose.into(),
+            messages,
+            prompt,
+            sampling,
+            response: first.map(|c| c.text.clone()).unwrap_or_default(),
+            tokens: first.map(|c| c.tokens.clone()).unwrap_or_default(),
+            prompt_tokens: s.prompt_tokens,
+            prompt_tokens_evaluated: s.prompt_tokens_evaluated,
+            prompt_tokens_reused: s.prompt_tokens_reused,
+            completion_tokens: s.generated_tokens.first().copied().unwrap_or(0),
+            stop: first.map_or(crate::engine::Stop::MaxTokens, |c| c.stop),
+            prompt_s: s.prompt_s,
+            decode_s: s.decode_s,
         }
     }
 }

@@ -17,6 +17,16 @@ pub const MAX_TEXT_CHARS: usize = 300;
 pub const MAX_WORD_CHARS: usize = 120;
 /// Most digits of an integer argument.
 pub const MAX_DIGITS: usize = 9;
+/// Most lines of a multi-line command body (an edit's replacement, a
+/// SEARCH or REPLACE section of `str_replace`): enough for a test file, few
+/// enough that a reply cannot run away.
+pub const MAX_BODY_LINES: usize = 80;
+/// Longest thought before a command, in characters.
+pub const MAX_THOUGHT_CHARS: usize = 400;
+/// Options above which a choice is written as a prefix tree: llama.cpp's
+/// grammar sampler tracks one stack per live alternative, so thousands of
+/// flat paths would be checked against every token.
+pub const TRIE_THRESHOLD: usize = 16;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GrammarError {
@@ -26,6 +36,8 @@ pub enum GrammarError {
     NoActions,
     #[error("command name `{0}` must be lower-case letters, digits and '_'")]
     BadName(String),
+    #[error("argument {0}: optional and multi-line arguments cannot be nested")]
+    Nested(String),
 }
 
 /// `s` as a GBNF string literal.
@@ -55,6 +67,106 @@ fn alternatives<S: AsRef<str>>(options: &[S]) -> String {
         .map(|o| literal(o.as_ref()))
         .collect::<Vec<_>>()
         .join(" | ")
+}
+
+/// A rule body matching exactly one of `options`. Up to [`TRIE_THRESHOLD`]
+/// options are flat alternatives; more are a prefix tree whose nodes become
+/// rules named `{name}-{n}` pushed onto `rules`.
+fn options_rule(name: &str, options: &[String], rules: &mut Vec<String>) -> String {
+    if options.len() <= TRIE_THRESHOLD {
+        return alternatives(options);
+    }
+    let mut sorted: Vec<&str> = options.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut counter = 0;
+    trie_node(name, &sorted, 0, rules, &mut counter)
+}
+
+/// The body matching `strings[..][depth..]`; all share `strings[0][..depth]`.
+fn trie_node(
+    name: &str,
+    strings: &[&str],
+    depth: usize,
+    rules: &mut Vec<String>,
+    counter: &mut usize,
+) -> String {
+    let mut ends_here = false;
+    let mut branches = Vec::new();
+    let mut i = 0;
+    while i < strings.len() {
+        let rest = &strings[i][depth..];
+        let Some(first) = rest.chars().next() else {
+            ends_here = true;
+            i += 1;
+            continue;
+        };
+        let mut j = i + 1;
+        while j < strings.len() && strings[j][depth..].starts_with(first) {
+            j += 1;
+        }
+        let group = &strings[i..j];
+        // Extend the shared prefix of the group as far as it goes.
+        let mut len = depth + first.len_utf8();
+        'grow: loop {
+            let Some(c) = group[0][len..].chars().next() else {
+                break;
+            };
+            for s in group {
+                if !s[len..].starts_with(c) {
+                    break 'grow;
+                }
+            }
+            len += c.len_utf8();
+        }
+        let prefix = literal(&group[0][depth..len]);
+        if group.len() == 1 && group[0].len() == len {
+            branches.push(prefix);
+        } else {
+            let body = trie_node(name, group, len, rules, counter);
+            *counter += 1;
+            let rule = format!("{name}-{counter}");
+            rules.push(format!("{rule} ::= {body}"));
+            branches.push(format!("{prefix} {rule}"));
+        }
+        i = j;
+    }
+    let inner = branches.join(" | ");
+    match (ends_here, branches.len()) {
+        (false, _) => inner,
+        (true, 0) => "\"\"".to_string(),
+        (true, _) => format!("({inner})?"),
+    }
+}
+
+/// A rule body matching one line (with its newline) that is not exactly
+/// `terminator`, at most [`MAX_LINE_CHARS`] characters long.
+fn line_except(terminator: &str) -> String {
+    let any = format!("[^\\n]{{0,{}}}", MAX_LINE_CHARS - 1);
+    let chars: Vec<char> = terminator.chars().collect();
+    let mut alts = vec!["\"\\n\"".to_string()];
+    for k in 0..chars.len() {
+        let prefix: String = chars[..k].iter().collect();
+        let lead = if k == 0 {
+            String::new()
+        } else {
+            format!("{} ", literal(&prefix))
+        };
+        let c = char_class_escape(chars[k]);
+        alts.push(format!("{lead}[^{c}\\n] {any} \"\\n\""));
+        if k > 0 {
+            alts.push(format!("{} \"\\n\"", literal(&prefix)));
+        }
+    }
+    alts.push(format!("{} [^\\n] {any} \"\\n\"", literal(terminator)));
+    format!("({})", alts.join(" | "))
+}
+
+fn char_class_escape(c: char) -> String {
+    match c {
+        '\\' | ']' | '[' | '^' | '-' => format!("\\{c}"),
+        c => c.to_string(),
+    }
 }
 
 /// Exactly one of `options`, nothing else.
@@ -91,8 +203,25 @@ pub enum Arg {
     Integer,
     /// One word: no space, no newline.
     Word,
+    /// A Python identifier or dotted name (`Class.method`).
+    Identifier,
+    /// One word, or a double-quoted string without quotes or newlines in it.
+    Term,
+    /// A line range `START:END`.
+    Range,
+    /// One of these strings, then `::`, then a dotted name: `path::Class.method`.
+    Symbol(Vec<String>),
     /// Free text to the end of the line (last argument only).
     Text,
+    /// This argument or nothing (the space before it included).
+    Optional(Box<Arg>),
+    /// After the command line: up to [`MAX_BODY_LINES`] lines, then this
+    /// terminator on its own line. No body line equals the terminator, so
+    /// the body parses back exactly.
+    Lines(String),
+    /// After the command line: one SEARCH/REPLACE section pair
+    /// (`<<<<<<< SEARCH` … `=======` … `>>>>>>> REPLACE`).
+    SearchReplace,
 }
 
 /// A command of an action set: its name and its arguments in order.
@@ -102,9 +231,36 @@ pub struct Action {
     pub args: Vec<Arg>,
 }
 
-/// Exactly one command line of `actions`, ending in a newline: the name,
-/// then each argument after one space, each of its type.
+/// Exactly one command of `actions`, ending in a newline: the name, then
+/// each argument after one space (a body after a newline), each of its type.
 pub fn actions(actions: &[Action]) -> Result<String, GrammarError> {
+    let (root, rules) = action_rules(actions)?;
+    Ok(format!("root ::= {root}\n{}\n", rules.join("\n")))
+}
+
+/// One ReAct turn: a one-line thought (no backticks), a blank line, and
+/// exactly one command of `actions` in a three-backtick fence:
+///
+/// ````text
+/// I should look at the parser first.
+///
+/// ```
+/// open src/parser.py
+/// ```
+/// ````
+pub fn turn(actions: &[Action]) -> Result<String, GrammarError> {
+    let (command, rules) = action_rules(actions)?;
+    Ok(format!(
+        "root ::= thought \"\\n\\n```\\n\" command \"```\"\n\
+         thought ::= [^`\\n ] [^`\\n]{{0,{}}}\n\
+         command ::= {command}\n{}\n",
+        MAX_THOUGHT_CHARS - 1,
+        rules.join("\n")
+    ))
+}
+
+/// The alternatives of one command (a rule body) and the rules they use.
+fn action_rules(actions: &[Action]) -> Result<(String, Vec<String>), GrammarError> {
     if actions.is_empty() {
         return Err(GrammarError::NoActions);
     }
@@ -121,28 +277,85 @@ pub fn actions(actions: &[Action]) -> Result<String, GrammarError> {
         }
         let rule = format!("cmd-{}", action.name.replace('_', "-"));
         let mut body = vec![literal(&action.name)];
+        let mut line_ended = false;
         for (i, arg) in action.args.iter().enumerate() {
             let arg_rule = format!("{rule}-arg{i}");
-            let def = match arg {
-                Arg::Choice(options) if options.is_empty() => return Err(GrammarError::NoOptions),
-                Arg::Choice(options) => alternatives(options),
-                Arg::Integer => format!("[0-9]{{1,{MAX_DIGITS}}}"),
-                Arg::Word => format!("[^ \\n]{{1,{MAX_WORD_CHARS}}}"),
-                Arg::Text => format!("[^\\n]{{1,{MAX_TEXT_CHARS}}}"),
+            let (optional, arg) = match arg {
+                Arg::Optional(inner) => (true, inner.as_ref()),
+                arg => (false, arg),
+            };
+            let (separator, def) = match arg {
+                // A body line is a rule of its own: llama.cpp refuses a
+                // bounded repetition nested in another one.
+                Arg::Lines(terminator) => {
+                    line_ended = true;
+                    let line = format!("{arg_rule}-line");
+                    rules.push(format!("{line} ::= {}", line_except(terminator)));
+                    (
+                        "\"\\n\"",
+                        format!(
+                            "{line}{{0,{MAX_BODY_LINES}}} {}",
+                            literal(&format!("{terminator}\n"))
+                        ),
+                    )
+                }
+                Arg::SearchReplace => {
+                    line_ended = true;
+                    let line = format!("{arg_rule}-line");
+                    rules.push(format!(
+                        "{line} ::= ([^\\n<=>] [^\\n]{{0,{}}})? \"\\n\"",
+                        MAX_LINE_CHARS - 1
+                    ));
+                    (
+                        "\"\\n\"",
+                        format!(
+                            "\"<<<<<<< SEARCH\\n\" {line}{{1,{MAX_BODY_LINES}}} \"=======\\n\" {line}{{0,{MAX_BODY_LINES}}} \">>>>>>> REPLACE\\n\""
+                        ),
+                    )
+                }
+                other => ("\" \"", simple_arg(&arg_rule, other, &mut rules)?),
             };
             rules.push(format!("{arg_rule} ::= {def}"));
-            body.push("\" \"".into());
-            body.push(arg_rule);
+            if optional {
+                body.push(format!("({separator} {arg_rule})?"));
+            } else {
+                body.push(separator.into());
+                body.push(arg_rule);
+            }
         }
-        body.push("\"\\n\"".into());
+        if !line_ended {
+            body.push("\"\\n\"".into());
+        }
         rules.push(format!("{rule} ::= {}", body.join(" ")));
         roots.push(rule);
     }
-    Ok(format!(
-        "root ::= {}\n{}\n",
-        roots.join(" | "),
-        rules.join("\n")
-    ))
+    Ok((roots.join(" | "), rules))
+}
+
+fn simple_arg(name: &str, arg: &Arg, rules: &mut Vec<String>) -> Result<String, GrammarError> {
+    const IDENT: &str = "[A-Za-z_] [A-Za-z0-9_.]";
+    Ok(match arg {
+        Arg::Choice(options) if options.is_empty() => return Err(GrammarError::NoOptions),
+        Arg::Choice(options) => options_rule(name, options, rules),
+        Arg::Symbol(paths) if paths.is_empty() => return Err(GrammarError::NoOptions),
+        Arg::Symbol(paths) => format!(
+            "({}) \"::\" {IDENT}{{0,{}}}",
+            options_rule(name, paths, rules),
+            MAX_WORD_CHARS - 1
+        ),
+        Arg::Integer => format!("[0-9]{{1,{MAX_DIGITS}}}"),
+        Arg::Range => format!("[0-9]{{1,{MAX_DIGITS}}} \":\" [0-9]{{1,{MAX_DIGITS}}}"),
+        Arg::Word => format!("[^ \\n]{{1,{MAX_WORD_CHARS}}}"),
+        Arg::Identifier => format!("{IDENT}{{0,{}}}", MAX_WORD_CHARS - 1),
+        Arg::Term => format!(
+            "[^ \"\\n] [^ \\n]{{0,{}}} | \"\\\"\" [^\"\\n]{{1,{MAX_WORD_CHARS}}} \"\\\"\"",
+            MAX_WORD_CHARS - 1
+        ),
+        Arg::Text => format!("[^\\n]{{1,{MAX_TEXT_CHARS}}}"),
+        Arg::Optional(_) | Arg::Lines(_) | Arg::SearchReplace => {
+            return Err(GrammarError::Nested(name.to_string()))
+        }
+    })
 }
 
 #[cfg(test)]
@@ -199,5 +412,38 @@ mod tests {
         let sr = search_replace(&["x.py"]).unwrap();
         assert!(sr.starts_with("root ::= block{1,4}\n"), "{sr}");
         assert!(sr.contains("path ::= \"x.py\"\n"), "{sr}");
+    }
+
+    #[test]
+    fn prefix_trees_and_body_lines_are_built_exactly() {
+        let mut rules = Vec::new();
+        let mut counter = 0;
+        let body = trie_node("p", &["ab", "abc", "b"], 0, &mut rules, &mut counter);
+        assert_eq!(body, r#""ab" p-1 | "b""#);
+        assert_eq!(rules, [r#"p-1 ::= ("c")?"#]);
+        // Up to the threshold a choice stays flat.
+        let few: Vec<String> = (0..TRIE_THRESHOLD).map(|i| format!("f{i}")).collect();
+        let mut rules = Vec::new();
+        assert_eq!(options_rule("q", &few, &mut rules), alternatives(&few));
+        assert!(rules.is_empty());
+        assert_eq!(
+            line_except("ab"),
+            r#"("\n" | [^a\n] [^\n]{0,199} "\n" | "a" [^b\n] [^\n]{0,199} "\n" | "a" "\n" | "ab" [^\n] [^\n]{0,199} "\n")"#
+        );
+        let g = turn(&[Action {
+            name: "edit".into(),
+            args: vec![Arg::Range, Arg::Lines("end".into())],
+        }])
+        .unwrap();
+        assert!(g.starts_with("root ::= thought \"\\n\\n```\\n\" command \"```\"\n"), "{g}");
+        assert!(g.contains("cmd-edit ::= \"edit\" \" \" cmd-edit-arg0 \"\\n\" cmd-edit-arg1\n"), "{g}");
+        assert!(g.contains("cmd-edit-arg1 ::= cmd-edit-arg1-line{0,80} \"end\\n\"\n"), "{g}");
+        assert_eq!(
+            actions(&[Action {
+                name: "x".into(),
+                args: vec![Arg::Optional(Box::new(Arg::Optional(Box::new(Arg::Word))))],
+            }]),
+            Err(GrammarError::Nested("cmd-x-arg0".into()))
+        );
     }
 }

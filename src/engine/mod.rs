@@ -207,6 +207,12 @@ pub trait Backend: Sync {
 /// embedded engine keeps the KV cache).
 pub trait Conversation {
     fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError>;
+
+    /// `messages` as the model reads them (its chat template applied), for
+    /// the trajectory; `None` when the backend does not know (a server).
+    fn render(&self, _messages: &[Message]) -> Option<String> {
+        None
+    }
 }
 
 impl Backend for Engine {
@@ -222,6 +228,10 @@ impl Backend for Engine {
 impl Conversation for Session<'_> {
     fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError> {
         Session::generate(self, request)
+    }
+
+    fn render(&self, messages: &[Message]) -> Option<String> {
+        self.engine().render(messages).ok()
     }
 }
 

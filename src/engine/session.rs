@@ -129,6 +129,11 @@ impl<'e> Session<'e> {
         })
     }
 
+    /// The engine the session runs on.
+    pub fn engine(&self) -> &'e Engine {
+        self.engine
+    }
+
     /// KV cells of the session: the most prompt plus reply tokens of all
     /// candidates one call can hold (llama.cpp rounds the size up).
     pub fn capacity(&self) -> usize {

@@ -1,0 +1,335 @@
+//! The ReAct loop: a system prompt with the commands' documentation and a
+//! demonstration, the task, then turns of (thought, one command) from the
+//! model and the interface's observation back.
+//!
+//! Every turn is generated under a grammar built from the commands the
+//! agent may use and the files that exist at that moment, so a reply is
+//! always one well-formed command. Only a reply cut off by the token cap
+//! (counted as `truncated`) or one from a backend that ignores grammars
+//! (counted as a format error) can fail to parse; either is told to the
+//! model, and three in a row end the episode.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::history::{self, History, HistorySettings};
+use crate::aci::{command, Aci, Command};
+use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling, Stop};
+use crate::trajectory::{ActionStep, ModelCall, Step, Trajectory};
+
+/// Format errors in a row after which the episode ends: the model is not
+/// following the format and more turns only burn tokens.
+pub const MAX_CONSECUTIVE_FORMAT_ERRORS: usize = 3;
+
+/// Limits and history settings of a ReAct episode.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReactSettings {
+    /// Most turns (model calls).
+    pub max_steps: usize,
+    /// Most tokens the model may process in the episode: prompt tokens
+    /// evaluated plus tokens generated (reused prompt tokens are free).
+    /// 0 means no limit.
+    pub max_tokens: u64,
+    /// Most seconds of wall time; 0 means no limit.
+    pub max_wall_s: u64,
+    /// Most tokens of one reply.
+    pub reply_tokens: u32,
+    pub history: HistorySettings,
+}
+
+impl Default for ReactSettings {
+    fn default() -> Self {
+        ReactSettings {
+            max_steps: 30,
+            max_tokens: 0,
+            max_wall_s: 1800,
+            reply_tokens: 768,
+            history: HistorySettings::default(),
+        }
+    }
+}
+
+/// How an episode ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitStatus {
+    Submitted,
+    ExitStepLimit,
+    ExitContext,
+    ExitTime,
+    ExitTokenLimit,
+    ExitError,
+}
+
+impl ExitStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ExitStatus::Submitted => "submitted",
+            ExitStatus::ExitStepLimit => "exit_step_limit",
+            ExitStatus::ExitContext => "exit_context",
+            ExitStatus::ExitTime => "exit_time",
+            ExitStatus::ExitTokenLimit => "exit_token_limit",
+            ExitStatus::ExitError => "exit_error",
+        }
+    }
+}
+
+/// What an agent is: its role, the commands it may use, a demonstration of
+/// the format on another repository, and its task.
+#[derive(Debug, Clone)]
+pub struct Agent<'a> {
+    /// Names the agent in the trajectory ("localizer", "reproducer").
+    pub name: &'a str,
+    /// The first paragraph of the system prompt.
+    pub role: &'a str,
+    /// The command names it may use.
+    pub commands: &'a [&'a str],
+    /// One worked example, in the reply format, with observations.
+    pub demonstration: &'a str,
+    /// The first user message: the issue and what to do about it.
+    pub task: String,
+}
+
+/// The end of an episode, as recorded in the trajectory.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EpisodeSummary {
+    pub agent: String,
+    pub status: ExitStatus,
+    pub steps: usize,
+    /// Replies that were not a command of the agent's set (impossible
+    /// under the grammar; possible with a backend that ignores it).
+    pub format_errors: usize,
+    /// Replies cut off by the token cap before their command ended.
+    pub truncated: usize,
+    pub tokens_evaluated: u64,
+    pub tokens_reused: u64,
+    pub tokens_generated: u64,
+    pub wall_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl EpisodeSummary {
+    /// Reused prompt tokens over all prompt tokens.
+    pub fn kv_reuse(&self) -> f64 {
+        let all = self.tokens_evaluated + self.tokens_reused;
+        if all == 0 {
+            0.0
+        } else {
+            self.tokens_reused as f64 / all as f64
+        }
+    }
+}
+
+/// The system prompt of `agent`.
+pub fn system_prompt(agent: &Agent<'_>) -> String {
+    format!(
+        "{role}\n\n\
+         You work in a repository through the commands below. Each reply is one short thought \
+         on one line, a blank line, then exactly one command in a ``` fence, for example:\n\n\
+         I will read the parser first.\n\n```\nopen src/parser.py\n```\n\n\
+         After each command you see its output. Paths are relative to the repository root.\n\n\
+         COMMANDS:\n{docs}\n\n\
+         DEMONSTRATION (another repository; do not repeat it):\n{demo}",
+        role = agent.role,
+        docs = command::docs(agent.commands),
+        demo = agent.demonstration.trim_end(),
+    )
+}
+
+fn state(aci: &Aci) -> String {
+    format!("(Open file: {})", aci.open_file().unwrap_or("n/a"))
+}
+
+/// One finished turn.
+struct Past {
+    reply: String,
+    observation: String,
+    state: String,
+}
+
+fn messages(
+    system: &str,
+    task: &str,
+    first_state: &str,
+    past: &[Past],
+    history: &History,
+) -> Vec<Message> {
+    let mut out = vec![
+        Message::system(system),
+        Message::user(format!("{task}\n\n{first_state}")),
+    ];
+    for (i, p) in past.iter().enumerate() {
+        out.push(Message::assistant(p.reply.clone()));
+        let observation = if i < history.collapsed() {
+            history::collapsed(p.observation.lines().count())
+        } else {
+            p.observation.clone()
+        };
+        out.push(Message::user(format!("{observation}\n{}", p.state)));
+    }
+    out
+}
+
+/// Runs one episode of `agent` on `aci` with `conversation` and records it
+/// in `trajectory`. The episode always ends with a summary (errors of the
+/// backend end it with `exit_error`); the agent's changes stay in the
+/// repository for the caller to diff.
+pub fn run(
+    conversation: &mut dyn Conversation,
+    aci: &mut Aci,
+    agent: &Agent<'_>,
+    settings: &ReactSettings,
+    sampling: &Sampling,
+    trajectory: &mut Trajectory,
+) -> EpisodeSummary {
+    let started = Instant::now();
+    let system = system_prompt(agent);
+    let first_state = state(aci);
+    let sampling = Sampling {
+        max_tokens: settings.reply_tokens,
+        ..sampling.clone()
+    };
+    let mut past: Vec<Past> = Vec::new();
+    let mut history = History::default();
+    let mut summary = EpisodeSummary {
+        agent: agent.name.to_string(),
+        status: ExitStatus::ExitStepLimit,
+        steps: 0,
+        format_errors: 0,
+        truncated: 0,
+        tokens_evaluated: 0,
+        tokens_reused: 0,
+        tokens_generated: 0,
+        wall_s: 0.0,
+        error: None,
+    };
+    let mut errors_in_row = 0;
+    let status = loop {
+        if summary.steps >= settings.max_steps {
+            break ExitStatus::ExitStepLimit;
+        }
+        if settings.max_wall_s > 0 && started.elapsed().as_secs() >= settings.max_wall_s {
+            break ExitStatus::ExitTime;
+        }
+        let used = summary.tokens_evaluated + summary.tokens_generated;
+        if settings.max_tokens > 0 && used >= settings.max_tokens {
+            break ExitStatus::ExitTokenLimit;
+        }
+        history.update(&settings.history, past.len());
+        let actions = command::actions(agent.commands, &aci.choices());
+        let grammar = match grammar::turn(&actions) {
+            Ok(g) => g,
+            Err(e) => {
+                summary.error = Some(format!("cannot build the action grammar: {e}"));
+                break ExitStatus::ExitError;
+            }
+        };
+        let (msgs, generation) = loop {
+            let msgs = messages(&system, &agent.task, &first_state, &past, &history);
+            let request = Request {
+                grammar: Some(&grammar),
+                ..Request::new(&msgs, sampling.clone())
+            };
+            match conversation.generate(&request) {
+                Err(EngineError::TooLong { .. })
+                    if history.squeeze(&settings.history, past.len()) =>
+                {
+                    continue
+                }
+                result => break (msgs, result),
+            }
+        };
+        let generation = match generation {
+            Ok(g) => g,
+            Err(EngineError::TooLong { over, .. }) => {
+                summary.error = Some(format!(
+                    "the conversation no longer fits the context, even with old output collapsed ({over} tokens over)"
+                ));
+                break ExitStatus::ExitContext;
+            }
+            Err(e) => {
+                summary.error = Some(e.to_string());
+                break ExitStatus::ExitError;
+            }
+        };
+        summary.steps += 1;
+        let s = &generation.stats;
+        summary.tokens_evaluated += s.prompt_tokens_evaluated as u64;
+        summary.tokens_reused += s.prompt_tokens_reused as u64;
+        summary.tokens_generated += s.generated_tokens.first().copied().unwrap_or(0) as u64;
+        let prompt = conversation.render(&msgs);
+        let call = ModelCall::from_generation(agent.name, msgs, prompt, sampling.clone(), &generation);
+        let reply = call.response.clone();
+        trajectory.record(Step::ModelCall(Box::new(call)));
+
+        let cut_off = generation.candidates.first().is_some_and(|c| c.stop == Stop::MaxTokens);
+        let exec_started = Instant::now();
+        let parsed = command::split_turn(&reply)
+            .ok_or_else(|| "the reply has no command in a ``` fence".to_string())
+            .and_then(|t| {
+                let allowed = |c: &Command| agent.commands.contains(&c.name());
+                match Command::parse(&t.command) {
+                    Ok(c) if allowed(&c) => Ok((t, c)),
+                    Ok(c) => Err(format!("`{}` is not one of your commands", c.name())),
+                    Err(e) => Err(e.to_string()),
+                }
+            });
+        let (thought, action, observation, format_error, submitted) = match parsed {
+            Ok((turn, cmd)) => {
+                errors_in_row = 0;
+                let o = aci.execute(&cmd);
+                (turn.thought, turn.command, o.text, None, o.submitted)
+            }
+            Err(_) if cut_off => {
+                errors_in_row += 1;
+                summary.truncated += 1;
+                let why = format!("the reply reached the limit of {} tokens", settings.reply_tokens);
+                let text = format!(
+                    "Your reply was cut off: it reached the limit of {} tokens before the command \
+                     ended. Write a shorter thought, and edit fewer lines at a time.",
+                    settings.reply_tokens
+                );
+                (String::new(), reply.clone(), text, Some(why), false)
+            }
+            Err(why) => {
+                errors_in_row += 1;
+                summary.format_errors += 1;
+                let text = format!(
+                    "Your reply was not in the required format ({why}). Reply with one short thought \
+                     on one line, a blank line, then exactly one command in a ``` fence."
+                );
+                (String::new(), reply.clone(), text, Some(why), false)
+            }
+        };
+        trajectory.record(Step::Action(Box::new(ActionStep {
+            agent: agent.name.to_string(),
+            step: summary.steps,
+            thought,
+            action,
+            observation: observation.clone(),
+            format_error,
+            exec_s: exec_started.elapsed().as_secs_f64(),
+        })));
+        if submitted {
+            break ExitStatus::Submitted;
+        }
+        past.push(Past {
+            reply,
+            observation,
+            state: state(aci),
+        });
+        if errors_in_row >= MAX_CONSECUTIVE_FORMAT_ERRORS {
+            summary.error = Some(format!(
+                "{MAX_CONSECUTIVE_FORMAT_ERRORS} replies in a row were not a complete command"
+            ));
+            break ExitStatus::ExitError;
+        }
+    };
+    summary.status = status;
+    summary.wall_s = started.elapsed().as_secs_f64();
+    trajectory.record(Step::Episode(Box::new(summary.clone())));
+    summary
+}
