@@ -31,3 +31,18 @@ build_release() {
 }
 
 PATCHWRIGHT="${CARGO_TARGET_DIR:-target}/release/patchwright"
+
+# The virtualenv with pytest that the demo repositories' tests run in
+# (bound read-only into the sandbox): $DEMO_VENV, default
+# ${CARGO_TARGET_DIR:-target}/demo-venv, made once. Exports DEMO_VENV as an
+# absolute path, so scripts/make-demo-repos uses the same one.
+ensure_demo_venv() {
+    local venv="${DEMO_VENV:-${CARGO_TARGET_DIR:-target}/demo-venv}"
+    case "$venv" in /*) ;; *) venv="$PWD/$venv" ;; esac
+    if ! "$venv/bin/python" -c 'import pytest' >/dev/null 2>&1; then
+        echo "creating $venv with pytest" >&2
+        python3 -m venv "$venv"
+        "$venv/bin/python" -m pip install -q 'pytest>=7'
+    fi
+    export DEMO_VENV="$venv"
+}

@@ -23,7 +23,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::Settings;
 use crate::dataset::Task;
 use crate::engine::Engine;
-use crate::pipeline;
+use crate::env::Environment;
+use crate::pipeline::{self, metrics::Metrics, metrics::Summary as MetricsSummary, Kind};
 use crate::repo::{Repos, Workspace};
 use crate::trajectory::Trajectory;
 
@@ -70,6 +71,9 @@ pub struct TaskResult {
     pub model_calls: usize,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Stage metrics (MASAI pipeline, gold patch known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<Metrics>,
 }
 
 /// A line of `predictions.jsonl`, in SWE-bench's format.
@@ -140,6 +144,19 @@ impl RunDir {
     pub fn workspace(&self, id: &str) -> PathBuf {
         self.root.join("workspaces").join(id)
     }
+    /// The stage outputs of a task (`template.json`, `reproduction.json`,
+    /// `locations.json`, `fixes.json`, `ranking.json`, `metrics.json`).
+    pub fn artifacts(&self, id: &str) -> PathBuf {
+        self.root.join("artifacts").join(id)
+    }
+    /// Candidates' worktrees while a task runs (deleted after it).
+    pub fn scratch(&self, id: &str) -> PathBuf {
+        self.root.join("scratch").join(id)
+    }
+    /// The stage metrics summed over the run.
+    pub fn metrics(&self) -> PathBuf {
+        self.root.join("metrics.json")
+    }
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same
@@ -206,10 +223,10 @@ impl Batch<'_> {
                 .unwrap_or_else(|| "unknown panic".into());
             Err(format!("internal error (a bug in patchwright): {what}"))
         });
-        let (status, error, model_patch) = match outcome {
-            Ok(patch) if patch.is_empty() => (Status::NoPatch, None, patch),
-            Ok(patch) => (Status::Patched, None, patch),
-            Err(e) => (Status::Error, Some(e), String::new()),
+        let (status, error, model_patch, metrics) = match outcome {
+            Ok((patch, m)) if patch.is_empty() => (Status::NoPatch, None, patch, m),
+            Ok((patch, m)) => (Status::Patched, None, patch, m),
+            Err(e) => (Status::Error, Some(e), String::new(), None),
         };
         let result = TaskResult {
             instance_id: task.instance_id.clone(),
@@ -220,6 +237,7 @@ impl Batch<'_> {
             model_calls: trajectory.model_calls().count(),
             prompt_tokens: trajectory.model_calls().map(|c| c.prompt_tokens).sum(),
             completion_tokens: trajectory.model_calls().map(|c| c.completion_tokens).sum(),
+            metrics,
         };
         #[derive(Serialize)]
         struct Record<'a> {
@@ -241,7 +259,11 @@ impl Batch<'_> {
         Ok(result)
     }
 
-    fn attempt(&self, task: &Task, trajectory: &mut Trajectory) -> Result<String, String> {
+    fn attempt(
+        &self,
+        task: &Task,
+        trajectory: &mut Trajectory,
+    ) -> Result<(String, Option<Metrics>), String> {
         let source = self.repos.locate(&task.repo).map_err(|e| e.to_string())?;
         let workspace = Workspace::create(
             &source,
@@ -249,14 +271,70 @@ impl Batch<'_> {
             &self.run.workspace(&task.instance_id),
         )
         .map_err(|e| e.to_string())?;
-        let outcome = pipeline::run(self.engine, self.settings, task, &workspace, trajectory)
-            .map_err(|e| e.to_string());
+        let outcome = match self.settings.pipeline.kind {
+            Kind::First => pipeline::first::run(self.engine, self.settings, task, &workspace, trajectory)
+                .map(|patch| (patch, None))
+                .map_err(|e| e.to_string()),
+            Kind::Masai => self.masai(task, &workspace, trajectory),
+        };
         if !self.settings.keep_workspaces {
             if let Err(e) = workspace.remove() {
                 tracing::warn!("{}: {e}", task.instance_id);
             }
         }
         outcome
+    }
+
+    fn masai(
+        &self,
+        task: &Task,
+        workspace: &Workspace,
+        trajectory: &mut Trajectory,
+    ) -> Result<(String, Option<Metrics>), String> {
+        let id = &task.instance_id;
+        let env = match &self.settings.environment {
+            Some(dir) => Some(Environment::open(dir).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        let artifacts = self.run.artifacts(id);
+        let scratch = self.run.scratch(id);
+        let outcome = pipeline::masai::run(
+            self.engine,
+            self.settings,
+            task,
+            workspace,
+            env.as_ref(),
+            &artifacts,
+            &scratch,
+            trajectory,
+        )
+        .map_err(|e| e.to_string())?;
+        // Metrics need the gold patch; computed after the run, never shown
+        // to the agents.
+        let metrics = (!task.patch.trim().is_empty()).then(|| {
+            tracing::info!("{id}: stage metrics");
+            pipeline::metrics::compute(task, workspace, env.as_ref(), &outcome, &scratch)
+        });
+        if let Some(m) = &metrics {
+            write_json(&artifacts.join("metrics.json"), m).map_err(|e| e.to_string())?;
+        }
+        // Scratch worktrees are disposable; a leftover is harmless.
+        let _ = std::fs::remove_dir_all(&scratch);
+        Ok((outcome.patch, metrics))
+    }
+
+    /// Sums the stage metrics of `tasks` that have them into
+    /// `metrics.json`.
+    pub fn write_metrics(&self, tasks: &[Task]) -> Result<MetricsSummary, BatchError> {
+        let all: Vec<Metrics> = tasks
+            .iter()
+            .filter_map(|t| std::fs::read_to_string(self.run.result(&t.instance_id)).ok())
+            .filter_map(|text| serde_json::from_str::<TaskResult>(&text).ok())
+            .filter_map(|r| r.metrics)
+            .collect();
+        let summary = MetricsSummary::of(&all);
+        write_json(&self.run.metrics(), &summary)?;
+        Ok(summary)
     }
 
     /// Rebuilds `predictions.jsonl` from the stored results of `tasks`, in

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::agents::fixer::FixerSettings;
+use crate::agents::ranker::RankerSettings;
 use crate::agents::react::ReactSettings;
+use crate::pipeline::{AgentsSettings, PipelineSettings};
 use crate::engine::{EngineSettings, Sampling};
 
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +37,16 @@ pub struct Settings {
     pub aci: AciConfig,
     /// Limits and history processing of the agents' ReAct episodes.
     pub react: ReactSettings,
+    /// Which pipeline, and which of its stages.
+    pub pipeline: PipelineSettings,
+    /// The ReAct sub-agents' step limits and sampling.
+    pub agents: AgentsSettings,
+    pub fixer: FixerSettings,
+    pub ranker: RankerSettings,
+    /// A Python virtualenv that commands in the sandbox use (tests need
+    /// their dependencies); without one, the system's Python.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<PathBuf>,
 }
 
 /// The agent-computer interface.
@@ -77,6 +90,11 @@ impl Settings {
                 run_timeout_s: crate::aci::DEFAULT_RUN_TIMEOUT_S,
             },
             react: ReactSettings::default(),
+            pipeline: PipelineSettings::default(),
+            agents: AgentsSettings::default(),
+            fixer: FixerSettings::default(),
+            ranker: RankerSettings::default(),
+            environment: None,
         }
     }
 
@@ -142,6 +160,14 @@ mod tests {
         assert_eq!(s.react.history.keep, crate::agents::history::Keep::All);
         assert_eq!(s.react.history.block, base.react.history.block);
         assert_eq!((s.react.max_steps, s.react.reply_tokens), (12, base.react.reply_tokens));
+        let s = Settings::with_toml(
+            &base,
+            "environment = \"/venv\"\n[pipeline]\nreproduce = false\n[fixer]\ncandidates = 1",
+        )
+        .unwrap();
+        assert_eq!(s.environment.as_deref(), Some(Path::new("/venv")));
+        assert!(!s.pipeline.reproduce && s.pipeline.template && s.pipeline.rank);
+        assert_eq!((s.fixer.candidates, s.fixer.max_tokens), (1, base.fixer.max_tokens));
     }
 
     #[test]

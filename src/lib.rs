@@ -8,6 +8,7 @@ pub mod config;
 pub mod dataset;
 pub mod edit;
 pub mod engine;
+pub mod env;
 pub mod index;
 pub mod models;
 pub mod pipeline;

@@ -44,11 +44,42 @@ enum Command {
     /// Run commands in the bubblewrap sandbox the agents' commands run in.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
+    /// Run the pipeline on one task, with a live log of its stages (a
+    /// batch of one: the same run directory).
+    Run(RunArgs),
     /// Drive the agent-computer interface by hand: read commands from
     /// stdin, one a line (an edit's lines follow it through `end_of_edit`,
     /// a str_replace's through `>>>>>>> REPLACE`), and print exactly what
     /// the model would be shown. `submit` prints the patch and stops.
     Aci(AciArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The task's instance_id.
+    #[arg(long, value_name = "ID")]
+    task: String,
+    /// Task file: a .json list or .jsonl, in SWE-bench's format.
+    #[arg(long, value_name = "FILE")]
+    dataset: PathBuf,
+    /// Directory of repositories (as for `batch`).
+    #[arg(long, value_name = "DIR")]
+    repos: PathBuf,
+    /// Run directory to write [default: runs/ID].
+    #[arg(long, value_name = "RUN_DIR")]
+    out: Option<PathBuf>,
+    /// Model: a name from `patchwright models list`, or a GGUF file.
+    #[arg(long, value_name = "NAME|PATH")]
+    model: Option<String>,
+    /// Configuration file (TOML).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Keep the task's workspace under RUN_DIR/workspaces/.
+    #[arg(long)]
+    keep_workspaces: bool,
+    /// A Python virtualenv the sandboxed commands use.
+    #[arg(long, value_name = "VENV")]
+    environment: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -181,6 +212,10 @@ struct BatchArgs {
     /// Keep each task's workspace under RUN_DIR/workspaces/ after the task.
     #[arg(long)]
     keep_workspaces: bool,
+    /// A Python virtualenv the sandboxed commands use (the repository's
+    /// test dependencies); overrides `environment` in the config file.
+    #[arg(long, value_name = "VENV")]
+    environment: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -211,6 +246,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => cmd_generate(args),
         Command::Sandbox(SandboxCommand::Exec(args)) => cmd_sandbox_exec(args),
         Command::Aci(args) => cmd_aci(args),
+        Command::Run(args) => cmd_run(args),
     };
     match result {
         Ok(0) => ExitCode::SUCCESS,
@@ -289,6 +325,12 @@ fn cmd_batch(args: BatchArgs) -> Result<i32> {
         settings.model = model;
     }
     settings.keep_workspaces |= args.keep_workspaces;
+    if let Some(env) = args.environment {
+        settings.environment = Some(env);
+    }
+    if let Some(env) = &settings.environment {
+        patchwright::env::Environment::open(env)?;
+    }
 
     let model = models::resolve(&settings.model)?;
     let run = RunDir::create(&out)?;
@@ -379,6 +421,24 @@ fn cmd_batch(args: BatchArgs) -> Result<i32> {
     bar.finish_and_clear();
     summary.elapsed_s = started.elapsed().as_secs_f64();
     batch.write_predictions(&tasks)?;
+    let metrics = batch.write_metrics(&tasks)?;
+    if metrics.tasks > 0 {
+        tracing::info!(
+            "stage metrics over {} tasks: file hit {}, function hit {}, reproduced {} (valid {}), \
+             candidates {} generated / {} applied / {} parse / {} distinct, any resolves {}, picked resolves {}",
+            metrics.tasks,
+            metrics.mean_file_hit.map_or("n/a".into(), |v| format!("{:.0}%", 100.0 * v)),
+            metrics.mean_function_hit.map_or("n/a".into(), |v| format!("{:.0}%", 100.0 * v)),
+            metrics.reproduced,
+            metrics.reproduction_valid,
+            metrics.candidates_generated,
+            metrics.candidates_applied,
+            metrics.candidates_parsed,
+            metrics.candidates_distinct,
+            metrics.any_resolves,
+            metrics.picked_resolves
+        );
+    }
     batch::write_json(
         &run.run_json(),
         &run_json(Some(&summary), Some(batch::now())),
@@ -399,6 +459,9 @@ fn cmd_batch(args: BatchArgs) -> Result<i32> {
     println!("predictions: {}", run.predictions().display());
     println!("trajectories: {}", run.trajectories().display());
     println!("run: {}", run.run_json().display());
+    if metrics.tasks > 0 {
+        println!("metrics: {}", run.metrics().display());
+    }
     Ok(0)
 }
 
@@ -527,6 +590,34 @@ fn cmd_generate(args: GenerateArgs) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+fn cmd_run(args: RunArgs) -> Result<i32> {
+    let tasks = dataset::load(&args.dataset)?;
+    if !tasks.iter().any(|t| t.instance_id == args.task) {
+        bail!(
+            "no task {} in {}; list them with `patchwright batch --dataset {} --list`",
+            args.task,
+            args.dataset.display(),
+            args.dataset.display()
+        );
+    }
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from("runs").join(&args.task));
+    cmd_batch(BatchArgs {
+        dataset: args.dataset,
+        repos: Some(args.repos),
+        out: Some(out),
+        model: args.model,
+        config: args.config,
+        filter: Some(format!("^{}$", regex::escape(&args.task))),
+        slice: None,
+        shard: None,
+        list: false,
+        keep_workspaces: args.keep_workspaces,
+        environment: args.environment,
+    })
 }
 
 fn cmd_aci(args: AciArgs) -> Result<i32> {

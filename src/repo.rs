@@ -204,6 +204,28 @@ impl Workspace {
         diff_against(&self.path, &self.base_commit)
     }
 
+    /// A second workspace at `dest` with the same commit (a local clone
+    /// sharing this one's objects), for trying a candidate patch.
+    pub fn clone_to(&self, dest: &Path) -> Result<Workspace, RepoError> {
+        if dest.exists() {
+            remove_dir(dest)?;
+        }
+        let out = git_command()
+            .args(["clone", "--quiet", "--shared", "--no-checkout", "--template="])
+            .arg(&self.path)
+            .arg(dest)
+            .output();
+        check("clone --shared", &self.path, out)?;
+        git(
+            dest,
+            &["checkout", "--quiet", "--detach", self.base_commit.as_str()].map(AsRef::as_ref),
+        )?;
+        Ok(Workspace {
+            path: dest.to_path_buf(),
+            base_commit: self.base_commit.clone(),
+        })
+    }
+
     /// Deletes the workspace directory.
     pub fn remove(self) -> Result<(), RepoError> {
         remove_dir(&self.path)
@@ -235,6 +257,38 @@ pub fn diff_against(dir: &Path, base: &str) -> Result<String, RepoError> {
     let out = out?;
     reset?;
     Ok(out)
+}
+
+/// Puts the working tree of the repository at `dir` back to its HEAD:
+/// changes to tracked files undone, untracked files removed (ignored ones
+/// are kept).
+pub fn reset_worktree(dir: &Path) -> Result<(), RepoError> {
+    git(dir, &["checkout", "--quiet", "--", "."].map(AsRef::as_ref))?;
+    git(dir, &["clean", "-fdq"].map(AsRef::as_ref))?;
+    Ok(())
+}
+
+/// Applies `patch` to the working tree at `dir` (`git apply`).
+pub fn apply_patch(dir: &Path, patch: &str) -> Result<(), RepoError> {
+    use std::io::Write;
+    let mut child = git_command()
+        .current_dir(dir)
+        .args(["apply", "--whitespace=nowarn", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| RepoError::Git {
+            args: "apply".into(),
+            dir: dir.to_path_buf(),
+            message: format!("cannot run git: {e} (install git)"),
+        })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A write error shows up as git's own failure below.
+        let _ = stdin.write_all(patch.as_bytes());
+    }
+    check("apply", dir, child.wait_with_output())?;
+    Ok(())
 }
 
 /// The full id of the commit checked out in the repository at `dir`.

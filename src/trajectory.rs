@@ -99,6 +99,10 @@ pub struct ModelCall {
     pub stop: crate::engine::Stop,
     pub prompt_s: f64,
     pub decode_s: f64,
+    /// With N > 1 candidates from one evaluated prompt: every candidate
+    /// (the first is `response`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<crate::engine::Candidate>,
 }
 
 impl ModelCall {
@@ -123,6 +127,7 @@ impl ModelCall {
             stop: c.stop,
             prompt_s: c.prompt_s,
             decode_s: c.decode_s,
+            candidates: Vec::new(),
         }
     }
 
@@ -151,6 +156,11 @@ impl ModelCall {
             stop: first.map_or(crate::engine::Stop::MaxTokens, |c| c.stop),
             prompt_s: s.prompt_s,
             decode_s: s.decode_s,
+            candidates: if generation.candidates.len() > 1 {
+                generation.candidates.clone()
+            } else {
+                Vec::new()
+            },
         }
     }
 }

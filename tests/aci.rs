@@ -163,6 +163,32 @@ submit
 ",
     },
     Case {
+        name: "outputs",
+        window: 10,
+        run_timeout_s: 10,
+        setup: no_setup,
+        script: "locate inventory/stock.py::Stock.total_value
+locate inventory/stock.py::Stock.total_value
+locate inventory/stock.py::Stock.nothing
+locate inventory/report.py::Report.render
+create tests/check_count.py
+edit 1:1
+import sys
+from inventory import Item, Stock
+stock = Stock()
+stock.add(Item(\"a\", 1), 2)
+print(\"count:\", stock.count(Item(\"a\", 1)))
+sys.exit(0 if stock.count(Item(\"a\", 1)) == 3 else 1)
+end_of_edit
+submit_test tests/check_count.py PYTHONPATH=. python3 tests/check_count.py
+submit_test tests/check_count.py python3 -c \"import no_such_module\"
+edit 6:6
+sys.exit(0 if stock.count(Item(\"a\", 1)) == 2 else 1)
+end_of_edit
+submit_test tests/check_count.py PYTHONPATH=. python3 tests/check_count.py
+",
+    },
+    Case {
         name: "run",
         window: 100,
         run_timeout_s: 2,

@@ -107,7 +107,7 @@ fn run_batch(dir: &Path, name: &str, extra: &[&str]) -> (PathBuf, String, Output
     let config = dir.join("test.toml");
     std::fs::write(
         &config,
-        "[engine]\ncontext = 4096\nthreads = 2\n[sampling]\nmax_tokens = 48\n[retrieval]\nfiles = 1\n",
+        "[engine]\ncontext = 4096\nthreads = 2\n[sampling]\nmax_tokens = 48\n[retrieval]\nfiles = 1\n[pipeline]\nkind = \"first\"\n",
     )
     .unwrap();
     let out = dir.join(name);
@@ -237,4 +237,73 @@ fn a_batch_writes_predictions_trajectories_and_run_json() {
         again.join("workspaces").join(&id).join(".git").exists(),
         "--keep-workspaces keeps it"
     );
+}
+
+/// The MASAI pipeline, the default, through `patchwright run` on SmolLM2
+/// with small budgets: every stage runs, the Fixer's candidates come from
+/// one prompt evaluation, and the artifacts and metrics are written.
+#[test]
+fn run_drives_the_masai_pipeline_on_one_task() {
+    let venv = std::env::var("PATCHWRIGHT_TEST_VENV").unwrap_or_else(|_| {
+        panic!("PATCHWRIGHT_TEST_VENV is not set: run the suite with scripts/test, which makes a virtualenv with pytest")
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("masai.toml");
+    std::fs::write(
+        &config,
+        "[engine]\ncontext = 4096\n[react]\nreply_tokens = 96\n[aci]\nwindow = 20\n\
+         [agents.test_template]\nmax_steps = 2\ntemperature = 0.0\n\
+         [agents.reproducer]\nmax_steps = 2\ntemperature = 0.0\n\
+         [agents.localizer]\nmax_steps = 3\ntemperature = 0.0\n\
+         [fixer]\ncandidates = 3\nmax_tokens = 96\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    let o = patchwright(&[
+        "run",
+        "--task",
+        "demo__cachekit-1",
+        "--dataset",
+        DEMO,
+        "--repos",
+        "datasets/demo/repos",
+        "--model",
+        "smollm2-135m",
+        "--config",
+        config.to_str().unwrap(),
+        "--environment",
+        &venv,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let log = stderr(&o);
+    assert!(o.status.success(), "run failed: {log}");
+    for stage in [
+        "stage 1/5, test template",
+        "stage 2/5, issue reproducer",
+        "stage 3/5, edit localizer",
+        "stage 4/5, fixer (3 candidates",
+        "stage 5/5, ranker",
+    ] {
+        assert!(log.contains(stage), "no `{stage}` in the log:\n{log}");
+    }
+    let artifacts = out.join("artifacts/demo__cachekit-1");
+    for name in ["template", "reproduction", "locations", "fixes", "metrics"] {
+        assert!(artifacts.join(format!("{name}.json")).is_file(), "{name}.json:\n{log}");
+    }
+    let trajectory = read_json(&out.join("trajectories/demo__cachekit-1.json"));
+    let fixer: Vec<&Value> = trajectory["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "model_call" && s["purpose"] == "fixer")
+        .collect();
+    assert_eq!(fixer.len(), 1, "one prompt evaluation for all candidates");
+    assert_eq!(fixer[0]["candidates"].as_array().unwrap().len(), 3);
+    let metrics = read_json(&artifacts.join("metrics.json"));
+    assert_eq!(metrics["candidates_generated"], 3);
+    assert_eq!(metrics["gold_files"], serde_json::json!(["cachekit/decorators.py"]));
+    let summary = read_json(&out.join("metrics.json"));
+    assert_eq!(summary["tasks"], 1);
+    assert!(out.join("predictions.jsonl").is_file());
 }

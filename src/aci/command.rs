@@ -34,6 +34,11 @@ pub enum Command {
     Create { path: String },
     Run { command: String },
     Submit,
+    /// Hand in a test file and the command that runs it (the test
+    /// template generator and the reproducer end with it).
+    SubmitTest { path: String, command: String },
+    /// Record a location to edit (the edit localizer).
+    Locate { path: String, symbol: String },
 }
 
 /// Every command name, in the order the documentation lists them.
@@ -54,6 +59,8 @@ pub const NAMES: &[&str] = &[
     "create",
     "run",
     "submit",
+    "submit_test",
+    "locate",
 ];
 
 /// The documentation shown to the model, one entry per command.
@@ -75,6 +82,8 @@ pub fn doc(name: &str) -> &'static str {
         "create" => "create PATH\n  Creates an empty file at PATH and opens it; then use edit 1:1 to write it.",
         "run" => "run COMMAND\n  Runs a shell command in the repository (in a sandbox without network) and shows its output.",
         "submit" => "submit\n  Ends the session; your changes to the files are the result.",
+        "submit_test" => "submit_test PATH COMMAND\n  Hands in the test file PATH and the shell COMMAND that runs it; the command is run to check it, and you are told if it does not do what was asked.",
+        "locate" => "locate PATH::NAME\n  Records the function, method or class NAME in PATH as a place to edit. Use it once per place, then submit.",
         _ => "",
     }
 }
@@ -111,8 +120,8 @@ pub fn actions(names: &[&str], choices: &Choices) -> Vec<Action> {
     let optional = |arg: Arg| Arg::Optional(Box::new(arg));
     let mut out = Vec::new();
     for &name in names {
-        let needs_files = matches!(name, "open" | "search_file" | "str_replace");
-        let needs_python = matches!(name, "view_skeleton" | "view_symbol");
+        let needs_files = matches!(name, "open" | "search_file" | "str_replace" | "submit_test");
+        let needs_python = matches!(name, "view_skeleton" | "view_symbol" | "locate");
         if (needs_files && choices.files.is_empty())
             || (needs_python && choices.python_files.is_empty())
         {
@@ -133,6 +142,8 @@ pub fn actions(names: &[&str], choices: &Choices) -> Vec<Action> {
             "str_replace" => vec![files(), Arg::SearchReplace],
             "create" => vec![Arg::Word],
             "run" => vec![Arg::Text],
+            "submit_test" => vec![files(), Arg::Text],
+            "locate" => vec![Arg::Symbol(choices.python_files.clone())],
             _ => continue,
         };
         out.push(Action {
@@ -303,17 +314,26 @@ impl Command {
                 },
                 _ => return Err(usage("expects one path")),
             },
-            "view_symbol" => match w.as_slice() {
+            "view_symbol" | "locate" => match w.as_slice() {
                 [target] => match target.split_once("::") {
                     Some((path, symbol)) if !path.is_empty() && !symbol.is_empty() => {
-                        Command::ViewSymbol {
-                            path: path.to_string(),
-                            symbol: symbol.to_string(),
+                        let (path, symbol) = (path.to_string(), symbol.to_string());
+                        if command == "locate" {
+                            Command::Locate { path, symbol }
+                        } else {
+                            Command::ViewSymbol { path, symbol }
                         }
                     }
                     _ => return Err(usage("expects PATH::NAME")),
                 },
                 _ => return Err(usage("expects PATH::NAME")),
+            },
+            "submit_test" => match rest.split_once(char::is_whitespace) {
+                Some((path, cmd)) if !cmd.trim().is_empty() => Command::SubmitTest {
+                    path: path.to_string(),
+                    command: cmd.trim().to_string(),
+                },
+                _ => return Err(usage("expects a path and a command")),
             },
             "search_class" => match w.as_slice() {
                 [name] => Command::SearchClass {
@@ -417,6 +437,8 @@ impl Command {
             Command::Create { .. } => "create",
             Command::Run { .. } => "run",
             Command::Submit => "submit",
+            Command::SubmitTest { .. } => "submit_test",
+            Command::Locate { .. } => "locate",
         }
     }
 }
@@ -472,6 +494,8 @@ mod tests {
             ),
             ("run python -m pytest -q tests", Command::Run { command: "python -m pytest -q tests".into() }),
             ("submit", Command::Submit),
+            ("submit_test tests/test_x.py python -m pytest -q tests/test_x.py", Command::SubmitTest { path: "tests/test_x.py".into(), command: "python -m pytest -q tests/test_x.py".into() }),
+            ("locate a/b.py::C.m", Command::Locate { path: "a/b.py".into(), symbol: "C.m".into() }),
         ];
         for (text, expected) in cases {
             assert_eq!(Command::parse(text), Ok(expected), "{text:?}");

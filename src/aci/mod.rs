@@ -12,6 +12,7 @@
 //! path goes through [`crate::edit::resolve`]: nothing outside the
 //! repository, nothing under `.git`, no symbolic link is ever followed.
 
+pub mod check;
 pub mod command;
 mod search;
 mod views;
@@ -89,6 +90,39 @@ impl Observation {
     }
 }
 
+/// Most locations the localizer may record.
+pub const MAX_LOCATIONS: usize = 5;
+
+/// What `submit_test` must see for the test to be accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestCheck {
+    /// The test runs and passes (a template).
+    Passes,
+    /// The test runs and fails, not because it is broken (a reproduction
+    /// on the base commit).
+    Fails,
+}
+
+/// A test handed in with `submit_test` and accepted.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SubmittedTest {
+    pub path: String,
+    pub command: String,
+    /// The file's text when it was handed in.
+    pub text: String,
+    /// The command's output on the check run.
+    pub output: String,
+}
+
+/// A place to edit recorded with `locate`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Location {
+    pub path: String,
+    pub symbol: String,
+    pub start_line: usize,
+    pub end_line: usize,
+}
+
 /// The file the viewer has open and the first line of its window.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct OpenFile {
@@ -104,6 +138,9 @@ pub struct Aci {
     index: CodeIndex,
     open: Option<OpenFile>,
     policy: Option<sandbox::Policy>,
+    test_check: Option<TestCheck>,
+    test: Option<SubmittedTest>,
+    locations: Vec<Location>,
 }
 
 impl Aci {
@@ -117,7 +154,25 @@ impl Aci {
             index,
             open: None,
             policy: None,
+            test_check: None,
+            test: None,
+            locations: Vec::new(),
         }
+    }
+
+    /// What `submit_test` checks before it accepts a test.
+    pub fn set_test_check(&mut self, check: TestCheck) {
+        self.test_check = Some(check);
+    }
+
+    /// The test accepted by `submit_test`, if any.
+    pub fn submitted_test(&self) -> Option<&SubmittedTest> {
+        self.test.as_ref()
+    }
+
+    /// The locations recorded with `locate`.
+    pub fn locations(&self) -> &[Location] {
+        &self.locations
     }
 
     /// Uses `policy` for `run` (an environment's interpreter bound in, say)
@@ -190,6 +245,14 @@ impl Aci {
             Command::StrReplace { path, old, new } => self.str_replace(path, old, new),
             Command::Create { path } => self.create(path),
             Command::Run { command } => self.run(command),
+            Command::Locate { path, symbol } => self.locate(path, symbol),
+            Command::SubmitTest { path, command } => {
+                let (text, accepted) = self.submit_test(path, command);
+                return Observation {
+                    text,
+                    submitted: accepted,
+                };
+            }
             Command::Submit => {
                 return Observation {
                     text: match self.diff() {
@@ -429,23 +492,96 @@ impl Aci {
         self.show(path, &[""], 1)
     }
 
-    fn run(&mut self, command: &str) -> String {
+    /// Runs `command` with bash in the sandbox.
+    fn sandboxed(&mut self, command: &str) -> Result<sandbox::Outcome, String> {
         let policy = match &self.policy {
             Some(p) => Ok(p.clone()),
-            None => sandbox::Policy::for_worktree(&self.root),
+            None => crate::env::policy(&self.root, None).map_err(|e| e.to_string()),
         };
-        let mut policy = match policy {
-            Ok(p) => p,
-            Err(e) => return format!("Error: the sandbox cannot run commands here: {e}"),
-        };
+        let mut policy =
+            policy.map_err(|e| format!("Error: the sandbox cannot run commands here: {e}"))?;
         policy.limits.timeout_ms = self.settings.run_timeout_s.saturating_mul(1000);
         let started = SystemTime::now();
         let argv = ["bash".to_string(), "-c".to_string(), command.to_string()];
         let outcome = sandbox::run(&policy, &argv);
         self.reindex_changed_since(started);
-        let outcome = match outcome {
+        outcome.map_err(|e| format!("Error: the sandbox refused to run the command: {e}"))
+    }
+
+    fn locate(&mut self, path: &str, qualname: &str) -> String {
+        let text = match read_text(&self.root, path) {
+            Ok(t) => t,
+            Err(e) => return e,
+        };
+        let file = symbols::parse_symbols(path, &text);
+        let Some(s) = file.symbols.iter().find(|s| s.qualname == qualname) else {
+            return format!(
+                "Error: no function, method or class \"{qualname}\" in {path}. Use view_skeleton {path} to see its names."
+            );
+        };
+        if self.locations.iter().any(|l| l.path == path && l.symbol == qualname) {
+            return format!("{path}::{qualname} is already recorded. Record another place, or submit.");
+        }
+        if self.locations.len() >= MAX_LOCATIONS {
+            return format!("Already {MAX_LOCATIONS} locations recorded, the most allowed. Submit now.");
+        }
+        self.locations.push(Location {
+            path: path.to_string(),
+            symbol: qualname.to_string(),
+            start_line: s.start_line,
+            end_line: s.end_line,
+        });
+        format!(
+            "Recorded location {}: {path}::{qualname} (lines {}-{}). Record another place with locate, or submit.",
+            self.locations.len(),
+            s.start_line,
+            s.end_line
+        )
+    }
+
+    /// Checks a handed-in test; returns the observation and whether it was
+    /// accepted.
+    fn submit_test(&mut self, path: &str, command: &str) -> (String, bool) {
+        let text = match read_text(&self.root, path) {
+            Ok(t) => t,
+            Err(e) => return (e, false),
+        };
+        let outcome = match self.sandboxed(command) {
             Ok(o) => o,
-            Err(e) => return format!("Error: the sandbox refused to run the command: {e}"),
+            Err(e) => return (e, false),
+        };
+        let verdict = check::verdict(&outcome);
+        let output = trim_output(&outcome.output);
+        let wanted = self.test_check.unwrap_or(TestCheck::Passes);
+        let problem = match (wanted, &verdict) {
+            (TestCheck::Passes, check::Verdict::Passed) | (TestCheck::Fails, check::Verdict::Failed) => None,
+            (TestCheck::Passes, check::Verdict::Failed) => Some("the test fails; it must pass".to_string()),
+            (TestCheck::Fails, check::Verdict::Passed) => Some(
+                "the test passes; it must fail on this code, because of the issue".to_string(),
+            ),
+            (_, check::Verdict::Broken(why)) => Some(format!("the test is broken: {why}")),
+        };
+        if let Some(problem) = problem {
+            return (
+                format!(
+                    "Not accepted: {problem}. Its output:\n{output}\nFix the test or the command, then submit_test again."
+                ),
+                false,
+            );
+        }
+        self.test = Some(SubmittedTest {
+            path: path.to_string(),
+            command: command.to_string(),
+            text,
+            output: outcome.output.clone(),
+        });
+        (format!("Accepted: {path}, run with `{command}`."), true)
+    }
+
+    fn run(&mut self, command: &str) -> String {
+        let outcome = match self.sandboxed(command) {
+            Ok(o) => o,
+            Err(e) => return e,
         };
         let mut text = trim_output(&outcome.output);
         if text.trim().is_empty() {

@@ -2,7 +2,9 @@
 //! (`history`), and the agents themselves — each a role, a command set, a
 //! demonstration and a task.
 
+pub mod fixer;
 pub mod history;
+pub mod ranker;
 pub mod react;
 
 use crate::aci::command::NAMES;
@@ -73,6 +75,194 @@ pub fn solver(task: &Task) -> Agent<'static> {
             "ISSUE:\n{}\n\nFind the code that causes the issue, edit it to fix the issue, \
              then submit.",
             task.problem_statement.trim()
+        ),
+    }
+}
+
+/// The commands that look without changing anything.
+const EXPLORE: &[&str] = &[
+    "open",
+    "goto",
+    "scroll_up",
+    "scroll_down",
+    "find_file",
+    "search_dir",
+    "search_file",
+    "view_skeleton",
+    "view_symbol",
+    "search_class",
+    "search_method",
+];
+
+/// Exploring, writing a test file, running it, handing it in.
+const TEST_WRITER: &[&str] = &[
+    "open",
+    "goto",
+    "scroll_down",
+    "find_file",
+    "search_dir",
+    "view_skeleton",
+    "view_symbol",
+    "create",
+    "edit",
+    "run",
+    "submit_test",
+];
+
+const TEST_DEMONSTRATION: &str = r#"ISSUE: Square.area() returns the perimeter instead of the area.
+
+I look for the existing tests to copy their style.
+
+```
+find_file test_*.py
+```
+OBSERVATION:
+Found 1 matches for "test_*.py" in the repository root:
+tests/test_square.py
+(Open file: n/a)
+
+I write a new test file next to it.
+
+```
+create tests/test_issue.py
+```
+OBSERVATION:
+[File: tests/test_issue.py (1 lines total)]
+1:
+(Open file: tests/test_issue.py)
+
+The test builds a square of side 3 and expects area 9.
+
+```
+edit 1:1
+from geometry.square import Square
+
+
+def test_area_of_square():
+    assert Square(3).area() == 9
+end_of_edit
+```
+OBSERVATION:
+[File: tests/test_issue.py (5 lines total)]
+...
+File updated. Please review the changes and make sure they are correct (correct indentation, no duplicate lines, etc). Edit the file again if necessary.
+(Open file: tests/test_issue.py)
+
+I hand in the test with the command that runs it.
+
+```
+submit_test tests/test_issue.py python -m pytest -q tests/test_issue.py
+```"#;
+
+/// MASAI's Test Template Generator: a minimal passing test in the
+/// repository's style, and the command that runs it.
+pub fn test_template(task: &Task) -> Agent<'static> {
+    Agent {
+        name: "test_template",
+        role: "You are an expert Python developer. You find out how this repository's tests are \
+               written and run, then write a minimal test file that PASSES, and hand it in with \
+               the command that runs it.",
+        commands: TEST_WRITER,
+        demonstration: TEST_DEMONSTRATION,
+        task: format!(
+            "The repository has this issue (do not fix it, and do not test it yet):\n{}\n\n\
+             Write a new minimal test file that imports the package and PASSES, in the style of \
+             the existing tests, then hand it in with submit_test PATH COMMAND (for example \
+             python -m pytest -q PATH).",
+            task.problem_statement.trim()
+        ),
+    }
+}
+
+/// MASAI's Issue Reproducer: a test that fails on the base commit because
+/// of the issue.
+pub fn reproducer(task: &Task, template: Option<&crate::aci::SubmittedTest>) -> Agent<'static> {
+    let template = match template {
+        Some(t) => format!(
+            "\n\nA test that passes in this repository, run with `{}`:\n{}:\n{}",
+            t.command,
+            t.path,
+            t.text.trim_end()
+        ),
+        None => String::new(),
+    };
+    Agent {
+        name: "reproducer",
+        role: "You are an expert Python developer. You write a test that reproduces the issue \
+               below: it must FAIL on the current code because of the issue, and would pass once \
+               the issue is fixed. You do not fix the issue.",
+        commands: TEST_WRITER,
+        demonstration: TEST_DEMONSTRATION,
+        task: format!(
+            "ISSUE:\n{}{template}\n\nWrite a new test file whose test fails because of the issue, \
+             then hand it in with submit_test PATH COMMAND. It is checked: it must run, and fail \
+             (not crash on an import or a typo).",
+            task.problem_statement.trim()
+        ),
+    }
+}
+
+const LOCATE_DEMONSTRATION: &str = r#"ISSUE: Square.area() returns the perimeter instead of the area.
+
+The issue names Square.area; I look at its file's outline.
+
+```
+view_skeleton geometry/square.py
+```
+OBSERVATION:
+[Skeleton of geometry/square.py (12 lines total): classes and functions, bodies left out]
+1:class Square:  # lines 1-12
+4:    def __init__(self, side):  # lines 4-5
+8:    def area(self):  # lines 8-9
+11:    def perimeter(self):  # lines 11-12
+(Open file: n/a)
+
+I read the method to confirm.
+
+```
+view_symbol geometry/square.py::Square.area
+```
+OBSERVATION:
+[Symbol geometry/square.py::Square.area (lines 8-9 of 12)]
+8:    def area(self):
+9:        return 4 * self.side
+(Open file: n/a)
+
+This is where the fix goes.
+
+```
+locate geometry/square.py::Square.area
+```
+OBSERVATION:
+Recorded location 1: geometry/square.py::Square.area (lines 8-9). Record another place with locate, or submit.
+(Open file: n/a)
+
+That is the only place to change.
+
+```
+submit
+```"#;
+
+/// MASAI's Edit Localizer: the functions, methods or classes to edit,
+/// chosen among those that exist.
+pub fn localizer(task: &Task) -> Agent<'static> {
+    static COMMANDS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let commands = COMMANDS.get_or_init(|| {
+        let mut c = EXPLORE.to_vec();
+        c.extend(["locate", "submit"]);
+        c
+    });
+    Agent {
+        name: "localizer",
+        role: "You are an expert Python developer. You find where in the repository's source \
+               code the issue below must be fixed. You do not edit anything.",
+        commands,
+        demonstration: LOCATE_DEMONSTRATION,
+        task: format!(
+            "ISSUE:\n{}\n\nFind the functions or methods that must change to fix the issue. \
+             Record each with locate PATH::NAME (at most {}), then submit.",
+            task.problem_statement.trim(),
+            crate::aci::MAX_LOCATIONS
         ),
     }
 }

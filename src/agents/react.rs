@@ -93,7 +93,7 @@ pub struct Agent<'a> {
 }
 
 /// The end of an episode, as recorded in the trajectory.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpisodeSummary {
     pub agent: String,
     pub status: ExitStatus,

@@ -194,6 +194,16 @@ pub fn search_replace<S: AsRef<str>>(paths: &[S]) -> Result<String, GrammarError
     ))
 }
 
+/// `Reasoning: ` and one line of at most [`MAX_THOUGHT_CHARS`], a blank
+/// line, then SEARCH/REPLACE blocks as [`search_replace`] (the Fixer's
+/// chain of thought before its edit).
+pub fn search_replace_with_reasoning<S: AsRef<str>>(paths: &[S]) -> Result<String, GrammarError> {
+    let blocks = search_replace(paths)?.replacen("root ::=", "blocks ::=", 1);
+    Ok(format!(
+        "root ::= \"Reasoning: \" [^\\n]{{1,{MAX_THOUGHT_CHARS}}} \"\\n\\n\" blocks\n{blocks}"
+    ))
+}
+
 /// The type of one command argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Arg {

@@ -19,6 +19,9 @@ struct Recorded {
     prompt_tokens: usize,
     completion_tokens: usize,
     stop: Stop,
+    /// All candidates of a call that asked for more than one.
+    #[serde(default)]
+    candidates: Vec<Candidate>,
 }
 
 #[derive(Deserialize)]
@@ -95,9 +98,10 @@ impl Conversation for ReplayConversation<'_> {
                 b.calls.len()
             ))
         })?;
-        if request.n > 1 {
+        let recorded_n = call.candidates.len().max(1);
+        if request.n.max(1) != recorded_n {
             return Err(err(format!(
-                "call {} asks for {} candidates; the recording holds one",
+                "call {} asks for {} candidates; the recording holds {recorded_n}",
                 index + 1,
                 request.n
             )));
@@ -116,17 +120,26 @@ impl Conversation for ReplayConversation<'_> {
             )));
         }
         *next += 1;
-        Ok(Generation {
-            candidates: vec![Candidate {
+        let candidates = if call.candidates.is_empty() {
+            vec![Candidate {
                 text: call.response.clone(),
                 tokens: call.tokens.clone(),
                 stop: call.stop,
-            }],
+            }]
+        } else {
+            call.candidates.clone()
+        };
+        Ok(Generation {
+            candidates,
             stats: Stats {
                 prompt_tokens: call.prompt_tokens,
                 prompt_tokens_evaluated: 0,
                 prompt_tokens_reused: 0,
-                generated_tokens: vec![call.completion_tokens],
+                generated_tokens: if call.candidates.is_empty() {
+                    vec![call.completion_tokens]
+                } else {
+                    call.candidates.iter().map(|c| c.tokens.len()).collect()
+                },
                 prompt_s: 0.0,
                 decode_s: 0.0,
                 total_s: 0.0,

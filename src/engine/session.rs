@@ -22,7 +22,7 @@ use serde::Serialize;
 use super::{backend, Engine, EngineError, Message, Sampling, Stop, PROMPT_BATCH};
 
 /// One generated candidate.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Candidate {
     pub text: String,
     pub tokens: Vec<i32>,

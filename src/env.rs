@@ -1,0 +1,77 @@
+//! The Python environment commands of a task run in: a virtualenv on the
+//! host, bound read-only into the sandbox with the interpreter it was made
+//! from, its `bin/` first on PATH. (Building environments per repository
+//! and version is the job of `patchwright env build`; this module only
+//! uses one.)
+
+use std::path::{Path, PathBuf};
+
+use patchwright_sandbox as sandbox;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    #[error("environment {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error(transparent)]
+    Sandbox(#[from] sandbox::SandboxError),
+}
+
+/// A virtualenv and the Python installation it was made from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Environment {
+    pub venv: PathBuf,
+    /// The installation's prefix (`home` in `pyvenv.cfg`, one level up).
+    pub base_prefix: PathBuf,
+}
+
+impl Environment {
+    /// Reads the virtualenv at `venv` (its `pyvenv.cfg`).
+    pub fn open(venv: &Path) -> Result<Environment, EnvError> {
+        let invalid = |message: String| EnvError::Invalid {
+            path: venv.to_path_buf(),
+            message,
+        };
+        let venv = std::fs::canonicalize(venv)
+            .map_err(|e| invalid(format!("cannot resolve it: {e}")))?;
+        let cfg = venv.join("pyvenv.cfg");
+        let text = std::fs::read_to_string(&cfg)
+            .map_err(|e| invalid(format!("cannot read pyvenv.cfg ({e}); pass a virtualenv made with `python -m venv`")))?;
+        let home = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .find(|(k, _)| k.trim() == "home")
+            .map(|(_, v)| PathBuf::from(v.trim()))
+            .ok_or_else(|| invalid("pyvenv.cfg has no `home` line".into()))?;
+        let home = std::fs::canonicalize(&home).unwrap_or(home);
+        let base_prefix = home
+            .parent()
+            .map(Path::to_path_buf)
+            .ok_or_else(|| invalid(format!("`home` {} has no parent", home.display())))?;
+        Ok(Environment { venv, base_prefix })
+    }
+}
+
+/// Adds `env` (if any) to `policy`: both directories bound read-only, the
+/// venv's `bin/` first on PATH. Bytecode writing is turned off either way:
+/// a stale `.pyc` of the same size and second as an edited file would
+/// shadow the edit.
+pub fn apply(policy: &mut sandbox::Policy, env: Option<&Environment>) {
+    if let Some(env) = env {
+        for p in [&env.venv, &env.base_prefix] {
+            if !policy.extra_ro_binds.contains(p) {
+                policy.extra_ro_binds.push(p.clone());
+            }
+        }
+        let path = format!("{}:{}", env.venv.join("bin").display(), sandbox::DEFAULT_PATH);
+        policy.env.insert("PATH".into(), path);
+        policy.env.insert("VIRTUAL_ENV".into(), env.venv.display().to_string());
+    }
+    policy.env.insert("PYTHONDONTWRITEBYTECODE".into(), "1".into());
+}
+
+/// The default policy for `worktree` with `env` applied.
+pub fn policy(worktree: &Path, env: Option<&Environment>) -> Result<sandbox::Policy, EnvError> {
+    let mut policy = sandbox::Policy::for_worktree(worktree)?;
+    apply(&mut policy, env);
+    Ok(policy)
+}

@@ -1,0 +1,323 @@
+//! The MASAI pipeline: Test Template Generator → Issue Reproducer → Edit
+//! Localizer → Fixer (N candidates from one prompt) → Ranker. Each stage's
+//! output is written as an artifact (`<artifacts>/<stage>.json`) and the
+//! workspace is put back to the base commit between stages, so what one
+//! agent wrote never leaks into the next one's patch.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::aci::{Aci, Location, SubmittedTest, TestCheck};
+use crate::agents::fixer::{self, Fixes};
+use crate::agents::ranker::{self, Ranking};
+use crate::agents::react::{self, Agent, EpisodeSummary};
+use crate::agents::{self as agent_defs};
+use crate::config::Settings;
+use crate::dataset::Task;
+use crate::engine::{Backend, EngineError, Sampling};
+use crate::env::Environment;
+use crate::index::symbols::CodeIndex;
+use crate::index::IndexError;
+use crate::repo::{RepoError, Workspace};
+use crate::trajectory::Trajectory;
+
+/// Functions the fallback localisation takes when the localizer records
+/// none: the best BM25 matches of the issue.
+pub const FALLBACK_LOCATIONS: usize = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MasaiError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    #[error(transparent)]
+    Env(#[from] crate::env::EnvError),
+    #[error("fixer: {0}")]
+    Fix(#[from] fixer::FixError),
+    #[error("ranker: {0}")]
+    Rank(#[from] ranker::RankError),
+    #[error("cannot write artifact {path}: {message}")]
+    Artifact { path: PathBuf, message: String },
+}
+
+/// A ReAct stage's artifact.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestArtifact {
+    pub episode: EpisodeSummary,
+    pub test: Option<SubmittedTest>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocationsArtifact {
+    pub episode: EpisodeSummary,
+    /// `localizer` or, when it recorded nothing, `bm25`.
+    pub source: String,
+    pub locations: Vec<Location>,
+}
+
+/// What the pipeline produced for one task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub patch: String,
+    pub template: Option<TestArtifact>,
+    pub reproduction: Option<TestArtifact>,
+    pub locations: LocationsArtifact,
+    pub fixes: Fixes,
+    pub ranking: Option<Ranking>,
+    /// Index into `fixes.distinct` of the patch chosen.
+    pub chosen: Option<usize>,
+}
+
+/// Where code indexes are cached: `$PATCHWRIGHT_CACHE_DIR/index`, else
+/// `$HOME/.cache/patchwright/index`.
+pub fn index_cache_dir() -> PathBuf {
+    let base = std::env::var_os("PATCHWRIGHT_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/patchwright")))
+        .unwrap_or_else(|| std::env::temp_dir().join("patchwright-cache"));
+    base.join("index")
+}
+
+pub(crate) fn write_artifact(dir: &Path, name: &str, value: &impl Serialize) -> Result<(), MasaiError> {
+    let path = dir.join(format!("{name}.json"));
+    let err = |message: String| MasaiError::Artifact {
+        path: path.clone(),
+        message,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+    crate::batch::write_json(&path, value).map_err(|e| err(e.to_string()))
+}
+
+struct Context<'a> {
+    backend: &'a dyn Backend,
+    settings: &'a Settings,
+    ws: &'a Workspace,
+    env: Option<&'a Environment>,
+    index: CodeIndex,
+}
+
+impl Context<'_> {
+    fn interface(&self) -> Result<Aci, MasaiError> {
+        let mut aci = Aci::new(
+            self.ws.path(),
+            self.ws.base_commit(),
+            self.index.clone(),
+            self.settings.aci.settings(),
+        );
+        aci.set_policy(crate::env::policy(self.ws.path(), self.env)?);
+        Ok(aci)
+    }
+
+    /// Runs one ReAct agent, then puts the workspace back.
+    fn episode(
+        &self,
+        agent: &Agent<'_>,
+        aci: &mut Aci,
+        agent_settings: &super::AgentSettings,
+        trajectory: &mut Trajectory,
+    ) -> Result<EpisodeSummary, MasaiError> {
+        let react = react::ReactSettings {
+            max_steps: agent_settings.max_steps,
+            ..self.settings.react
+        };
+        let sampling = Sampling {
+            temperature: agent_settings.temperature,
+            ..self.settings.sampling.clone()
+        };
+        let mut conversation = self.backend.conversation(1, 0)?;
+        let summary = react::run(conversation.as_mut(), aci, agent, &react, &sampling, trajectory);
+        crate::repo::reset_worktree(self.ws.path())?;
+        tracing::info!(
+            "  {}: {} after {} steps ({} prompt tokens evaluated, {:.0}% reused)",
+            agent.name,
+            summary.status.as_str(),
+            summary.steps,
+            summary.tokens_evaluated,
+            100.0 * summary.kv_reuse()
+        );
+        Ok(summary)
+    }
+
+    fn test_stage(
+        &self,
+        agent: &Agent<'_>,
+        check: TestCheck,
+        agent_settings: &super::AgentSettings,
+        trajectory: &mut Trajectory,
+    ) -> Result<TestArtifact, MasaiError> {
+        let mut aci = self.interface()?;
+        aci.set_test_check(check);
+        let episode = self.episode(agent, &mut aci, agent_settings, trajectory)?;
+        Ok(TestArtifact {
+            episode,
+            test: aci.submitted_test().cloned(),
+        })
+    }
+}
+
+/// Runs the pipeline on `task` in `ws`; artifacts go to `artifacts`,
+/// scratch worktrees under `scratch`. Returns the outcome (its `patch` is
+/// empty when no candidate survived).
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    backend: &dyn Backend,
+    settings: &Settings,
+    task: &Task,
+    ws: &Workspace,
+    env: Option<&Environment>,
+    artifacts: &Path,
+    scratch: &Path,
+    trajectory: &mut Trajectory,
+) -> Result<Outcome, MasaiError> {
+    let id = &task.instance_id;
+    let (index, cached) =
+        CodeIndex::load_or_build(ws.path(), &index_cache_dir(), &task.repo, ws.base_commit())?;
+    tracing::info!(
+        "{id}: code index {} ({} files, {} symbols)",
+        if cached { "from cache" } else { "built" },
+        index.files.len(),
+        index.symbol_count()
+    );
+    let cx = Context {
+        backend,
+        settings,
+        ws,
+        env,
+        index,
+    };
+    let stages = &settings.pipeline;
+    let agents = &settings.agents;
+
+    let template = if stages.template {
+        tracing::info!("{id}: stage 1/5, test template");
+        let a = cx.test_stage(
+            &agent_defs::test_template(task),
+            TestCheck::Passes,
+            &agents.test_template,
+            trajectory,
+        )?;
+        write_artifact(artifacts, "template", &a)?;
+        Some(a)
+    } else {
+        None
+    };
+
+    let reproduction = if stages.reproduce {
+        tracing::info!("{id}: stage 2/5, issue reproducer");
+        let t = template.as_ref().and_then(|t| t.test.as_ref());
+        let a = cx.test_stage(
+            &agent_defs::reproducer(task, t),
+            TestCheck::Fails,
+            &agents.reproducer,
+            trajectory,
+        )?;
+        write_artifact(artifacts, "reproduction", &a)?;
+        Some(a)
+    } else {
+        None
+    };
+
+    tracing::info!("{id}: stage 3/5, edit localizer");
+    let mut aci = cx.interface()?;
+    let episode = cx.episode(&agent_defs::localizer(task), &mut aci, &agents.localizer, trajectory)?;
+    let mut locations = LocationsArtifact {
+        episode,
+        source: "localizer".into(),
+        locations: aci.locations().to_vec(),
+    };
+    if locations.locations.is_empty() {
+        locations.source = "bm25".into();
+        locations.locations = fallback_locations(&cx.index, ws.path(), &task.problem_statement);
+    }
+    write_artifact(artifacts, "locations", &locations)?;
+
+    tracing::info!(
+        "{id}: stage 4/5, fixer ({} candidates from {} location(s))",
+        settings.fixer.candidates,
+        locations.locations.len()
+    );
+    let fixes = {
+        let mut conversation = backend.conversation(
+            settings.fixer.candidates.max(1),
+            settings.fixer.max_tokens as usize,
+        )?;
+        fixer::run(
+            conversation.as_mut(),
+            ws.path(),
+            ws.base_commit(),
+            task,
+            &locations.locations,
+            &settings.fixer,
+            &settings.sampling,
+            trajectory,
+        )?
+    };
+    write_artifact(artifacts, "fixes", &fixes)?;
+    tracing::info!(
+        "  fixer: {} generated, {} applied, {} parse, {} distinct",
+        fixes.generated(),
+        fixes.applied(),
+        fixes.parsed(),
+        fixes.distinct.len()
+    );
+
+    let (ranking, chosen) = if fixes.distinct.is_empty() {
+        tracing::info!("{id}: stage 5/5, ranker: no candidate survived, nothing to rank");
+        (None, None)
+    } else if stages.rank {
+        tracing::info!("{id}: stage 5/5, ranker ({} distinct candidates)", fixes.distinct.len());
+        let mut conversation = backend.conversation(1, 0)?;
+        let r = ranker::rank(
+            conversation.as_mut(),
+            ws,
+            task,
+            &fixes,
+            reproduction.as_ref().and_then(|a| a.test.as_ref()),
+            env,
+            &settings.ranker,
+            &settings.sampling,
+            scratch,
+            trajectory,
+        )?;
+        write_artifact(artifacts, "ranking", &r)?;
+        let chosen = r.order.first().copied();
+        (Some(r), chosen)
+    } else {
+        tracing::info!("{id}: stage 5/5, ranker switched off: the first distinct candidate is taken");
+        (None, Some(0))
+    };
+    let patch = chosen
+        .and_then(|i| fixes.distinct.get(i))
+        .map(|d| d.patch.clone())
+        .unwrap_or_default();
+    Ok(Outcome {
+        patch,
+        template,
+        reproduction,
+        locations,
+        fixes,
+        ranking,
+        chosen,
+    })
+}
+
+/// The functions BM25 ranks best against the issue, as locations.
+fn fallback_locations(index: &CodeIndex, root: &Path, issue: &str) -> Vec<Location> {
+    index
+        .rank_functions(root, issue, FALLBACK_LOCATIONS)
+        .into_iter()
+        .filter_map(|(path, qualname, _)| {
+            let s = index.symbol(&path, &qualname)?;
+            Some(Location {
+                path,
+                symbol: qualname,
+                start_line: s.start_line,
+                end_line: s.end_line,
+            })
+        })
+        .collect()
+}

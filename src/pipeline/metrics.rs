@@ -1,0 +1,276 @@
+//! Stage metrics, computed after a task's run from what the dataset knows
+//! (the gold patch, its tests) and never shown to the agents: did the
+//! localizer find the gold patch's files and functions, is the
+//! reproduction test valid (fails on the base commit, passes with the gold
+//! patch), how many candidates were generated, applied, parse and are
+//! distinct, does any of them resolve the task, and did the ranker pick
+//! one that does.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::masai::Outcome;
+use crate::agents::ranker::{passed_tests, touched_files};
+use crate::aci::{check, SubmittedTest};
+use crate::dataset::Task;
+use crate::env::{self, Environment};
+use crate::index::symbols::{self, SymbolKind};
+use crate::repo::Workspace;
+use patchwright_sandbox as sandbox;
+
+/// Wall-clock limit of one test run while computing metrics.
+pub const TEST_TIMEOUT_S: u64 = 300;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    pub gold_files: Vec<String>,
+    /// `path::Class.method` of the functions the gold patch changes.
+    pub gold_functions: Vec<String>,
+    pub located_files: Vec<String>,
+    pub located_functions: Vec<String>,
+    /// Share of the gold files among the located ones.
+    pub file_hit: Option<f64>,
+    /// Share of the gold functions among the located ones (a located class
+    /// covers its methods).
+    pub function_hit: Option<f64>,
+    /// The reproduction test fails on the base commit (it was accepted so).
+    pub reproduction_fails_on_base: Option<bool>,
+    /// … and passes with the gold patch.
+    pub reproduction_passes_with_gold: Option<bool>,
+    pub candidates_generated: usize,
+    pub candidates_applied: usize,
+    pub candidates_parsed: usize,
+    pub candidates_distinct: usize,
+    /// Distinct candidates that resolve the task (every FAIL_TO_PASS and
+    /// PASS_TO_PASS test passes); None when it could not be checked.
+    pub resolving: Option<Vec<usize>>,
+    pub any_resolves: Option<bool>,
+    pub picked_resolves: Option<bool>,
+    /// Why something could not be computed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// The old-side line numbers a patch changes, per file: removed lines, and
+/// the line before each insertion.
+pub fn changed_lines(patch: &str) -> Vec<(String, BTreeSet<usize>)> {
+    let mut out: Vec<(String, BTreeSet<usize>)> = Vec::new();
+    let mut old_line = 0usize;
+    for line in patch.lines() {
+        if let Some(rest) = line.strip_prefix("diff --git a/") {
+            let path = rest.split(" b/").next().unwrap_or(rest).to_string();
+            out.push((path, BTreeSet::new()));
+        } else if let Some(rest) = line.strip_prefix("@@ -") {
+            let start = rest
+                .split(|c: char| c == ',' || c == ' ')
+                .next()
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or(1);
+            old_line = start;
+        } else if let Some((_, lines)) = out.last_mut() {
+            if line.starts_with("---") || line.starts_with("+++") || line.starts_with("index ") {
+                continue;
+            }
+            match line.chars().next() {
+                Some('-') => {
+                    lines.insert(old_line);
+                    old_line += 1;
+                }
+                Some('+') => {
+                    lines.insert(old_line.saturating_sub(1).max(1));
+                }
+                Some(' ') => old_line += 1,
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// The innermost functions (or, outside any, classes) of the base
+/// version of each file that hold a changed line.
+fn gold_functions(root: &Path, patch: &str) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    for (path, lines) in changed_lines(patch) {
+        let Ok(text) = crate::aci::read_text(root, &path) else {
+            continue;
+        };
+        let file = symbols::parse_symbols(&path, &text);
+        for line in lines {
+            let holding = file
+                .symbols
+                .iter()
+                .filter(|s| s.start_line <= line && line <= s.end_line);
+            let innermost = holding
+                .clone()
+                .filter(|s| s.kind != SymbolKind::Class)
+                .max_by_key(|s| s.start_line)
+                .or_else(|| holding.max_by_key(|s| s.start_line));
+            if let Some(s) = innermost {
+                out.insert(format!("{path}::{}", s.qualname));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+fn share(gold: &[String], hit: impl Fn(&str) -> bool) -> Option<f64> {
+    if gold.is_empty() {
+        return None;
+    }
+    Some(gold.iter().filter(|g| hit(g)).count() as f64 / gold.len() as f64)
+}
+
+fn run_tests(dir: &Path, env: Option<&Environment>, command: &str) -> Result<sandbox::Outcome, String> {
+    let mut policy = env::policy(dir, env).map_err(|e| e.to_string())?;
+    policy.limits.timeout_ms = TEST_TIMEOUT_S * 1000;
+    let argv = ["bash".to_string(), "-c".to_string(), command.to_string()];
+    sandbox::run(&policy, &argv).map_err(|e| e.to_string())
+}
+
+/// A scratch worktree of `ws` with `patches` applied.
+fn patched(ws: &Workspace, dir: &Path, patches: &[&str]) -> Result<Workspace, String> {
+    let w = ws.clone_to(dir).map_err(|e| e.to_string())?;
+    for p in patches {
+        crate::repo::apply_patch(w.path(), p).map_err(|e| e.to_string())?;
+    }
+    Ok(w)
+}
+
+/// Whether `patch` resolves `task`: with it and the test patch applied,
+/// every FAIL_TO_PASS and PASS_TO_PASS test passes (pytest ids only).
+fn resolves(task: &Task, ws: &Workspace, env: Option<&Environment>, patch: &str, dir: &Path) -> Result<bool, String> {
+    let tests: Vec<&String> = task.fail_to_pass.iter().chain(&task.pass_to_pass).collect();
+    if tests.iter().any(|t| !t.contains("::")) {
+        return Err("the task's tests are not pytest node ids".into());
+    }
+    let files = touched_files(&task.test_patch);
+    let w = patched(ws, dir, &[patch, &task.test_patch])?;
+    let out = run_tests(
+        w.path(),
+        env,
+        &format!("python -m pytest -rA -p no:cacheprovider {}", files.join(" ")),
+    );
+    // Scratch: a failure to delete it is harmless.
+    let _ = w.remove();
+    let passed = passed_tests(&out?.output);
+    Ok(tests.iter().all(|t| passed.contains(t.as_str())))
+}
+
+fn reproduction_passes(ws: &Workspace, env: Option<&Environment>, gold: &str, test: &SubmittedTest, dir: &Path) -> Result<bool, String> {
+    let w = patched(ws, dir, &[gold])?;
+    let full = crate::edit::resolve(w.path(), &test.path).map_err(|e| e.to_string())?;
+    if let Some(parent) = full.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+    }
+    std::fs::write(&full, &test.text).map_err(|e| e.to_string())?;
+    let out = run_tests(w.path(), env, &test.command);
+    let _ = w.remove();
+    Ok(check::verdict(&out?) == check::Verdict::Passed)
+}
+
+/// The metrics of one task's outcome. `ws` must be at the base commit.
+pub fn compute(task: &Task, ws: &Workspace, env: Option<&Environment>, outcome: &Outcome, scratch: &Path) -> Metrics {
+    let mut m = Metrics {
+        gold_files: touched_files(&task.patch),
+        gold_functions: gold_functions(ws.path(), &task.patch),
+        ..Metrics::default()
+    };
+    let locs = &outcome.locations.locations;
+    m.located_files = locs.iter().map(|l| l.path.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+    m.located_functions = locs.iter().map(|l| format!("{}::{}", l.path, l.symbol)).collect();
+    m.file_hit = share(&m.gold_files, |g| m.located_files.iter().any(|f| f == g));
+    m.function_hit = share(&m.gold_functions, |g| {
+        m.located_functions
+            .iter()
+            .any(|f| g == f || g.starts_with(&format!("{f}.")))
+    });
+    if let Some(test) = outcome.reproduction.as_ref().and_then(|r| r.test.as_ref()) {
+        m.reproduction_fails_on_base = Some(true);
+        match reproduction_passes(ws, env, &task.patch, test, &scratch.join("gold")) {
+            Ok(p) => m.reproduction_passes_with_gold = Some(p),
+            Err(e) => m.notes.push(format!("reproduction with the gold patch: {e}")),
+        }
+    } else if outcome.reproduction.is_some() {
+        m.reproduction_fails_on_base = Some(false);
+    }
+    let f = &outcome.fixes;
+    m.candidates_generated = f.generated();
+    m.candidates_applied = f.applied();
+    m.candidates_parsed = f.parsed();
+    m.candidates_distinct = f.distinct.len();
+    let mut resolving = Vec::new();
+    let mut checked = true;
+    for (i, d) in f.distinct.iter().enumerate() {
+        match resolves(task, ws, env, &d.patch, &scratch.join(format!("resolve-{i}"))) {
+            Ok(true) => resolving.push(i),
+            Ok(false) => {}
+            Err(e) => {
+                m.notes.push(format!("candidate {i}: {e}"));
+                checked = false;
+                break;
+            }
+        }
+    }
+    if checked {
+        m.any_resolves = Some(!resolving.is_empty());
+        m.picked_resolves = Some(outcome.chosen.is_some_and(|c| resolving.contains(&c)));
+        m.resolving = Some(resolving);
+    }
+    m
+}
+
+/// Metrics summed over a run's tasks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub tasks: usize,
+    pub mean_file_hit: Option<f64>,
+    pub mean_function_hit: Option<f64>,
+    pub reproduced: usize,
+    pub reproduction_valid: usize,
+    pub candidates_generated: usize,
+    pub candidates_applied: usize,
+    pub candidates_parsed: usize,
+    pub candidates_distinct: usize,
+    pub any_resolves: usize,
+    pub picked_resolves: usize,
+}
+
+impl Summary {
+    pub fn of<'a>(all: impl IntoIterator<Item = &'a Metrics>) -> Summary {
+        let all: Vec<&Metrics> = all.into_iter().collect();
+        let mean = |f: &dyn Fn(&Metrics) -> Option<f64>| {
+            let v: Vec<f64> = all.iter().filter_map(|m| f(m)).collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        Summary {
+            tasks: all.len(),
+            mean_file_hit: mean(&|m| m.file_hit),
+            mean_function_hit: mean(&|m| m.function_hit),
+            reproduced: all.iter().filter(|m| m.reproduction_fails_on_base == Some(true)).count(),
+            reproduction_valid: all.iter().filter(|m| m.reproduction_passes_with_gold == Some(true)).count(),
+            candidates_generated: all.iter().map(|m| m.candidates_generated).sum(),
+            candidates_applied: all.iter().map(|m| m.candidates_applied).sum(),
+            candidates_parsed: all.iter().map(|m| m.candidates_parsed).sum(),
+            candidates_distinct: all.iter().map(|m| m.candidates_distinct).sum(),
+            any_resolves: all.iter().filter(|m| m.any_resolves == Some(true)).count(),
+            picked_resolves: all.iter().filter(|m| m.picked_resolves == Some(true)).count(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_lines_are_old_side_line_numbers() {
+        let patch = "diff --git a/p.py b/p.py\nindex 1..2 100644\n--- a/p.py\n+++ b/p.py\n@@ -5,7 +5,7 @@ x\n a\n b\n-c\n+C\n d\n@@ -20,2 +20,3 @@\n e\n+f\n g\n";
+        let got = changed_lines(patch);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, "p.py");
+        assert_eq!(got[0].1.iter().copied().collect::<Vec<_>>(), [7, 20]);
+    }
+}
