@@ -6,14 +6,12 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use patchwright::config::Settings;
 use patchwright::dataset::{self, Task};
 use patchwright::engine::replay::ReplayBackend;
-use patchwright::engine::{
-    Backend, Candidate, Conversation, EngineError, Generation, Request, Stats, Stop,
-};
+use common::Scripted;
+use patchwright::engine::Backend;
 use patchwright::env::Environment;
 use patchwright::pipeline::{masai, metrics};
 use patchwright::repo::{Repos, Workspace};
@@ -34,53 +32,6 @@ fn environment() -> Environment {
         panic!("PATCHWRIGHT_TEST_VENV is not set: run the suite with scripts/test, which makes a virtualenv with pytest")
     });
     Environment::open(&dir).unwrap()
-}
-
-/// A backend answering each call with the next scripted candidates.
-struct Scripted {
-    calls: Vec<Vec<&'static str>>,
-    next: Mutex<usize>,
-}
-
-struct ScriptedConversation<'a>(&'a Scripted);
-
-impl Conversation for ScriptedConversation<'_> {
-    fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError> {
-        let mut next = self.0.next.lock().unwrap();
-        let call = self
-            .0
-            .calls
-            .get(*next)
-            .unwrap_or_else(|| panic!("unscripted call {}: {:?}", *next + 1, request.messages.last()));
-        *next += 1;
-        assert_eq!(call.len(), request.n.max(1), "call {}: candidates", *next);
-        assert!(request.grammar.is_some(), "call {}: every call is grammar-constrained", *next);
-        Ok(Generation {
-            candidates: call
-                .iter()
-                .map(|t| Candidate {
-                    text: t.to_string(),
-                    tokens: vec![1; 4],
-                    stop: Stop::EndOfText,
-                })
-                .collect(),
-            stats: Stats {
-                prompt_tokens: 100,
-                prompt_tokens_evaluated: 100,
-                prompt_tokens_reused: 0,
-                generated_tokens: vec![4; call.len()],
-                prompt_s: 0.0,
-                decode_s: 0.0,
-                total_s: 0.0,
-            },
-        })
-    }
-}
-
-impl Backend for Scripted {
-    fn conversation(&self, _: usize, _: usize) -> Result<Box<dyn Conversation + '_>, EngineError> {
-        Ok(Box::new(ScriptedConversation(self)))
-    }
 }
 
 const TEMPLATE: &[&str] = &[
@@ -174,10 +125,7 @@ fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
     calls.extend(REPRODUCER.iter().map(|t| vec![*t]));
     calls.extend(LOCALIZER.iter().map(|t| vec![*t]));
     calls.push(vec![WRONG, GOLD, MISSES, GOLD]);
-    let scripted = Scripted {
-        calls,
-        next: Mutex::new(0),
-    };
+    let scripted = Scripted::new(calls);
     let settings = settings(true, 4);
     let r = run(&task, &settings, &scripted);
     let o = &r.outcome;
@@ -251,14 +199,13 @@ fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
 fn without_a_reproduction_test_agreement_then_the_model_decide() {
     let task = task("demo__cachekit-1");
     // Agreement: the wrong patch twice beats the right one once.
-    let scripted = Scripted {
-        calls: LOCALIZER
+    let scripted = Scripted::new(
+        LOCALIZER
             .iter()
             .map(|t| vec![*t])
             .chain([vec![GOLD, WRONG, WRONG]])
             .collect(),
-        next: Mutex::new(0),
-    };
+    );
     let r = run(&task, &settings(false, 3), &scripted);
     assert!(r.outcome.template.is_none() && r.outcome.reproduction.is_none());
     let ranking = r.outcome.ranking.as_ref().unwrap();
@@ -267,8 +214,8 @@ fn without_a_reproduction_test_agreement_then_the_model_decide() {
     assert!(ranking.comparison.is_none());
 
     // A tie: the model's comparison picks (here, candidate 2 of 2).
-    let scripted = Scripted {
-        calls: LOCALIZER
+    let scripted = Scripted::new(
+        LOCALIZER
             .iter()
             .map(|t| vec![*t])
             .chain([
@@ -276,8 +223,7 @@ fn without_a_reproduction_test_agreement_then_the_model_decide() {
                 vec!["Reasoning: only the second gives each function its own dict.\nBest: 2"],
             ])
             .collect(),
-        next: Mutex::new(0),
-    };
+    );
     let r = run(&task, &settings(false, 2), &scripted);
     let ranking = r.outcome.ranking.as_ref().unwrap();
     let c = ranking.comparison.as_ref().unwrap();

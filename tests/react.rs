@@ -5,16 +5,13 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Mutex;
 
 use patchwright::aci::{Aci, AciSettings};
 use patchwright::agents::{self, history::Keep, react};
 use patchwright::dataset::{self, Task};
 use patchwright::engine::replay::ReplayBackend;
-use patchwright::engine::{
-    Backend, Candidate, Conversation, Engine, EngineError, EngineSettings, Generation, Request,
-    Sampling, Stats, Stop,
-};
+use common::Scripted;
+use patchwright::engine::{Backend, Conversation, Engine, EngineSettings, Request, Sampling};
 use patchwright::index::symbols::CodeIndex;
 use patchwright::repo::{Repos, Workspace};
 use patchwright::trajectory::{Step, Trajectory};
@@ -42,46 +39,6 @@ fn interface(ws: &Workspace, window: usize) -> Aci {
     Aci::new(ws.path(), ws.base_commit(), index, settings)
 }
 
-/// A backend that answers with the given replies in order: the stand-in
-/// for a model in the recording half of the replay test.
-struct Scripted {
-    replies: Vec<&'static str>,
-    next: Mutex<usize>,
-}
-
-struct ScriptedConversation<'a>(&'a Scripted);
-
-impl Conversation for ScriptedConversation<'_> {
-    fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError> {
-        let mut next = self.0.next.lock().unwrap();
-        let text = self.0.replies[*next].to_string();
-        *next += 1;
-        assert!(request.grammar.is_some(), "every turn must be grammar-constrained");
-        Ok(Generation {
-            candidates: vec![Candidate {
-                tokens: vec![0; text.len() / 4],
-                text,
-                stop: Stop::EndOfText,
-            }],
-            stats: Stats {
-                prompt_tokens: 100,
-                prompt_tokens_evaluated: 100,
-                prompt_tokens_reused: 0,
-                generated_tokens: vec![10],
-                prompt_s: 0.0,
-                decode_s: 0.0,
-                total_s: 0.0,
-            },
-        })
-    }
-}
-
-impl Backend for Scripted {
-    fn conversation(&self, _: usize, _: usize) -> Result<Box<dyn Conversation + '_>, EngineError> {
-        Ok(Box::new(ScriptedConversation(self)))
-    }
-}
-
 /// An episode of the solver on a fresh workspace of `task`, with the
 /// interface's window `window`; returns the workspace (and its directory).
 fn episode(
@@ -107,10 +64,7 @@ fn episode(
 }
 
 fn scripted(replies: Vec<&'static str>) -> Scripted {
-    Scripted {
-        replies,
-        next: Mutex::new(0),
-    }
+    Scripted::replies(&replies)
 }
 
 const EPISODE: &[&str] = &[
@@ -294,6 +248,7 @@ fn the_turn_grammar_over_thousands_of_paths_is_sampled_by_llama_cpp() {
     let choices = Choices {
         python_files: files.clone(),
         dirs: (0..40).map(|d| format!("pkg/sub{d}")).collect(),
+        symbols: Vec::new(),
         files,
     };
     let g = grammar::turn(&command::actions(command::NAMES, &choices)).unwrap();

@@ -18,7 +18,7 @@ fn a_recorded_batch_replays_exactly_without_the_model() {
     common::test_model();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("c.toml");
-    std::fs::write(&config, "[engine]\ncontext = 4096\nthreads = 2\n[sampling]\nmax_tokens = 64\n[retrieval]\nfiles = 1\n").unwrap();
+    std::fs::write(&config, "[engine]\ncontext = 4096\nthreads = 2\n[sampling]\nmax_tokens = 64\n[retrieval]\nfiles = 1\n[pipeline]\nkind = \"first\"\n").unwrap();
     let out = dir.path().join("run");
     let o = Command::new(env!("CARGO_BIN_EXE_patchwright"))
         .current_dir(common::root())

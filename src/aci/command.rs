@@ -108,6 +108,10 @@ pub struct Choices {
     pub python_files: Vec<String>,
     /// Directories, `.` included.
     pub dirs: Vec<String>,
+    /// `path::Class.method` of every symbol of the code index, when there
+    /// are few enough to offer as a choice; empty otherwise (then a symbol
+    /// argument is an existing Python file and any dotted name).
+    pub symbols: Vec<String>,
 }
 
 /// The typed action set of `names`, with paths restricted to `choices`.
@@ -118,6 +122,13 @@ pub fn actions(names: &[&str], choices: &Choices) -> Vec<Action> {
     let python = || Arg::Choice(choices.python_files.clone());
     let dirs = || Arg::Optional(Box::new(Arg::Choice(choices.dirs.clone())));
     let optional = |arg: Arg| Arg::Optional(Box::new(arg));
+    let symbol = || {
+        if choices.symbols.is_empty() {
+            Arg::Symbol(choices.python_files.clone())
+        } else {
+            Arg::Choice(choices.symbols.clone())
+        }
+    };
     let mut out = Vec::new();
     for &name in names {
         let needs_files = matches!(name, "open" | "search_file" | "str_replace" | "submit_test");
@@ -135,7 +146,7 @@ pub fn actions(names: &[&str], choices: &Choices) -> Vec<Action> {
             "search_dir" => vec![Arg::Term, dirs()],
             "search_file" => vec![Arg::Term, optional(files())],
             "view_skeleton" => vec![python()],
-            "view_symbol" => vec![Arg::Symbol(choices.python_files.clone())],
+            "view_symbol" | "locate" => vec![symbol()],
             "search_class" => vec![Arg::Identifier],
             "search_method" => vec![Arg::Identifier, optional(Arg::Identifier)],
             "edit" => vec![Arg::Range, Arg::Lines(END_OF_EDIT.into())],
@@ -143,7 +154,6 @@ pub fn actions(names: &[&str], choices: &Choices) -> Vec<Action> {
             "create" => vec![Arg::Word],
             "run" => vec![Arg::Text],
             "submit_test" => vec![files(), Arg::Text],
-            "locate" => vec![Arg::Symbol(choices.python_files.clone())],
             _ => continue,
         };
         out.push(Action {

@@ -51,6 +51,10 @@ pub const RUN_OUTPUT_LINES: usize = 50;
 /// Most paths offered to the grammar: a choice over more is slow to build
 /// and to sample.
 pub const MAX_GRAMMAR_PATHS: usize = 50_000;
+/// Most symbols offered to the grammar as a choice (`view_symbol`,
+/// `locate`); a larger repository gets any dotted name in an existing
+/// Python file instead, checked when the command runs.
+pub const MAX_SYMBOL_CHOICES: usize = 5_000;
 /// Directories the listings and searches skip: version control and
 /// interpreter caches.
 pub const SKIPPED_DIRS: &[&str] = &[".git", "__pycache__", ".pytest_cache", ".tox", ".mypy_cache"];
@@ -206,6 +210,14 @@ impl Aci {
             dirs: vec![".".to_string()],
             ..Choices::default()
         };
+        if self.index.symbol_count() <= MAX_SYMBOL_CHOICES {
+            choices.symbols = self
+                .index
+                .files
+                .iter()
+                .flat_map(|f| f.symbols.iter().map(move |s| format!("{}::{}", f.path, s.qualname)))
+                .collect();
+        }
         for (path, is_dir) in walk(&self.root, "") {
             if choices.files.len() + choices.dirs.len() >= MAX_GRAMMAR_PATHS {
                 break;

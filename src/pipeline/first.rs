@@ -1,7 +1,7 @@
 //! The first pipeline: retrieve, show, edit. It ranks the repository's
 //! Python files against the issue with BM25, shows the model the best ones,
 //! asks for SEARCH/REPLACE blocks, and applies them. One model call per task;
-//! it runs no code. (The MASAI pipeline replaces it as the default later.)
+//! it runs no code. (`kind = "first"`; the MASAI pipeline is the default.)
 
 use std::path::Path;
 
