@@ -234,29 +234,37 @@ impl Workspace {
 
 /// `git diff` of the working tree of the repository at `dir` against
 /// `base`, new files included, in the form SWE-bench expects (a/ b/
-/// prefixes, binary changes as binary patches).
+/// prefixes, binary changes as binary patches). It stages into a
+/// temporary index, so the repository's own index (what a person using
+/// `patchwright aci` on their clone has staged) is left alone.
 pub fn diff_against(dir: &Path, base: &str) -> Result<String, RepoError> {
-    git(dir, &["add", "--all"].map(AsRef::as_ref))?;
-    let out = git(
-        dir,
-        &[
-            "diff",
-            "--cached",
-            "--binary",
-            "--no-color",
-            "--no-ext-diff",
-            "--no-textconv",
-            "--src-prefix=a/",
-            "--dst-prefix=b/",
-            base,
-        ]
-        .map(AsRef::as_ref),
-    );
-    // Unstage again so the tree looks untouched to whoever reads it next.
-    let reset = git(dir, &["reset", "--quiet"].map(AsRef::as_ref));
-    let out = out?;
-    reset?;
-    Ok(out)
+    let scratch = tempfile::tempdir().map_err(|source| RepoError::Io {
+        action: "create a temporary git index for",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let index = scratch.path().join("index");
+    let run = |args: &[&str]| {
+        let out = git_command()
+            .current_dir(dir)
+            .env("GIT_INDEX_FILE", &index)
+            .args(args)
+            .output();
+        check(args.first().copied().unwrap_or("git"), dir, out)
+    };
+    run(&["read-tree", base])?;
+    run(&["add", "--all"])?;
+    run(&[
+        "diff",
+        "--cached",
+        "--binary",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        base,
+    ])
 }
 
 /// Puts the working tree of the repository at `dir` back to its HEAD:

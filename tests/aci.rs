@@ -401,3 +401,29 @@ fn the_interface_never_follows_a_symbolic_link() {
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "TOP SECRET\n");
     assert!(!aci.choices().files.iter().any(|f| f == "link.txt"));
 }
+
+#[test]
+fn submit_leaves_the_repositorys_own_index_alone() {
+    let case = CASES.iter().find(|c| c.name == "editing").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture_repo(dir.path());
+    std::fs::write(root.join("README.md"), "staged change\n").unwrap();
+    let status = |root: &Path| {
+        let out = Process::new("git")
+            .current_dir(root)
+            .args(["status", "--porcelain"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert!(Process::new("git").current_dir(&root).args(["add", "README.md"]).status().unwrap().success());
+    std::fs::write(root.join("new.txt"), "untracked\n").unwrap();
+    let before = status(&root);
+    assert_eq!(before, "M  README.md\n?? new.txt\n");
+    let mut aci = interface(&root, case);
+    let o = aci.execute(&Command::Submit);
+    assert!(o.submitted);
+    assert!(o.text.contains("diff --git a/README.md b/README.md"), "{}", o.text);
+    assert!(o.text.contains("diff --git a/new.txt b/new.txt"), "{}", o.text);
+    assert_eq!(status(&root), before);
+}
