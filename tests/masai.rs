@@ -231,4 +231,13 @@ fn without_a_reproduction_test_agreement_then_the_model_decide() {
     assert_eq!(ranking.order, [1, 0]);
     assert_eq!(r.outcome.patch, task.patch);
     assert_eq!(model_calls(&r.trajectory).last().unwrap().0, "ranker");
+
+    // The fallback replays exactly too, the comparison included.
+    let file = r.artifacts.join("trajectory.json");
+    std::fs::write(&file, serde_json::to_string(&r.trajectory).unwrap()).unwrap();
+    let replay = ReplayBackend::from_trajectory(&file).unwrap();
+    let again = run(&task, &settings(false, 2), &replay);
+    assert_eq!(replay.remaining(), 0);
+    assert_eq!(again.outcome.ranking, r.outcome.ranking);
+    assert_eq!(again.outcome.patch, task.patch);
 }
