@@ -172,6 +172,7 @@ fn normalise(patch: &str) -> String {
 
 /// Generates and sorts out the candidates. The workspace at `root` is
 /// left as it was (each candidate is applied, diffed and undone).
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     conversation: &mut dyn Conversation,
     root: &Path,

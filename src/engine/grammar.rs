@@ -108,10 +108,7 @@ fn trie_node(
         let group = &strings[i..j];
         // Extend the shared prefix of the group as far as it goes.
         let mut len = depth + first.len_utf8();
-        'grow: loop {
-            let Some(c) = group[0][len..].chars().next() else {
-                break;
-            };
+        'grow: while let Some(c) = group[0][len..].chars().next() {
             for s in group {
                 if !s[len..].starts_with(c) {
                     break 'grow;

@@ -64,7 +64,7 @@ pub fn changed_lines(patch: &str) -> Vec<(String, BTreeSet<usize>)> {
             out.push((path, BTreeSet::new()));
         } else if let Some(rest) = line.strip_prefix("@@ -") {
             let start = rest
-                .split(|c: char| c == ',' || c == ' ')
+                .split([',', ' '])
                 .next()
                 .and_then(|n| n.parse::<usize>().ok())
                 .unwrap_or(1);
