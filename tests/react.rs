@@ -153,9 +153,19 @@ fn step_limit_ends_the_episode() {
         max_steps: 3,
         ..Default::default()
     };
-    let (_dir, _ws, summary, _) =
+    let (_dir, _ws, summary, trajectory) =
         episode(&task, &agents::solver(&task), conversation.as_mut(), 100, &settings);
     assert_eq!((summary.status, summary.steps), (react::ExitStatus::ExitStepLimit, 3));
+    // The same command with the same output again is pointed out.
+    let repeated: Vec<bool> = trajectory
+        .steps
+        .iter()
+        .filter_map(|s| match &s.step {
+            Step::Action(a) => Some(a.observation.ends_with(react::REPEATED)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(repeated, [false, true, true]);
 }
 
 #[test]

@@ -146,9 +146,19 @@ fn state(aci: &Aci) -> String {
 /// One finished turn.
 struct Past {
     reply: String,
+    /// The command's text (the whole reply when it was not a command).
+    action: String,
+    /// What the command showed, before any note was added.
+    raw_observation: String,
     observation: String,
     state: String,
 }
+
+/// Added to an observation when the agent repeats its previous command and
+/// gets the same output: small models loop, and a plain statement of it
+/// is often enough to break the loop.
+pub const REPEATED: &str = "(You ran this same command in your previous turn, and its output \
+has not changed. Do something else: look elsewhere, or take the next step.)";
 
 fn messages(
     system: &str,
@@ -281,7 +291,16 @@ pub fn run(
             Ok((turn, cmd)) => {
                 errors_in_row = 0;
                 let o = aci.execute(&cmd);
-                (turn.thought, turn.command, o.text, None, o.submitted)
+                let mut text = o.text;
+                // Small models loop on one command; say so, as one line.
+                let repeated = past
+                    .last()
+                    .is_some_and(|p| p.action == turn.command && p.raw_observation == text);
+                if repeated {
+                    text.push('\n');
+                    text.push_str(REPEATED);
+                }
+                (turn.thought, turn.command, text, None, o.submitted)
             }
             Err(_) if cut_off => {
                 errors_in_row += 1;
@@ -304,6 +323,7 @@ pub fn run(
                 (String::new(), reply.clone(), text, Some(why), false)
             }
         };
+        let action_text = action.clone();
         trajectory.record(Step::Action(Box::new(ActionStep {
             agent: agent.name.to_string(),
             step: summary.steps,
@@ -316,8 +336,14 @@ pub fn run(
         if submitted {
             break ExitStatus::Submitted;
         }
+        let raw_observation = observation
+            .strip_suffix(&format!("\n{REPEATED}"))
+            .unwrap_or(&observation)
+            .to_string();
         past.push(Past {
             reply,
+            action: action_text,
+            raw_observation,
             observation,
             state: state(aci),
         });
