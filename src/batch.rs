@@ -272,9 +272,11 @@ impl Batch<'_> {
         )
         .map_err(|e| e.to_string())?;
         let outcome = match self.settings.pipeline.kind {
-            Kind::First => pipeline::first::run(self.engine, self.settings, task, &workspace, trajectory)
-                .map(|patch| (patch, None))
-                .map_err(|e| e.to_string()),
+            Kind::First => {
+                pipeline::first::run(self.engine, self.settings, task, &workspace, trajectory)
+                    .map(|patch| (patch, None))
+                    .map_err(|e| e.to_string())
+            }
             Kind::Masai => self.masai(task, &workspace, trajectory),
         };
         if !self.settings.keep_workspaces {

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::agents::fixer::FixerSettings;
 use crate::agents::ranker::RankerSettings;
 use crate::agents::react::ReactSettings;
-use crate::pipeline::{AgentsSettings, PipelineSettings};
 use crate::engine::{EngineSettings, Sampling};
+use crate::pipeline::{AgentsSettings, PipelineSettings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -156,10 +156,16 @@ mod tests {
             "[aci]\nwindow = 50\n[react.history]\nkeep = \"all\"\n[react]\nmax_steps = 12",
         )
         .unwrap();
-        assert_eq!((s.aci.window, s.aci.run_timeout_s), (50, base.aci.run_timeout_s));
+        assert_eq!(
+            (s.aci.window, s.aci.run_timeout_s),
+            (50, base.aci.run_timeout_s)
+        );
         assert_eq!(s.react.history.keep, crate::agents::history::Keep::All);
         assert_eq!(s.react.history.block, base.react.history.block);
-        assert_eq!((s.react.max_steps, s.react.reply_tokens), (12, base.react.reply_tokens));
+        assert_eq!(
+            (s.react.max_steps, s.react.reply_tokens),
+            (12, base.react.reply_tokens)
+        );
         let s = Settings::with_toml(
             &base,
             "environment = \"/venv\"\n[pipeline]\nreproduce = false\n[fixer]\ncandidates = 1",
@@ -167,7 +173,10 @@ mod tests {
         .unwrap();
         assert_eq!(s.environment.as_deref(), Some(Path::new("/venv")));
         assert!(!s.pipeline.reproduce && s.pipeline.template && s.pipeline.rank);
-        assert_eq!((s.fixer.candidates, s.fixer.max_tokens), (1, base.fixer.max_tokens));
+        assert_eq!(
+            (s.fixer.candidates, s.fixer.max_tokens),
+            (1, base.fixer.max_tokens)
+        );
     }
 
     #[test]

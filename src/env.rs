@@ -31,11 +31,14 @@ impl Environment {
             path: venv.to_path_buf(),
             message,
         };
-        let venv = std::fs::canonicalize(venv)
-            .map_err(|e| invalid(format!("cannot resolve it: {e}")))?;
+        let venv =
+            std::fs::canonicalize(venv).map_err(|e| invalid(format!("cannot resolve it: {e}")))?;
         let cfg = venv.join("pyvenv.cfg");
-        let text = std::fs::read_to_string(&cfg)
-            .map_err(|e| invalid(format!("cannot read pyvenv.cfg ({e}); pass a virtualenv made with `python -m venv`")))?;
+        let text = std::fs::read_to_string(&cfg).map_err(|e| {
+            invalid(format!(
+                "cannot read pyvenv.cfg ({e}); pass a virtualenv made with `python -m venv`"
+            ))
+        })?;
         let home = text
             .lines()
             .filter_map(|l| l.split_once('='))
@@ -62,11 +65,19 @@ pub fn apply(policy: &mut sandbox::Policy, env: Option<&Environment>) {
                 policy.extra_ro_binds.push(p.clone());
             }
         }
-        let path = format!("{}:{}", env.venv.join("bin").display(), sandbox::DEFAULT_PATH);
+        let path = format!(
+            "{}:{}",
+            env.venv.join("bin").display(),
+            sandbox::DEFAULT_PATH
+        );
         policy.env.insert("PATH".into(), path);
-        policy.env.insert("VIRTUAL_ENV".into(), env.venv.display().to_string());
+        policy
+            .env
+            .insert("VIRTUAL_ENV".into(), env.venv.display().to_string());
     }
-    policy.env.insert("PYTHONDONTWRITEBYTECODE".into(), "1".into());
+    policy
+        .env
+        .insert("PYTHONDONTWRITEBYTECODE".into(), "1".into());
 }
 
 /// The default policy for `worktree` with `env` applied.

@@ -628,8 +628,12 @@ fn cmd_aci(args: AciArgs) -> Result<i32> {
         bail!("--window must be at least 1");
     }
     let repo = &args.repo;
-    let base = patchwright::repo::head_commit(repo)
-        .with_context(|| format!("--repo {} must be a git work tree with a commit", repo.display()))?;
+    let base = patchwright::repo::head_commit(repo).with_context(|| {
+        format!(
+            "--repo {} must be a git work tree with a commit",
+            repo.display()
+        )
+    })?;
     let index = patchwright::index::symbols::CodeIndex::build(repo)
         .with_context(|| format!("cannot index {}", repo.display()))?;
     let settings = AciSettings {

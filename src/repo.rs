@@ -211,7 +211,13 @@ impl Workspace {
             remove_dir(dest)?;
         }
         let out = git_command()
-            .args(["clone", "--quiet", "--shared", "--no-checkout", "--template="])
+            .args([
+                "clone",
+                "--quiet",
+                "--shared",
+                "--no-checkout",
+                "--template=",
+            ])
             .arg(&self.path)
             .arg(dest)
             .output();
@@ -301,9 +307,11 @@ pub fn apply_patch(dir: &Path, patch: &str) -> Result<(), RepoError> {
 
 /// The full id of the commit checked out in the repository at `dir`.
 pub fn head_commit(dir: &Path) -> Result<String, RepoError> {
-    Ok(git(dir, &["rev-parse", "--verify", "HEAD"].map(AsRef::as_ref))?
-        .trim()
-        .to_string())
+    Ok(
+        git(dir, &["rev-parse", "--verify", "HEAD"].map(AsRef::as_ref))?
+            .trim()
+            .to_string(),
+    )
 }
 
 /// Expands an abbreviated commit id and checks it exists in `source`.

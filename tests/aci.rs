@@ -214,11 +214,22 @@ fn fixture_repo(dir: &Path) -> PathBuf {
             .current_dir(&root)
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
             .args(args)
             .output()
             .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     git(&["init", "--quiet", "--template="]);
     git(&["add", "--all"]);
@@ -293,7 +304,10 @@ fn check_snapshot(name: &str, actual: &str) {
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("{}: {e} (run with PATCHWRIGHT_UPDATE_SNAPSHOTS=1 to write it)", path.display())
+        panic!(
+            "{}: {e} (run with PATCHWRIGHT_UPDATE_SNAPSHOTS=1 to write it)",
+            path.display()
+        )
     });
     if expected != actual {
         let at = expected
@@ -328,7 +342,10 @@ fn every_command_is_covered_by_a_snapshot() {
         .filter_map(|t| Command::parse(&t).ok().map(|c| c.name().to_string()))
         .collect();
     for name in command::NAMES {
-        assert!(used.iter().any(|u| u == name), "no snapshot case uses `{name}`");
+        assert!(
+            used.iter().any(|u| u == name),
+            "no snapshot case uses `{name}`"
+        );
     }
 }
 
@@ -375,8 +392,15 @@ fn edits_that_break_the_syntax_leave_the_file_alone() {
         end: 25,
         text: "        if quantity < 0\n".into(),
     });
-    assert!(o.text.contains("Your changes have NOT been applied"), "{}", o.text);
-    assert_eq!(std::fs::read_to_string(root.join("inventory/stock.py")).unwrap(), before);
+    assert!(
+        o.text.contains("Your changes have NOT been applied"),
+        "{}",
+        o.text
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("inventory/stock.py")).unwrap(),
+        before
+    );
 }
 
 #[test]
@@ -389,10 +413,23 @@ fn the_interface_never_follows_a_symbolic_link() {
     std::os::unix::fs::symlink(&secret, root.join("link.txt")).unwrap();
     let mut aci = interface(&root, case);
     let cases = [
-        Command::Open { path: "link.txt".into(), line: None },
-        Command::SearchFile { text: "SECRET".into(), path: Some("link.txt".into()) },
-        Command::SearchDir { text: "SECRET".into(), dir: None },
-        Command::StrReplace { path: "link.txt".into(), old: "TOP SECRET\n".into(), new: "x\n".into() },
+        Command::Open {
+            path: "link.txt".into(),
+            line: None,
+        },
+        Command::SearchFile {
+            text: "SECRET".into(),
+            path: Some("link.txt".into()),
+        },
+        Command::SearchDir {
+            text: "SECRET".into(),
+            dir: None,
+        },
+        Command::StrReplace {
+            path: "link.txt".into(),
+            old: "TOP SECRET\n".into(),
+            new: "x\n".into(),
+        },
     ];
     for c in cases {
         let o = aci.execute(&c);
@@ -416,14 +453,27 @@ fn submit_leaves_the_repositorys_own_index_alone() {
             .unwrap();
         String::from_utf8(out.stdout).unwrap()
     };
-    assert!(Process::new("git").current_dir(&root).args(["add", "README.md"]).status().unwrap().success());
+    assert!(Process::new("git")
+        .current_dir(&root)
+        .args(["add", "README.md"])
+        .status()
+        .unwrap()
+        .success());
     std::fs::write(root.join("new.txt"), "untracked\n").unwrap();
     let before = status(&root);
     assert_eq!(before, "M  README.md\n?? new.txt\n");
     let mut aci = interface(&root, case);
     let o = aci.execute(&Command::Submit);
     assert!(o.submitted);
-    assert!(o.text.contains("diff --git a/README.md b/README.md"), "{}", o.text);
-    assert!(o.text.contains("diff --git a/new.txt b/new.txt"), "{}", o.text);
+    assert!(
+        o.text.contains("diff --git a/README.md b/README.md"),
+        "{}",
+        o.text
+    );
+    assert!(
+        o.text.contains("diff --git a/new.txt b/new.txt"),
+        "{}",
+        o.text
+    );
     assert_eq!(status(&root), before);
 }

@@ -289,7 +289,10 @@ fn run_drives_the_masai_pipeline_on_one_task() {
     }
     let artifacts = out.join("artifacts/demo__cachekit-1");
     for name in ["template", "reproduction", "locations", "fixes", "metrics"] {
-        assert!(artifacts.join(format!("{name}.json")).is_file(), "{name}.json:\n{log}");
+        assert!(
+            artifacts.join(format!("{name}.json")).is_file(),
+            "{name}.json:\n{log}"
+        );
     }
     let trajectory = read_json(&out.join("trajectories/demo__cachekit-1.json"));
     let fixer: Vec<&Value> = trajectory["steps"]
@@ -302,7 +305,10 @@ fn run_drives_the_masai_pipeline_on_one_task() {
     assert_eq!(fixer[0]["candidates"].as_array().unwrap().len(), 3);
     let metrics = read_json(&artifacts.join("metrics.json"));
     assert_eq!(metrics["candidates_generated"], 3);
-    assert_eq!(metrics["gold_files"], serde_json::json!(["cachekit/decorators.py"]));
+    assert_eq!(
+        metrics["gold_files"],
+        serde_json::json!(["cachekit/decorators.py"])
+    );
     let summary = read_json(&out.join("metrics.json"));
     assert_eq!(summary["tasks"], 1);
     assert!(out.join("predictions.jsonl").is_file());

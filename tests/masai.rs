@@ -7,10 +7,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use patchwright::config::Settings;
-use patchwright::dataset::{self, Task};
-use patchwright::engine::replay::ReplayBackend;
 use common::Scripted;
+use patchwright::config::Settings;
+use patchwright::dataset::Task;
+use patchwright::engine::replay::ReplayBackend;
 use patchwright::engine::Backend;
 use patchwright::env::Environment;
 use patchwright::pipeline::{masai, metrics};
@@ -18,11 +18,7 @@ use patchwright::repo::{Repos, Workspace};
 use patchwright::trajectory::{Step, Trajectory};
 
 fn task(id: &str) -> Task {
-    dataset::load(&common::root().join("datasets/demo/tasks.jsonl"))
-        .unwrap()
-        .into_iter()
-        .find(|t| t.instance_id == id)
-        .unwrap()
+    common::demo_task(id)
 }
 
 /// The virtualenv with pytest that `scripts/test` makes for the demo
@@ -132,14 +128,20 @@ fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
 
     // Stages 1-3 and their artifacts.
     let template = o.template.as_ref().unwrap();
-    assert_eq!(template.test.as_ref().unwrap().path, "tests/test_template.py");
+    assert_eq!(
+        template.test.as_ref().unwrap().path,
+        "tests/test_template.py"
+    );
     let repro = o.reproduction.as_ref().unwrap().test.as_ref().unwrap();
     assert_eq!(repro.command, "python -m pytest -q tests/test_issue.py");
     assert!(repro.output.contains("1 failed"), "{}", repro.output);
     assert_eq!(o.locations.source, "localizer");
     assert_eq!(o.locations.locations[0].symbol, "memoize");
     for name in ["template", "reproduction", "locations", "fixes", "ranking"] {
-        assert!(r.artifacts.join(format!("{name}.json")).is_file(), "{name}.json");
+        assert!(
+            r.artifacts.join(format!("{name}.json")).is_file(),
+            "{name}.json"
+        );
     }
     // No agent's file leaks into the workspace or the patch.
     assert!(clean(r.ws.path()));
@@ -156,7 +158,10 @@ fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
             .collect::<Vec<_>>()
     );
     let f = &o.fixes;
-    assert_eq!((f.generated(), f.applied(), f.parsed(), f.distinct.len()), (4, 3, 3, 2));
+    assert_eq!(
+        (f.generated(), f.applied(), f.parsed(), f.distinct.len()),
+        (4, 3, 3, 2)
+    );
     assert_eq!(f.distinct[0].members, [0]);
     assert_eq!(f.distinct[1].members, [1, 3]);
 
@@ -171,19 +176,34 @@ fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
     assert_eq!(o.patch, task.patch);
 
     // Metrics, from the gold patch, after the run.
-    let m = metrics::compute(&task, &r.ws, Some(&environment()), o, &r.artifacts.join("m"));
+    let m = metrics::compute(
+        &task,
+        &r.ws,
+        Some(&environment()),
+        o,
+        &r.artifacts.join("m"),
+    );
     assert_eq!(m.gold_files, ["cachekit/decorators.py"]);
     assert_eq!(
         m.gold_functions,
-        ["cachekit/decorators.py::memoize", "cachekit/decorators.py::memoize.decorator"]
+        [
+            "cachekit/decorators.py::memoize",
+            "cachekit/decorators.py::memoize.decorator"
+        ]
     );
     assert_eq!((m.file_hit, m.function_hit), (Some(1.0), Some(1.0)));
     assert_eq!(
-        (m.reproduction_fails_on_base, m.reproduction_passes_with_gold),
+        (
+            m.reproduction_fails_on_base,
+            m.reproduction_passes_with_gold
+        ),
         (Some(true), Some(true))
     );
     assert_eq!(m.resolving, Some(vec![1]), "{:?}", m.notes);
-    assert_eq!((m.any_resolves, m.picked_resolves), (Some(true), Some(true)));
+    assert_eq!(
+        (m.any_resolves, m.picked_resolves),
+        (Some(true), Some(true))
+    );
 
     // Replayed from the trajectory, the run is the same.
     let file = r.artifacts.join("trajectory.json");

@@ -6,22 +6,18 @@ mod common;
 
 use std::path::Path;
 
+use common::Scripted;
 use patchwright::aci::{Aci, AciSettings};
 use patchwright::agents::{self, history::Keep, react};
-use patchwright::dataset::{self, Task};
+use patchwright::dataset::Task;
 use patchwright::engine::replay::ReplayBackend;
-use common::Scripted;
 use patchwright::engine::{Backend, Conversation, Engine, EngineSettings, Request, Sampling};
 use patchwright::index::symbols::CodeIndex;
 use patchwright::repo::{Repos, Workspace};
 use patchwright::trajectory::{Step, Trajectory};
 
 fn task(id: &str) -> Task {
-    dataset::load(&common::root().join("datasets/demo/tasks.jsonl"))
-        .unwrap()
-        .into_iter()
-        .find(|t| t.instance_id == id)
-        .unwrap()
+    common::demo_task(id)
 }
 
 fn workspace(task: &Task, dir: &Path) -> Workspace {
@@ -47,7 +43,12 @@ fn episode(
     conversation: &mut dyn Conversation,
     window: usize,
     settings: &react::ReactSettings,
-) -> (tempfile::TempDir, Workspace, react::EpisodeSummary, Trajectory) {
+) -> (
+    tempfile::TempDir,
+    Workspace,
+    react::EpisodeSummary,
+    Trajectory,
+) {
     let dir = tempfile::tempdir().unwrap();
     let ws = workspace(task, dir.path());
     let mut aci = interface(&ws, window);
@@ -107,8 +108,13 @@ fn a_recorded_episode_replays_to_the_same_patch() {
         "Found 1 functions or methods named \"memoize\":\ncachekit/decorators.py::memoize  (lines 8-"
     ), "{}", actions[0].observation);
     assert_eq!(actions[4].observation, "1 2");
-    assert!(actions[5].observation.starts_with("diff --git a/cachekit/decorators.py"));
-    assert!(matches!(trajectory.steps.last().map(|s| &s.step), Some(Step::Episode(_))));
+    assert!(actions[5]
+        .observation
+        .starts_with("diff --git a/cachekit/decorators.py"));
+    assert!(matches!(
+        trajectory.steps.last().map(|s| &s.step),
+        Some(Step::Episode(_))
+    ));
 
     // Replay: the trajectory file answers, and the run must not diverge.
     let file = dir.path().join("trajectory.json");
@@ -128,8 +134,13 @@ fn format_errors_are_told_to_the_model_and_end_the_episode() {
     let script = scripted(vec!["no fence at all", "```\nls -la\n```", "still nothing"]);
     let mut conversation = script.conversation(1, 512).unwrap();
     let settings = react::ReactSettings::default();
-    let (_dir, _ws, summary, trajectory) =
-        episode(&task, &agents::solver(&task), conversation.as_mut(), 100, &settings);
+    let (_dir, _ws, summary, trajectory) = episode(
+        &task,
+        &agents::solver(&task),
+        conversation.as_mut(),
+        100,
+        &settings,
+    );
     assert_eq!(summary.status, react::ExitStatus::ExitError);
     assert_eq!(summary.format_errors, 3);
     let second = trajectory
@@ -153,9 +164,17 @@ fn step_limit_ends_the_episode() {
         max_steps: 3,
         ..Default::default()
     };
-    let (_dir, _ws, summary, trajectory) =
-        episode(&task, &agents::solver(&task), conversation.as_mut(), 100, &settings);
-    assert_eq!((summary.status, summary.steps), (react::ExitStatus::ExitStepLimit, 3));
+    let (_dir, _ws, summary, trajectory) = episode(
+        &task,
+        &agents::solver(&task),
+        conversation.as_mut(),
+        100,
+        &settings,
+    );
+    assert_eq!(
+        (summary.status, summary.steps),
+        (react::ExitStatus::ExitStepLimit, 3)
+    );
     // The same command with the same output again is pointed out.
     let repeated: Vec<bool> = trajectory
         .steps
@@ -229,7 +248,11 @@ fn a_real_model_makes_no_malformed_action_in_30_steps() {
     if let Some(path) = std::env::var_os("PATCHWRIGHT_TEST_TRAJECTORY") {
         std::fs::write(path, serde_json::to_string_pretty(&trajectory).unwrap()).unwrap();
     }
-    assert_eq!(summary.status, react::ExitStatus::ExitStepLimit, "{summary:?}");
+    assert_eq!(
+        summary.status,
+        react::ExitStatus::ExitStepLimit,
+        "{summary:?}"
+    );
     assert_eq!(summary.steps, 30);
     // The grammar admits only well-formed commands of the agent's set.
     assert_eq!(summary.format_errors, 0, "{summary:?}");
@@ -245,7 +268,11 @@ fn a_real_model_makes_no_malformed_action_in_30_steps() {
         }
     }
     assert_eq!(actions, 30);
-    assert!(summary.kv_reuse() > 0.5, "KV reuse {:.2}", summary.kv_reuse());
+    assert!(
+        summary.kv_reuse() > 0.5,
+        "KV reuse {:.2}",
+        summary.kv_reuse()
+    );
 }
 
 #[test]

@@ -16,32 +16,82 @@ pub const REPLACE_MARKER: &str = ">>>>>>> REPLACE";
 /// One command of the interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    Open { path: String, line: Option<usize> },
-    Goto { line: usize },
+    Open {
+        path: String,
+        line: Option<usize>,
+    },
+    Goto {
+        line: usize,
+    },
     ScrollUp,
     ScrollDown,
-    FindFile { name: String, dir: Option<String> },
-    SearchDir { text: String, dir: Option<String> },
-    SearchFile { text: String, path: Option<String> },
-    ViewSkeleton { path: String },
-    ViewSymbol { path: String, symbol: String },
-    SearchClass { name: String },
-    SearchMethod { name: String, class: Option<String> },
+    FindFile {
+        name: String,
+        dir: Option<String>,
+    },
+    SearchDir {
+        text: String,
+        dir: Option<String>,
+    },
+    SearchFile {
+        text: String,
+        path: Option<String>,
+    },
+    ViewSkeleton {
+        path: String,
+    },
+    ViewSymbol {
+        path: String,
+        symbol: String,
+    },
+    SearchClass {
+        name: String,
+    },
+    SearchMethod {
+        name: String,
+        class: Option<String>,
+    },
     /// Replace lines `start..=end` of the open file (`end = start - 1`
     /// inserts before `start`).
-    Edit { start: usize, end: usize, text: String },
-    StrReplace { path: String, old: String, new: String },
-    Create { path: String },
-    Run { command: String },
+    Edit {
+        start: usize,
+        end: usize,
+        text: String,
+    },
+    StrReplace {
+        path: String,
+        old: String,
+        new: String,
+    },
+    Create {
+        path: String,
+    },
+    Run {
+        command: String,
+    },
     Submit,
     /// Hand in a test file and the command that runs it (the test
     /// template generator and the reproducer end with it).
-    SubmitTest { path: String, command: String },
+    SubmitTest {
+        path: String,
+        command: String,
+    },
     /// Record a location to edit (the edit localizer).
-    Locate { path: String, symbol: String },
+    Locate {
+        path: String,
+        symbol: String,
+    },
 }
 
-/// Every command name, in the order the documentation lists them.
+/// How many of [`NAMES`], from the start, only look at the repository
+/// (the viewer, the searches, the lazy views).
+pub const EXPLORING: usize = 11;
+
+/// The commands that look without changing anything.
+pub const EXPLORE: &[&str] = NAMES.split_at(EXPLORING).0;
+
+/// Every command name, in the order the documentation lists them: the
+/// exploring ones first.
 pub const NAMES: &[&str] = &[
     "open",
     "goto",
@@ -306,7 +356,9 @@ impl Command {
                 let (text, rest) = term(rest).ok_or_else(|| usage("expects a search term"))?;
                 let extra = words(rest);
                 if extra.len() > 1 {
-                    return Err(usage("takes a term and at most one path; quote a term with spaces"));
+                    return Err(usage(
+                        "takes a term and at most one path; quote a term with spaces",
+                    ));
                 }
                 let place = extra.first().map(|s| s.to_string());
                 match command {
@@ -373,10 +425,14 @@ impl Command {
                 let (start, end) = (number(start, "START")?, number(end, "END")?);
                 let lines: Vec<&str> = body.map(|b| b.split('\n').collect()).unwrap_or_default();
                 let Some(at) = lines.iter().position(|l| *l == END_OF_EDIT) else {
-                    return Err(usage("the replacement lines must end with a line `end_of_edit`"));
+                    return Err(usage(
+                        "the replacement lines must end with a line `end_of_edit`",
+                    ));
                 };
                 if lines[at + 1..].iter().any(|l| !l.trim().is_empty()) {
-                    return Err(usage("text after `end_of_edit`; write one command per reply"));
+                    return Err(usage(
+                        "text after `end_of_edit`; write one command per reply",
+                    ));
                 }
                 Command::Edit {
                     start,
@@ -390,7 +446,9 @@ impl Command {
                     _ => return Err(usage("expects one path on the first line")),
                 };
                 let lines: Vec<&str> = body.map(|b| b.split('\n').collect()).unwrap_or_default();
-                let marker = |m: &str, from: usize| lines[from..].iter().position(|l| *l == m).map(|i| i + from);
+                let marker = |m: &str, from: usize| {
+                    lines[from..].iter().position(|l| *l == m).map(|i| i + from)
+                };
                 let (Some(s), Some(d), Some(r)) = (
                     marker(SEARCH_MARKER, 0),
                     marker(DIVIDER, 0),
@@ -400,7 +458,9 @@ impl Command {
                 };
                 let ordered = s == 0 && s < d && d < r;
                 if !ordered || lines[r + 1..].iter().any(|l| !l.trim().is_empty()) {
-                    return Err(usage("expects exactly one SEARCH/REPLACE block after the path"));
+                    return Err(usage(
+                        "expects exactly one SEARCH/REPLACE block after the path",
+                    ));
                 }
                 let join = |ls: &[&str]| ls.iter().map(|l| format!("{l}\n")).collect::<String>();
                 Command::StrReplace {
@@ -487,25 +547,102 @@ mod tests {
     #[test]
     fn commands_parse() {
         let cases: Vec<(&str, Command)> = vec![
-            ("open a.py", Command::Open { path: "a.py".into(), line: None }),
-            ("open a.py 12", Command::Open { path: "a.py".into(), line: Some(12) }),
+            (
+                "open a.py",
+                Command::Open {
+                    path: "a.py".into(),
+                    line: None,
+                },
+            ),
+            (
+                "open a.py 12",
+                Command::Open {
+                    path: "a.py".into(),
+                    line: Some(12),
+                },
+            ),
             ("goto 7", Command::Goto { line: 7 }),
             ("scroll_down", Command::ScrollDown),
-            ("find_file *.py src", Command::FindFile { name: "*.py".into(), dir: Some("src".into()) }),
-            ("search_dir \"def parse\" pkg", Command::SearchDir { text: "def parse".into(), dir: Some("pkg".into()) }),
-            ("search_file cache", Command::SearchFile { text: "cache".into(), path: None }),
-            ("view_symbol a/b.py::C.m", Command::ViewSymbol { path: "a/b.py".into(), symbol: "C.m".into() }),
-            ("search_method get Cache", Command::SearchMethod { name: "get".into(), class: Some("Cache".into()) }),
-            ("edit 3:4\n    x = 1\nend_of_edit\n", Command::Edit { start: 3, end: 4, text: "    x = 1\n".into() }),
-            ("edit 3:4\nend_of_edit", Command::Edit { start: 3, end: 4, text: String::new() }),
+            (
+                "find_file *.py src",
+                Command::FindFile {
+                    name: "*.py".into(),
+                    dir: Some("src".into()),
+                },
+            ),
+            (
+                "search_dir \"def parse\" pkg",
+                Command::SearchDir {
+                    text: "def parse".into(),
+                    dir: Some("pkg".into()),
+                },
+            ),
+            (
+                "search_file cache",
+                Command::SearchFile {
+                    text: "cache".into(),
+                    path: None,
+                },
+            ),
+            (
+                "view_symbol a/b.py::C.m",
+                Command::ViewSymbol {
+                    path: "a/b.py".into(),
+                    symbol: "C.m".into(),
+                },
+            ),
+            (
+                "search_method get Cache",
+                Command::SearchMethod {
+                    name: "get".into(),
+                    class: Some("Cache".into()),
+                },
+            ),
+            (
+                "edit 3:4\n    x = 1\nend_of_edit\n",
+                Command::Edit {
+                    start: 3,
+                    end: 4,
+                    text: "    x = 1\n".into(),
+                },
+            ),
+            (
+                "edit 3:4\nend_of_edit",
+                Command::Edit {
+                    start: 3,
+                    end: 4,
+                    text: String::new(),
+                },
+            ),
             (
                 "str_replace a.py\n<<<<<<< SEARCH\nx = 1\n=======\nx = 2\ny = 3\n>>>>>>> REPLACE\n",
-                Command::StrReplace { path: "a.py".into(), old: "x = 1\n".into(), new: "x = 2\ny = 3\n".into() },
+                Command::StrReplace {
+                    path: "a.py".into(),
+                    old: "x = 1\n".into(),
+                    new: "x = 2\ny = 3\n".into(),
+                },
             ),
-            ("run python -m pytest -q tests", Command::Run { command: "python -m pytest -q tests".into() }),
+            (
+                "run python -m pytest -q tests",
+                Command::Run {
+                    command: "python -m pytest -q tests".into(),
+                },
+            ),
             ("submit", Command::Submit),
-            ("submit_test tests/test_x.py python -m pytest -q tests/test_x.py", Command::SubmitTest { path: "tests/test_x.py".into(), command: "python -m pytest -q tests/test_x.py".into() }),
-            ("locate a/b.py::C.m", Command::Locate { path: "a/b.py".into(), symbol: "C.m".into() }),
+            (
+                "submit_test tests/test_x.py python -m pytest -q tests/test_x.py",
+                Command::SubmitTest {
+                    path: "tests/test_x.py".into(),
+                    command: "python -m pytest -q tests/test_x.py".into(),
+                },
+            ),
+            (
+                "locate a/b.py::C.m",
+                Command::Locate {
+                    path: "a/b.py".into(),
+                    symbol: "C.m".into(),
+                },
+            ),
         ];
         for (text, expected) in cases {
             assert_eq!(Command::parse(text), Ok(expected), "{text:?}");
@@ -517,16 +654,32 @@ mod tests {
         let cases = [
             ("", "empty command"),
             ("ls -la", "unknown command `ls`"),
-            ("goto x", "goto: LINE must be a number, not `x`; usage: goto LINE"),
-            ("edit 1:2\nx = 1", "edit: the replacement lines must end with a line `end_of_edit`"),
+            (
+                "goto x",
+                "goto: LINE must be a number, not `x`; usage: goto LINE",
+            ),
+            (
+                "edit 1:2\nx = 1",
+                "edit: the replacement lines must end with a line `end_of_edit`",
+            ),
             ("view_symbol a.py", "view_symbol: expects PATH::NAME"),
             ("submit now", "submit: takes no arguments"),
-            ("open a.py\nopen b.py", "open: takes one line; write one command per reply"),
+            (
+                "open a.py\nopen b.py",
+                "open: takes one line; write one command per reply",
+            ),
         ];
         for (text, message) in cases {
             let err = Command::parse(text).unwrap_err().to_string();
             assert!(err.starts_with(message), "{text:?}: {err}");
         }
+    }
+
+    #[test]
+    fn the_exploring_commands_are_the_viewer_searches_and_views() {
+        assert_eq!(EXPLORE.first(), Some(&"open"));
+        assert_eq!(EXPLORE.last(), Some(&"search_method"));
+        assert!(!EXPLORE.contains(&"edit"));
     }
 
     #[test]
@@ -537,7 +690,14 @@ mod tests {
         while let Some(c) = read_command(&mut lines) {
             got.push(c.unwrap());
         }
-        assert_eq!(got, ["open a.py\n", "edit 1:1\nx = 1\n\nend_of_edit\n", "submit\n"]);
+        assert_eq!(
+            got,
+            [
+                "open a.py\n",
+                "edit 1:1\nx = 1\n\nend_of_edit\n",
+                "submit\n"
+            ]
+        );
     }
 
     #[test]

@@ -57,7 +57,13 @@ pub const MAX_GRAMMAR_PATHS: usize = 50_000;
 pub const MAX_SYMBOL_CHOICES: usize = 5_000;
 /// Directories the listings and searches skip: version control and
 /// interpreter caches.
-pub const SKIPPED_DIRS: &[&str] = &[".git", "__pycache__", ".pytest_cache", ".tox", ".mypy_cache"];
+pub const SKIPPED_DIRS: &[&str] = &[
+    ".git",
+    "__pycache__",
+    ".pytest_cache",
+    ".tox",
+    ".mypy_cache",
+];
 
 /// The interface's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,7 +221,11 @@ impl Aci {
                 .index
                 .files
                 .iter()
-                .flat_map(|f| f.symbols.iter().map(move |s| format!("{}::{}", f.path, s.qualname)))
+                .flat_map(|f| {
+                    f.symbols
+                        .iter()
+                        .map(move |s| format!("{}::{}", f.path, s.qualname))
+                })
                 .collect();
         }
         for (path, is_dir) in walk(&self.root, "") {
@@ -242,7 +252,9 @@ impl Aci {
             Command::ScrollUp => self.scroll(false),
             Command::ScrollDown => self.scroll(true),
             Command::FindFile { name, dir } => search::find_file(&self.root, name, dir.as_deref()),
-            Command::SearchDir { text, dir } => search::search_dir(&self.root, text, dir.as_deref()),
+            Command::SearchDir { text, dir } => {
+                search::search_dir(&self.root, text, dir.as_deref())
+            }
             Command::SearchFile { text, path } => match path.as_deref().or(self.open_file()) {
                 Some(path) => search::search_file(&self.root, text, path),
                 None => "No file open. Use the open command first.".to_string(),
@@ -422,7 +434,10 @@ impl Aci {
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let total = lines.len();
         if start == 0 || start > total + 1 {
-            return format!("Error: START must be between 1 and {} for {path}.", total + 1);
+            return format!(
+                "Error: START must be between 1 and {} for {path}.",
+                total + 1
+            );
         }
         if end + 1 < start || end > total {
             return format!(
@@ -450,7 +465,8 @@ impl Aci {
             Err(e) => return e,
         };
         if old.is_empty() {
-            return "Error: the SEARCH part is empty; copy the lines to replace into it.".to_string();
+            return "Error: the SEARCH part is empty; copy the lines to replace into it."
+                .to_string();
         }
         // OLD is whole lines: it must start where a line starts.
         let at: Vec<usize> = text
@@ -468,8 +484,11 @@ impl Aci {
                 self.write_checked(path, &text, &replaced, line_of(*i))
             }
             many => {
-                let mut lines: Vec<String> =
-                    many.iter().take(MAX_LISTED_LINES).map(|&i| line_of(i).to_string()).collect();
+                let mut lines: Vec<String> = many
+                    .iter()
+                    .take(MAX_LISTED_LINES)
+                    .map(|&i| line_of(i).to_string())
+                    .collect();
                 if many.len() > MAX_LISTED_LINES {
                     lines.push("…".to_string());
                 }
@@ -531,11 +550,19 @@ impl Aci {
                 "Error: no function, method or class \"{qualname}\" in {path}. Use view_skeleton {path} to see its names."
             );
         };
-        if self.locations.iter().any(|l| l.path == path && l.symbol == qualname) {
-            return format!("{path}::{qualname} is already recorded. Record another place, or submit.");
+        if self
+            .locations
+            .iter()
+            .any(|l| l.path == path && l.symbol == qualname)
+        {
+            return format!(
+                "{path}::{qualname} is already recorded. Record another place, or submit."
+            );
         }
         if self.locations.len() >= MAX_LOCATIONS {
-            return format!("Already {MAX_LOCATIONS} locations recorded, the most allowed. Submit now.");
+            return format!(
+                "Already {MAX_LOCATIONS} locations recorded, the most allowed. Submit now."
+            );
         }
         self.locations.push(Location {
             path: path.to_string(),
@@ -566,11 +593,14 @@ impl Aci {
         let output = trim_output(&outcome.output);
         let wanted = self.test_check.unwrap_or(TestCheck::Passes);
         let problem = match (wanted, &verdict) {
-            (TestCheck::Passes, check::Verdict::Passed) | (TestCheck::Fails, check::Verdict::Failed) => None,
-            (TestCheck::Passes, check::Verdict::Failed) => Some("the test fails; it must pass".to_string()),
-            (TestCheck::Fails, check::Verdict::Passed) => Some(
-                "the test passes; it must fail on this code, because of the issue".to_string(),
-            ),
+            (TestCheck::Passes, check::Verdict::Passed)
+            | (TestCheck::Fails, check::Verdict::Failed) => None,
+            (TestCheck::Passes, check::Verdict::Failed) => {
+                Some("the test fails; it must pass".to_string())
+            }
+            (TestCheck::Fails, check::Verdict::Passed) => {
+                Some("the test passes; it must fail on this code, because of the issue".to_string())
+            }
             (_, check::Verdict::Broken(why)) => Some(format!("the test is broken: {why}")),
         };
         if let Some(problem) = problem {
@@ -669,7 +699,9 @@ pub(crate) fn read_text(root: &Path, path: &str) -> Result<String, String> {
         Err(_) => return Err(format!("Error: File {path} not found")),
     };
     if meta.is_dir() {
-        return Err(format!("Error: {path} is a directory. You can only open files."));
+        return Err(format!(
+            "Error: {path} is a directory. You can only open files."
+        ));
     }
     if !meta.is_file() {
         return Err(format!("Error: {path} is not a regular file."));
@@ -702,14 +734,24 @@ pub(crate) fn walk(root: &Path, dir: &str) -> Vec<(String, bool)> {
     let mut out = Vec::new();
     let mut stack = vec![dir.trim_matches('/').to_string()];
     while let Some(rel) = stack.pop() {
-        let full = if rel.is_empty() { root.to_path_buf() } else { root.join(&rel) };
+        let full = if rel.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(&rel)
+        };
         let Ok(entries) = std::fs::read_dir(&full) else {
             continue;
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let Ok(kind) = entry.file_type() else { continue };
-            let path = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let path = if rel.is_empty() {
+                name.clone()
+            } else {
+                format!("{rel}/{name}")
+            };
             if kind.is_dir() {
                 if !SKIPPED_DIRS.contains(&name.as_str()) {
                     out.push((path.clone(), true));
@@ -753,7 +795,11 @@ mod tests {
             (3, 0, 4, 1),
         ];
         for (first, total, size, expected) in cases {
-            assert_eq!(clamp_first(first, total, size), expected, "{first} {total} {size}");
+            assert_eq!(
+                clamp_first(first, total, size),
+                expected,
+                "{first} {total} {size}"
+            );
         }
         let lines = ["a", "b", "c", "d", "e"];
         assert_eq!(

@@ -21,7 +21,10 @@ fn outline_line(symbol: &Symbol, indent: usize) -> String {
         symbol.def_line, symbol.signature, symbol.start_line, symbol.end_line
     );
     if let Some(doc) = &symbol.docstring {
-        out.push_str(&format!("\n{}{pad}    \"\"\"{doc}\"\"\"", " ".repeat(symbol.def_line.to_string().len() + 1)));
+        out.push_str(&format!(
+            "\n{}{pad}    \"\"\"{doc}\"\"\"",
+            " ".repeat(symbol.def_line.to_string().len() + 1)
+        ));
     }
     out
 }
@@ -76,7 +79,11 @@ pub fn symbol(root: &Path, path: &str, qualname: &str) -> String {
         let list = if names.is_empty() {
             "none".to_string()
         } else if names.len() > MAX_SEARCH_RESULTS {
-            format!("{}, … ({} in all)", names[..MAX_SEARCH_RESULTS].join(", "), names.len())
+            format!(
+                "{}, … ({} in all)",
+                names[..MAX_SEARCH_RESULTS].join(", "),
+                names.len()
+            )
         } else {
             names.join(", ")
         };
@@ -96,7 +103,9 @@ fn methods<'a>(file: &'a FileSymbols, class: &Symbol) -> impl Iterator<Item = &'
     let prefix = format!("{}.", class.qualname);
     file.symbols.iter().filter(move |s| {
         s.kind == SymbolKind::Method
-            && s.qualname.strip_prefix(&prefix).is_some_and(|rest| !rest.contains('.'))
+            && s.qualname
+                .strip_prefix(&prefix)
+                .is_some_and(|rest| !rest.contains('.'))
     })
 }
 

@@ -95,7 +95,12 @@ impl Fixes {
     pub fn parsed(&self) -> usize {
         self.candidates
             .iter()
-            .filter(|c| matches!(c.status, Status::Kept | Status::Duplicate(_) | Status::NoChange))
+            .filter(|c| {
+                matches!(
+                    c.status,
+                    Status::Kept | Status::Duplicate(_) | Status::NoChange
+                )
+            })
             .count()
     }
 }
@@ -135,7 +140,10 @@ pub fn code_sections(root: &Path, locations: &[Location]) -> Vec<(String, String
             continue;
         }
         let snippet = lines[start - 1..end].join("\n");
-        let section = format!("{}::{} (lines {start}-{end})\n```python\n{snippet}\n```", loc.path, loc.symbol);
+        let section = format!(
+            "{}::{} (lines {start}-{end})\n```python\n{snippet}\n```",
+            loc.path, loc.symbol
+        );
         match out.iter_mut().find(|(p, _)| *p == loc.path) {
             Some((_, s)) => {
                 s.push_str("\n\n");
@@ -210,7 +218,11 @@ pub fn run(
     let generation = conversation.generate(&request)?;
     let prompt = conversation.render(&msgs);
     trajectory.record(Step::ModelCall(Box::new(ModelCall::from_generation(
-        "fixer", msgs, prompt, sampling, &generation,
+        "fixer",
+        msgs,
+        prompt,
+        sampling,
+        &generation,
     ))));
 
     let mut fixes = Fixes {
@@ -222,7 +234,11 @@ pub fn run(
         let status = match (&status, &patch) {
             (Status::Kept, Some(p)) => {
                 let key = normalise(p);
-                match fixes.distinct.iter_mut().find(|d| normalise(&d.patch) == key) {
+                match fixes
+                    .distinct
+                    .iter_mut()
+                    .find(|d| normalise(&d.patch) == key)
+                {
                     Some(d) => {
                         d.members.push(index);
                         Status::Duplicate(d.members[0])

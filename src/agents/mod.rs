@@ -7,7 +7,7 @@ pub mod history;
 pub mod ranker;
 pub mod react;
 
-use crate::aci::command::NAMES;
+use crate::aci::command::{EXPLORE, NAMES};
 use crate::dataset::Task;
 use react::Agent;
 
@@ -78,21 +78,6 @@ pub fn solver(task: &Task) -> Agent<'static> {
         ),
     }
 }
-
-/// The commands that look without changing anything.
-const EXPLORE: &[&str] = &[
-    "open",
-    "goto",
-    "scroll_up",
-    "scroll_down",
-    "find_file",
-    "search_dir",
-    "search_file",
-    "view_skeleton",
-    "view_symbol",
-    "search_class",
-    "search_method",
-];
 
 /// Exploring, writing a test file, running it, handing it in.
 const TEST_WRITER: &[&str] = &[

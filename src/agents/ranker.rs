@@ -145,7 +145,10 @@ fn run_in(
 }
 
 fn pytest_command(files: &[String]) -> String {
-    format!("python -m pytest -rA -p no:cacheprovider -q {}", files.join(" "))
+    format!(
+        "python -m pytest -rA -p no:cacheprovider -q {}",
+        files.join(" ")
+    )
 }
 
 /// Writes the reproduction test into `dir` (a candidate's worktree).
@@ -181,9 +184,14 @@ pub fn rank(
     let base_passing = if regression.is_empty() {
         BTreeSet::new()
     } else {
-        run_in(ws.path(), environment, settings.test_timeout_s, &pytest_command(&regression))
-            .map(|o| passed_tests(&o.output))
-            .unwrap_or_default()
+        run_in(
+            ws.path(),
+            environment,
+            settings.test_timeout_s,
+            &pytest_command(&regression),
+        )
+        .map(|o| passed_tests(&o.output))
+        .unwrap_or_default()
     };
 
     let evaluations: Vec<Evaluation> = std::thread::scope(|s| {
@@ -204,10 +212,16 @@ pub fn rank(
                     let tried = (|| -> Result<(), String> {
                         let dir = scratch.join(format!("candidate-{i}"));
                         let cand = ws.clone_to(&dir).map_err(|e| e.to_string())?;
-                        crate::repo::apply_patch(cand.path(), &d.patch).map_err(|e| e.to_string())?;
+                        crate::repo::apply_patch(cand.path(), &d.patch)
+                            .map_err(|e| e.to_string())?;
                         if let Some(test) = reproduction {
                             place_test(cand.path(), test)?;
-                            let o = run_in(cand.path(), environment, settings.test_timeout_s, &test.command)?;
+                            let o = run_in(
+                                cand.path(),
+                                environment,
+                                settings.test_timeout_s,
+                                &test.command,
+                            )?;
                             e.reproduction = Some(check::verdict(&o) == check::Verdict::Passed);
                         }
                         if !regression.is_empty() {
@@ -291,7 +305,13 @@ fn compare(
     let listed: Vec<String> = tied
         .iter()
         .enumerate()
-        .map(|(n, &i)| format!("Candidate {}:\n```diff\n{}```", n + 1, fixes.distinct[i].patch))
+        .map(|(n, &i)| {
+            format!(
+                "Candidate {}:\n```diff\n{}```",
+                n + 1,
+                fixes.distinct[i].patch
+            )
+        })
         .collect();
     let msgs = vec![
         Message::system("You are an expert Python developer who reviews patches."),
@@ -306,7 +326,11 @@ fn compare(
     let g = format!(
         "root ::= \"Reasoning: \" [^\\n]{{1,{}}} \"\\nBest: \" ({})\n",
         grammar::MAX_THOUGHT_CHARS,
-        numbers.iter().map(|n| grammar::literal(n)).collect::<Vec<_>>().join(" | ")
+        numbers
+            .iter()
+            .map(|n| grammar::literal(n))
+            .collect::<Vec<_>>()
+            .join(" | ")
     );
     let sampling = Sampling {
         max_tokens: COMPARE_TOKENS,
@@ -325,7 +349,11 @@ fn compare(
         .map(|c| c.text.clone())
         .unwrap_or_default();
     trajectory.record(Step::ModelCall(Box::new(ModelCall::from_generation(
-        "ranker", msgs, prompt, sampling, &generation,
+        "ranker",
+        msgs,
+        prompt,
+        sampling,
+        &generation,
     ))));
     let number = text
         .rsplit_once("Best: ")
@@ -360,7 +388,10 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        let touched = ["cachekit/lru.py".to_string(), "cachekit/__init__.py".to_string()];
+        let touched = [
+            "cachekit/lru.py".to_string(),
+            "cachekit/__init__.py".to_string(),
+        ];
         assert_eq!(
             regression_files(&all, &touched),
             ["tests/test_lru.py", "tests/test_lru_extra.py"]

@@ -271,11 +271,15 @@ pub fn run(
         summary.tokens_reused += s.prompt_tokens_reused as u64;
         summary.tokens_generated += s.generated_tokens.first().copied().unwrap_or(0) as u64;
         let prompt = conversation.render(&msgs);
-        let call = ModelCall::from_generation(agent.name, msgs, prompt, sampling.clone(), &generation);
+        let call =
+            ModelCall::from_generation(agent.name, msgs, prompt, sampling.clone(), &generation);
         let reply = call.response.clone();
         trajectory.record(Step::ModelCall(Box::new(call)));
 
-        let cut_off = generation.candidates.first().is_some_and(|c| c.stop == Stop::MaxTokens);
+        let cut_off = generation
+            .candidates
+            .first()
+            .is_some_and(|c| c.stop == Stop::MaxTokens);
         let exec_started = Instant::now();
         let parsed = command::split_turn(&reply)
             .ok_or_else(|| "the reply has no command in a ``` fence".to_string())
@@ -305,7 +309,10 @@ pub fn run(
             Err(_) if cut_off => {
                 errors_in_row += 1;
                 summary.truncated += 1;
-                let why = format!("the reply reached the limit of {} tokens", settings.reply_tokens);
+                let why = format!(
+                    "the reply reached the limit of {} tokens",
+                    settings.reply_tokens
+                );
                 let text = format!(
                     "Your reply was cut off: it reached the limit of {} tokens before the command \
                      ended. Write a shorter thought, and edit fewer lines at a time.",

@@ -442,9 +442,18 @@ mod tests {
             args: vec![Arg::Range, Arg::Lines("end".into())],
         }])
         .unwrap();
-        assert!(g.starts_with("root ::= thought \"\\n\\n```\\n\" command \"```\"\n"), "{g}");
-        assert!(g.contains("cmd-edit ::= \"edit\" \" \" cmd-edit-arg0 \"\\n\" cmd-edit-arg1\n"), "{g}");
-        assert!(g.contains("cmd-edit-arg1 ::= cmd-edit-arg1-line{0,80} \"end\\n\"\n"), "{g}");
+        assert!(
+            g.starts_with("root ::= thought \"\\n\\n```\\n\" command \"```\"\n"),
+            "{g}"
+        );
+        assert!(
+            g.contains("cmd-edit ::= \"edit\" \" \" cmd-edit-arg0 \"\\n\" cmd-edit-arg1\n"),
+            "{g}"
+        );
+        assert!(
+            g.contains("cmd-edit-arg1 ::= cmd-edit-arg1-line{0,80} \"end\\n\"\n"),
+            "{g}"
+        );
         assert_eq!(
             actions(&[Action {
                 name: "x".into(),

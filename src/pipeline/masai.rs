@@ -82,7 +82,11 @@ pub fn index_cache_dir() -> PathBuf {
     base.join("index")
 }
 
-pub(crate) fn write_artifact(dir: &Path, name: &str, value: &impl Serialize) -> Result<(), MasaiError> {
+pub(crate) fn write_artifact(
+    dir: &Path,
+    name: &str,
+    value: &impl Serialize,
+) -> Result<(), MasaiError> {
     let path = dir.join(format!("{name}.json"));
     let err = |message: String| MasaiError::Artifact {
         path: path.clone(),
@@ -129,7 +133,14 @@ impl Context<'_> {
             ..self.settings.sampling.clone()
         };
         let mut conversation = self.backend.conversation(1, 0)?;
-        let summary = react::run(conversation.as_mut(), aci, agent, &react, &sampling, trajectory);
+        let summary = react::run(
+            conversation.as_mut(),
+            aci,
+            agent,
+            &react,
+            &sampling,
+            trajectory,
+        );
         crate::repo::reset_worktree(self.ws.path())?;
         tracing::info!(
             "  {}: {} after {} steps ({} prompt tokens evaluated, {:.0}% reused)",
@@ -223,7 +234,12 @@ pub fn run(
 
     tracing::info!("{id}: stage 3/5, edit localizer");
     let mut aci = cx.interface()?;
-    let episode = cx.episode(&agent_defs::localizer(task), &mut aci, &agents.localizer, trajectory)?;
+    let episode = cx.episode(
+        &agent_defs::localizer(task),
+        &mut aci,
+        &agents.localizer,
+        trajectory,
+    )?;
     let mut locations = LocationsArtifact {
         episode,
         source: "localizer".into(),
@@ -269,7 +285,10 @@ pub fn run(
         tracing::info!("{id}: stage 5/5, ranker: no candidate survived, nothing to rank");
         (None, None)
     } else if stages.rank {
-        tracing::info!("{id}: stage 5/5, ranker ({} distinct candidates)", fixes.distinct.len());
+        tracing::info!(
+            "{id}: stage 5/5, ranker ({} distinct candidates)",
+            fixes.distinct.len()
+        );
         let mut conversation = backend.conversation(1, 0)?;
         let r = ranker::rank(
             conversation.as_mut(),
@@ -287,7 +306,9 @@ pub fn run(
         let chosen = r.order.first().copied();
         (Some(r), chosen)
     } else {
-        tracing::info!("{id}: stage 5/5, ranker switched off: the first distinct candidate is taken");
+        tracing::info!(
+            "{id}: stage 5/5, ranker switched off: the first distinct candidate is taken"
+        );
         (None, Some(0))
     };
     let patch = chosen

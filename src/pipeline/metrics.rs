@@ -12,8 +12,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::masai::Outcome;
-use crate::agents::ranker::{passed_tests, touched_files};
 use crate::aci::{check, SubmittedTest};
+use crate::agents::ranker::{passed_tests, touched_files};
 use crate::dataset::Task;
 use crate::env::{self, Environment};
 use crate::index::symbols::{self, SymbolKind};
@@ -123,7 +123,11 @@ fn share(gold: &[String], hit: impl Fn(&str) -> bool) -> Option<f64> {
     Some(gold.iter().filter(|g| hit(g)).count() as f64 / gold.len() as f64)
 }
 
-fn run_tests(dir: &Path, env: Option<&Environment>, command: &str) -> Result<sandbox::Outcome, String> {
+fn run_tests(
+    dir: &Path,
+    env: Option<&Environment>,
+    command: &str,
+) -> Result<sandbox::Outcome, String> {
     let mut policy = env::policy(dir, env).map_err(|e| e.to_string())?;
     policy.limits.timeout_ms = TEST_TIMEOUT_S * 1000;
     let argv = ["bash".to_string(), "-c".to_string(), command.to_string()];
@@ -141,7 +145,13 @@ fn patched(ws: &Workspace, dir: &Path, patches: &[&str]) -> Result<Workspace, St
 
 /// Whether `patch` resolves `task`: with it and the test patch applied,
 /// every FAIL_TO_PASS and PASS_TO_PASS test passes (pytest ids only).
-fn resolves(task: &Task, ws: &Workspace, env: Option<&Environment>, patch: &str, dir: &Path) -> Result<bool, String> {
+fn resolves(
+    task: &Task,
+    ws: &Workspace,
+    env: Option<&Environment>,
+    patch: &str,
+    dir: &Path,
+) -> Result<bool, String> {
     let tests: Vec<&String> = task.fail_to_pass.iter().chain(&task.pass_to_pass).collect();
     if tests.iter().any(|t| !t.contains("::")) {
         return Err("the task's tests are not pytest node ids".into());
@@ -151,7 +161,10 @@ fn resolves(task: &Task, ws: &Workspace, env: Option<&Environment>, patch: &str,
     let out = run_tests(
         w.path(),
         env,
-        &format!("python -m pytest -rA -p no:cacheprovider {}", files.join(" ")),
+        &format!(
+            "python -m pytest -rA -p no:cacheprovider {}",
+            files.join(" ")
+        ),
     );
     // Scratch: a failure to delete it is harmless.
     let _ = w.remove();
@@ -159,7 +172,13 @@ fn resolves(task: &Task, ws: &Workspace, env: Option<&Environment>, patch: &str,
     Ok(tests.iter().all(|t| passed.contains(t.as_str())))
 }
 
-fn reproduction_passes(ws: &Workspace, env: Option<&Environment>, gold: &str, test: &SubmittedTest, dir: &Path) -> Result<bool, String> {
+fn reproduction_passes(
+    ws: &Workspace,
+    env: Option<&Environment>,
+    gold: &str,
+    test: &SubmittedTest,
+    dir: &Path,
+) -> Result<bool, String> {
     let w = patched(ws, dir, &[gold])?;
     let full = crate::edit::resolve(w.path(), &test.path).map_err(|e| e.to_string())?;
     if let Some(parent) = full.parent() {
@@ -172,15 +191,29 @@ fn reproduction_passes(ws: &Workspace, env: Option<&Environment>, gold: &str, te
 }
 
 /// The metrics of one task's outcome. `ws` must be at the base commit.
-pub fn compute(task: &Task, ws: &Workspace, env: Option<&Environment>, outcome: &Outcome, scratch: &Path) -> Metrics {
+pub fn compute(
+    task: &Task,
+    ws: &Workspace,
+    env: Option<&Environment>,
+    outcome: &Outcome,
+    scratch: &Path,
+) -> Metrics {
     let mut m = Metrics {
         gold_files: touched_files(&task.patch),
         gold_functions: gold_functions(ws.path(), &task.patch),
         ..Metrics::default()
     };
     let locs = &outcome.locations.locations;
-    m.located_files = locs.iter().map(|l| l.path.clone()).collect::<BTreeSet<_>>().into_iter().collect();
-    m.located_functions = locs.iter().map(|l| format!("{}::{}", l.path, l.symbol)).collect();
+    m.located_files = locs
+        .iter()
+        .map(|l| l.path.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    m.located_functions = locs
+        .iter()
+        .map(|l| format!("{}::{}", l.path, l.symbol))
+        .collect();
     m.file_hit = share(&m.gold_files, |g| m.located_files.iter().any(|f| f == g));
     m.function_hit = share(&m.gold_functions, |g| {
         m.located_functions
@@ -191,7 +224,9 @@ pub fn compute(task: &Task, ws: &Workspace, env: Option<&Environment>, outcome: 
         m.reproduction_fails_on_base = Some(true);
         match reproduction_passes(ws, env, &task.patch, test, &scratch.join("gold")) {
             Ok(p) => m.reproduction_passes_with_gold = Some(p),
-            Err(e) => m.notes.push(format!("reproduction with the gold patch: {e}")),
+            Err(e) => m
+                .notes
+                .push(format!("reproduction with the gold patch: {e}")),
         }
     } else if outcome.reproduction.is_some() {
         m.reproduction_fails_on_base = Some(false);
@@ -204,7 +239,13 @@ pub fn compute(task: &Task, ws: &Workspace, env: Option<&Environment>, outcome: 
     let mut resolving = Vec::new();
     let mut checked = true;
     for (i, d) in f.distinct.iter().enumerate() {
-        match resolves(task, ws, env, &d.patch, &scratch.join(format!("resolve-{i}"))) {
+        match resolves(
+            task,
+            ws,
+            env,
+            &d.patch,
+            &scratch.join(format!("resolve-{i}")),
+        ) {
             Ok(true) => resolving.push(i),
             Ok(false) => {}
             Err(e) => {
@@ -249,14 +290,23 @@ impl Summary {
             tasks: all.len(),
             mean_file_hit: mean(&|m| m.file_hit),
             mean_function_hit: mean(&|m| m.function_hit),
-            reproduced: all.iter().filter(|m| m.reproduction_fails_on_base == Some(true)).count(),
-            reproduction_valid: all.iter().filter(|m| m.reproduction_passes_with_gold == Some(true)).count(),
+            reproduced: all
+                .iter()
+                .filter(|m| m.reproduction_fails_on_base == Some(true))
+                .count(),
+            reproduction_valid: all
+                .iter()
+                .filter(|m| m.reproduction_passes_with_gold == Some(true))
+                .count(),
             candidates_generated: all.iter().map(|m| m.candidates_generated).sum(),
             candidates_applied: all.iter().map(|m| m.candidates_applied).sum(),
             candidates_parsed: all.iter().map(|m| m.candidates_parsed).sum(),
             candidates_distinct: all.iter().map(|m| m.candidates_distinct).sum(),
             any_resolves: all.iter().filter(|m| m.any_resolves == Some(true)).count(),
-            picked_resolves: all.iter().filter(|m| m.picked_resolves == Some(true)).count(),
+            picked_resolves: all
+                .iter()
+                .filter(|m| m.picked_resolves == Some(true))
+                .count(),
         }
     }
 }

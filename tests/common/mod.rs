@@ -12,6 +12,15 @@ pub fn test_model() -> PathBuf {
     }
 }
 
+/// A task of the demo dataset.
+pub fn demo_task(id: &str) -> patchwright::dataset::Task {
+    patchwright::dataset::load(&root().join("datasets/demo/tasks.jsonl"))
+        .unwrap()
+        .into_iter()
+        .find(|t| t.instance_id == id)
+        .unwrap_or_else(|| panic!("no demo task {id}"))
+}
+
 /// The repository root.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -53,7 +62,11 @@ impl Conversation for ScriptedConversation<'_> {
     fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError> {
         let mut next = self.0.next.lock().unwrap();
         let call = self.0.calls.get(*next).unwrap_or_else(|| {
-            panic!("unscripted call {}: {:?}", *next + 1, request.messages.last())
+            panic!(
+                "unscripted call {}: {:?}",
+                *next + 1,
+                request.messages.last()
+            )
         });
         *next += 1;
         assert_eq!(call.len(), request.n.max(1), "call {}: candidates", *next);
