@@ -70,7 +70,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (i, f) in files.iter().enumerate() {
         replies.push(format!("I read {f}.\n\n```\nopen {f}\n```"));
         replies.push("I read on.\n\n```\nscroll_down\n```".to_string());
-        replies.push(format!("I look at its outline.\n\n```\nview_skeleton {f}\n```"));
+        replies.push(format!(
+            "I look at its outline.\n\n```\nview_skeleton {f}\n```"
+        ));
         if i % 2 == 0 {
             replies.push("I search for definitions.\n\n```\nsearch_dir def\n```".to_string());
         }
