@@ -9,6 +9,7 @@ pub mod dataset;
 pub mod edit;
 pub mod engine;
 pub mod env;
+pub mod eval;
 pub mod index;
 pub mod models;
 pub mod pipeline;

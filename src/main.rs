@@ -13,6 +13,9 @@ use patchwright::batch::{self, Batch, RunDir, Summary};
 use patchwright::config::Settings;
 use patchwright::dataset::{self, Selection, Shard, Slice};
 use patchwright::engine::{Engine, EngineSettings};
+use patchwright::env::build::{Index, Pythons};
+use patchwright::env::spec::Specs;
+use patchwright::eval;
 use patchwright::models;
 use patchwright::repo::Repos;
 use patchwright_sandbox as sandbox;
@@ -52,6 +55,157 @@ enum Command {
     /// a str_replace's through `>>>>>>> REPLACE`), and print exactly what
     /// the model would be shown. `submit` prints the patch and stops.
     Aci(AciArgs),
+    /// Python environments per (repository, version), from the specs in
+    /// datasets/envs.
+    #[command(subcommand)]
+    Env(EnvCommand),
+    /// Grade predictions offline with SWE-bench's rules: a fresh worktree
+    /// per task, the patch, the task's test patch, its tests in the sandbox
+    /// (network off), FAIL_TO_PASS and PASS_TO_PASS all passing. Writes
+    /// OUT/report.json (the summary) and OUT/logs/<id>/.
+    Eval(EvalArgs),
+}
+
+#[derive(Subcommand)]
+enum EnvCommand {
+    /// Build the environment of every (repository, version) of the selected
+    /// tasks that is not built yet, and report what could not be built and
+    /// why. Built environments are reused (keyed by repository, version and
+    /// spec hash).
+    Build(EnvBuildArgs),
+}
+
+/// Where environments come from (shared by `env build` and `eval`).
+#[derive(Args)]
+struct EnvArgs {
+    /// Directory of environment specs [default: datasets/envs of the source tree].
+    #[arg(long, value_name = "DIR")]
+    specs: Option<PathBuf>,
+    /// Where environments are built [default: $PATCHWRIGHT_ENVS_DIR, else
+    /// ~/.cache/patchwright/envs].
+    #[arg(long, value_name = "DIR")]
+    envs: Option<PathBuf>,
+    /// A Python installation prefix to use (besides pyenv's versions);
+    /// repeatable. It wins over pyenv's for its major.minor.
+    #[arg(long = "python", value_name = "PREFIX")]
+    pythons: Vec<PathBuf>,
+    /// Install packages only from this directory of wheels and sdists
+    /// (no network), instead of the package index.
+    #[arg(long, value_name = "DIR")]
+    wheels: Option<PathBuf>,
+}
+
+impl EnvArgs {
+    fn settings(
+        &self,
+        jobs: usize,
+        test_timeout_s: u64,
+        run_empty: bool,
+    ) -> Result<eval::Settings> {
+        let dir = self.specs.clone().unwrap_or_else(Specs::default_dir);
+        let specs = Specs::load_dir(&dir)?;
+        let index = match &self.wheels {
+            Some(w) => Index::Wheels(
+                std::fs::canonicalize(w).with_context(|| format!("--wheels {}", w.display()))?,
+            ),
+            None => Index::Online,
+        };
+        let envs_root = self
+            .envs
+            .clone()
+            .unwrap_or_else(eval::Settings::default_envs_root);
+        std::fs::create_dir_all(&envs_root)
+            .with_context(|| format!("cannot create {}", envs_root.display()))?;
+        Ok(eval::Settings {
+            specs,
+            pythons: Pythons::discover(&self.pythons),
+            envs_root: std::fs::canonicalize(&envs_root)?,
+            index,
+            jobs,
+            test_timeout_s,
+            run_empty,
+        })
+    }
+}
+
+#[derive(Args)]
+struct TaskArgs {
+    /// Task file: a .json list or .jsonl, in SWE-bench's format.
+    #[arg(long, value_name = "FILE")]
+    dataset: PathBuf,
+    /// Directory of repositories: DIR/owner__name.git (bare mirror),
+    /// DIR/owner__name (a clone) or DIR/owner__name.bundle.
+    #[arg(long, value_name = "DIR")]
+    repos: PathBuf,
+    /// Keep tasks whose instance_id matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    filter: Option<String>,
+}
+
+impl TaskArgs {
+    fn tasks(&self) -> Result<Vec<dataset::Task>> {
+        let tasks = dataset::load(&self.dataset)?;
+        let selection = Selection {
+            filter: self
+                .filter
+                .as_deref()
+                .map(Regex::new)
+                .transpose()
+                .context("--filter is not a valid regular expression")?,
+            ..Selection::default()
+        };
+        let tasks = selection.apply(tasks);
+        if tasks.is_empty() {
+            bail!("no task of {} is selected", self.dataset.display());
+        }
+        if !self.repos.is_dir() {
+            bail!("--repos {}: not a directory", self.repos.display());
+        }
+        Ok(tasks)
+    }
+}
+
+#[derive(Args)]
+struct EnvBuildArgs {
+    #[command(flatten)]
+    tasks: TaskArgs,
+    #[command(flatten)]
+    env: EnvArgs,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("patches").required(true).args(["predictions", "gold", "empty"])))]
+struct EvalArgs {
+    #[command(flatten)]
+    tasks: TaskArgs,
+    #[command(flatten)]
+    env: EnvArgs,
+    /// Predictions to grade: predictions.jsonl (or a .json list) with
+    /// instance_id and model_patch, as `batch` writes them.
+    #[arg(long, value_name = "FILE")]
+    predictions: Option<PathBuf>,
+    /// Grade the dataset's own gold patches (validates the environments:
+    /// every task should resolve).
+    #[arg(long)]
+    gold: bool,
+    /// Grade the base commits with no patch (FAIL_TO_PASS must fail).
+    #[arg(long)]
+    empty: bool,
+    /// Output directory.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Tasks graded at once [default: half the CPUs, at least 1].
+    #[arg(long, value_name = "J")]
+    jobs: Option<usize>,
+    /// Time limit of one task's tests, in seconds.
+    #[arg(long, value_name = "S", default_value_t = eval::DEFAULT_TEST_TIMEOUT_S)]
+    timeout: u64,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -247,6 +401,8 @@ fn main() -> ExitCode {
         Command::Sandbox(SandboxCommand::Exec(args)) => cmd_sandbox_exec(args),
         Command::Aci(args) => cmd_aci(args),
         Command::Run(args) => cmd_run(args),
+        Command::Env(EnvCommand::Build(args)) => cmd_env_build(args),
+        Command::Eval(args) => cmd_eval(args),
     };
     match result {
         Ok(0) => ExitCode::SUCCESS,
@@ -724,4 +880,128 @@ fn cmd_sandbox_exec(args: ExecArgs) -> Result<i32> {
         }
     }
     Ok(outcome.cli_exit_code())
+}
+
+fn cmd_env_build(args: EnvBuildArgs) -> Result<i32> {
+    let tasks = args.tasks.tasks()?;
+    let settings = args.env.settings(1, 0, false)?;
+    let repos = Repos::new(&args.tasks.repos)?;
+    let plans = eval::plans(&tasks, &settings, &repos);
+    let scratch = tempfile::Builder::new()
+        .prefix("patchwright-env-")
+        .tempdir()
+        .context("cannot create a scratch directory")?;
+    let mut rows = Vec::new();
+    let mut failed = 0;
+    for (i, ((repo, version), plan)) in plans.iter().enumerate() {
+        eprintln!("[{}/{}] {repo} {version}", i + 1, plans.len());
+        let start = std::time::Instant::now();
+        let one =
+            std::collections::BTreeMap::from([((repo.clone(), version.clone()), plan.clone())]);
+        let was_built = plan.as_ref().is_ok_and(|p| p.is_built());
+        let built = eval::ensure_envs(&one, &settings, &repos, scratch.path());
+        let result = built
+            .into_values()
+            .next()
+            .unwrap_or_else(|| Err("not planned".into()));
+        let row = match &result {
+            Ok((plan, env)) => serde_json::json!({
+                "repo": repo, "version": version, "ok": true,
+                "python": plan.interpreter.version, "dir": env.venv,
+                "reused": was_built, "seconds": start.elapsed().as_secs_f64(),
+            }),
+            Err(e) => {
+                failed += 1;
+                serde_json::json!({"repo": repo, "version": version, "ok": false, "error": e})
+            }
+        };
+        if !args.json {
+            match &result {
+                Ok((_, env)) => println!(
+                    "ok     {repo} {version} {}{}",
+                    env.venv.display(),
+                    if was_built { " (built before)" } else { "" }
+                ),
+                Err(e) => println!("FAILED {repo} {version}: {e}"),
+            }
+        }
+        rows.push(row);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    }
+    eprintln!("{} environments, {} could not be built", rows.len(), failed);
+    Ok(if failed > 0 { 1 } else { 0 })
+}
+
+fn cmd_eval(args: EvalArgs) -> Result<i32> {
+    let tasks = args.tasks.tasks()?;
+    let jobs = args.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+    });
+    let settings = args.env.settings(jobs, args.timeout, args.empty)?;
+    let patches: std::collections::BTreeMap<String, String> = if args.gold {
+        tasks
+            .iter()
+            .map(|t| (t.instance_id.clone(), t.patch.clone()))
+            .collect()
+    } else if args.empty {
+        tasks
+            .iter()
+            .map(|t| (t.instance_id.clone(), String::new()))
+            .collect()
+    } else {
+        let path = args
+            .predictions
+            .clone()
+            .context("--predictions is required")?;
+        eval::load_predictions(&path)?
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let repos = Repos::new(&args.tasks.repos)?;
+    let bar = ProgressBar::new(tasks.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let resolved = std::sync::atomic::AtomicUsize::new(0);
+    let summary = eval::evaluate_all(&tasks, &patches, &settings, &repos, &args.out, &|r| {
+        if r.resolved {
+            resolved.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        let verdict = match (&r.error, r.resolved, r.patch_exists || settings.run_empty) {
+            (Some(e), _, _) => format!("error ({:?})", e.kind),
+            (None, true, _) => "resolved".to_string(),
+            (None, false, true) => "unresolved".to_string(),
+            (None, false, false) => "no patch".to_string(),
+        };
+        bar.println(format!(
+            "{} {verdict} ({:.0} s)",
+            r.instance_id, r.total_seconds
+        ));
+        bar.set_message(format!(
+            "resolved {}",
+            resolved.load(std::sync::atomic::Ordering::SeqCst)
+        ));
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!("{}", args.out.join("report.json").display());
+    }
+    eprintln!(
+        "{} tasks: {} resolved, {} unresolved, {} empty patches, {} errors",
+        summary.total_instances,
+        summary.resolved_instances,
+        summary.unresolved_instances,
+        summary.empty_patch_instances,
+        summary.error_instances
+    );
+    for (kind, ids) in &summary.errors_by_kind {
+        eprintln!("  {kind}: {}", ids.join(" "));
+    }
+    Ok(0)
 }

@@ -282,6 +282,57 @@ pub fn reset_worktree(dir: &Path) -> Result<(), RepoError> {
     Ok(())
 }
 
+/// Commits everything in the working tree at `dir` (ignored files stay
+/// out), so that [`reset_worktree`] comes back to this state.
+pub fn commit_all(dir: &Path, message: &str) -> Result<(), RepoError> {
+    git(dir, &["add", "--all"].map(AsRef::as_ref))?;
+    git(
+        dir,
+        &[
+            "-c",
+            "user.name=patchwright",
+            "-c",
+            "user.email=patchwright@localhost",
+            "commit",
+            "--quiet",
+            "--allow-empty",
+            "--no-verify",
+            "-m",
+            message,
+        ]
+        .map(AsRef::as_ref),
+    )?;
+    Ok(())
+}
+
+/// Puts `paths` (relative to the worktree at `dir`) back as they are at
+/// HEAD; a path HEAD does not have is removed.
+pub fn restore_paths(dir: &Path, paths: &[String]) -> Result<(), RepoError> {
+    for p in paths {
+        let at_head = git_command()
+            .current_dir(dir)
+            .args(["cat-file", "-e", &format!("HEAD:{p}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if at_head {
+            git(
+                dir,
+                &["checkout", "--quiet", "HEAD", "--", p].map(AsRef::as_ref),
+            )?;
+        } else {
+            let full = dir.join(p);
+            if full.is_file() || full.is_symlink() {
+                std::fs::remove_file(&full).map_err(|source| RepoError::Io {
+                    action: "remove",
+                    path: full.clone(),
+                    source,
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Applies `patch` to the working tree at `dir` (`git apply`).
 pub fn apply_patch(dir: &Path, patch: &str) -> Result<(), RepoError> {
     use std::io::Write;
@@ -303,6 +354,16 @@ pub fn apply_patch(dir: &Path, patch: &str) -> Result<(), RepoError> {
     }
     check("apply", dir, child.wait_with_output())?;
     Ok(())
+}
+
+/// The content of `path` at `commit` in the repository at `source`.
+pub fn show_file(source: &Path, commit: &str, path: &str) -> Result<String, RepoError> {
+    let out = git_command()
+        .arg("--git-dir")
+        .arg(git_dir(source))
+        .args(["show", &format!("{commit}:{path}")])
+        .output();
+    check("show", source, out)
 }
 
 /// The full id of the commit checked out in the repository at `dir`.

@@ -94,6 +94,11 @@ pub const ETC_FILES: &[&str] = &[
     "/etc/mime.types",
 ];
 
+/// /etc files bound (read-only, when present) only by
+/// [`Policy::allow_network`]: resolver configuration and pip's site
+/// configuration (an index mirror or a CA bundle the host was set up with).
+pub const NETWORK_ETC_FILES: &[&str] = &["/etc/resolv.conf", "/etc/pip.conf"];
+
 /// Top-level system directories bound (or recreated as symlinks when the host
 /// has merged /usr) by [`detect_system_mounts`].
 pub const SYSTEM_DIRS: &[&str] = &[
@@ -188,6 +193,14 @@ pub struct Policy {
     /// Extra host paths bound read-only at the same path, e.g. a pyenv
     /// version directory holding the task's Python.
     pub extra_ro_binds: Vec<PathBuf>,
+    /// Extra host directories bound read-write at the same path, besides the
+    /// worktree: an environment being built, a task's install layer, a
+    /// package cache. Empty by default.
+    pub writable: Vec<PathBuf>,
+    /// Keep the host's network (default false: a new network namespace with
+    /// only loopback). Only environment builds turn it on, to reach the
+    /// package index; model-written commands and tests never do.
+    pub network: bool,
     /// The complete environment of the command (everything else is cleared).
     pub env: BTreeMap<String, String>,
     /// Use a cgroup for memory and process caps when the runner can create
@@ -211,6 +224,8 @@ impl Policy {
             protected: DEFAULT_PROTECTED.iter().map(PathBuf::from).collect(),
             system_mounts,
             extra_ro_binds: Vec::new(),
+            writable: Vec::new(),
+            network: false,
             env,
             cgroups: true,
             limits: Limits::default(),
@@ -237,6 +252,19 @@ impl Policy {
 
     /// Checks that the policy cannot expose the whole host or secrets and that
     /// every path can be passed to bubblewrap exactly.
+    /// Keeps the host's network and binds [`NETWORK_ETC_FILES`] (resolved
+    /// through symbolic links, so a resolv.conf managed elsewhere works).
+    pub fn allow_network(&mut self) {
+        self.network = true;
+        for f in NETWORK_ETC_FILES {
+            let src = std::fs::canonicalize(f).unwrap_or_else(|_| PathBuf::from(f));
+            self.system_mounts.push(Mount::RoBindTry {
+                src,
+                dest: PathBuf::from(f),
+            });
+        }
+    }
+
     pub fn validate(&self) -> Result<(), SandboxError> {
         check_path("worktree", &self.worktree)?;
         if self.worktree == Path::new("/") {
@@ -253,7 +281,12 @@ impl Policy {
             }
             to_str("protected path", p)?;
         }
-        let mut binds: Vec<&Path> = self.extra_ro_binds.iter().map(|p| p.as_path()).collect();
+        let mut binds: Vec<&Path> = self
+            .extra_ro_binds
+            .iter()
+            .chain(&self.writable)
+            .map(|p| p.as_path())
+            .collect();
         binds.push(&self.worktree);
         for m in &self.system_mounts {
             match m {
@@ -366,10 +399,13 @@ pub fn bwrap_args(policy: &Policy, command: &[String]) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
     // Namespaces and privileges. --unshare-user is explicit so that
     // --disable-userns (no nested user namespaces) is accepted when root.
+    push_all(&mut a, &["--unshare-all"]);
+    if policy.network {
+        push_all(&mut a, &["--share-net"]);
+    }
     push_all(
         &mut a,
         &[
-            "--unshare-all",
             "--unshare-user",
             "--disable-userns",
             "--die-with-parent",
@@ -429,6 +465,9 @@ pub fn bwrap_args(policy: &Policy, command: &[String]) -> Vec<String> {
     }
     for p in &policy.extra_ro_binds {
         a.extend(["--ro-bind".to_string(), s(p), s(p)]);
+    }
+    for p in &policy.writable {
+        a.extend(["--bind".to_string(), s(p), s(p)]);
     }
     // The worktree read-write at its own path, then its protected parts
     // read-only on top.

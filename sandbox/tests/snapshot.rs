@@ -112,3 +112,34 @@ fn validate_rejects_exposing_the_host() {
     assert!(p.validate().is_err());
     assert!(deterministic_policy().validate().is_ok());
 }
+
+#[test]
+fn network_and_writable_binds_are_opt_in() {
+    let mut policy = deterministic_policy();
+    let a = bwrap_args(&policy, &["true".to_string()]);
+    assert!(!a.iter().any(|x| x == "--share-net"));
+    policy.network = true;
+    policy.writable.push("/envs/flask".into());
+    let a = bwrap_args(&policy, &["true".to_string()]);
+    let unshare = a
+        .iter()
+        .position(|x| x == "--unshare-all")
+        .expect("unshare");
+    assert_eq!(a[unshare + 1], "--share-net");
+    let binds: Vec<&[String]> = a.windows(3).filter(|w| w[0] == "--bind").collect();
+    assert_eq!(
+        binds,
+        vec![
+            &[
+                "--bind".to_string(),
+                "/envs/flask".into(),
+                "/envs/flask".into()
+            ][..],
+            &[
+                "--bind".to_string(),
+                "/work/repo".into(),
+                "/work/repo".into()
+            ][..],
+        ]
+    );
+}

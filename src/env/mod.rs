@@ -1,8 +1,10 @@
-//! The Python environment commands of a task run in: a virtualenv on the
+//! The Python environments commands and tests run in: a virtualenv on the
 //! host, bound read-only into the sandbox with the interpreter it was made
-//! from, its `bin/` first on PATH. (Building environments per repository
-//! and version is the job of `patchwright env build`; this module only
-//! uses one.)
+//! from, its `bin/` first on PATH. [`spec`] says what each (repository,
+//! version) needs and [`build`] builds it.
+
+pub mod build;
+pub mod spec;
 
 use std::path::{Path, PathBuf};
 

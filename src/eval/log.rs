@@ -1,0 +1,332 @@
+//! Test-log parsing: turns the console output of a repository's test runner
+//! into a map from test id to [`TestStatus`].
+//!
+//! The rules follow the SWE-bench harness log parsers, one [`LogFormat`] per
+//! parser family (pytest's `-rA` summary, the same with shortened path
+//! parameters, pytest with ANSI colours and the old `name STATUS` lines,
+//! Django's unittest runner, sympy's `bin/test`, seaborn and matplotlib), so
+//! that test ids match the ones in SWE-bench task lists. Quirks are kept on
+//! purpose: ids are cut at whitespace (`test_x[a b]` becomes `test_x[a`),
+//! pytest's `SKIPPED [1] file:line` lines record the id `[1]`, and sympy's last
+//! test in a file (whose line ends in `[OK]`/`[FAIL]`) is not recorded.
+//!
+//! Two deliberate differences from SWE-bench:
+//!
+//! * **The worst status wins.** When a test appears more than once, the
+//!   result is the maximum in [`TestStatus`] order (`Error`/`Failed` over
+//!   `Skipped` over `Passed`/`Xfail`), not the last line seen. A patch under
+//!   evaluation can print a forged `PASSED tests/x.py::test_a` (say from an
+//!   `atexit` hook, after pytest's summary); it must never turn a real
+//!   `FAILED` into a pass. A forged line for a test that never ran still
+//!   reads as a pass, so graders must also check the runner's exit status.
+//! * **Unknown statuses are dropped.** SWE-bench stores whatever token sits
+//!   where the status should be (`ERROR:` or `b]`); such lines are skipped,
+//!   leaving the test absent, which graders treat as not passing.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+/// Which test runner produced a log, i.e. which SWE-bench parser applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// pytest `-rA` short summary lines: `STATUS test_id [- message]`.
+    Pytest,
+    /// As `Pytest`, but a parameter that is an absolute path is shortened to
+    /// its last component (`test[/a/b/c.txt]` becomes `test[/c.txt]`).
+    PytestOptions,
+    /// As `Pytest` after stripping colour codes, plus `test_id STATUS` lines.
+    PytestV2,
+    /// Django's `runtests.py --verbosity 2` output.
+    Django,
+    /// sympy's `bin/test -C --verbose` output.
+    Sympy,
+    /// pytest `-rA -v` output as read by SWE-bench's seaborn parser.
+    Seaborn,
+    /// As `Pytest`, with `MouseButton.LEFT`/`RIGHT` ids renamed to `1`/`3`.
+    Matplotlib,
+}
+
+/// Outcome of one test. The derived order runs from best to worst.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TestStatus {
+    Passed,
+    Xfail,
+    Skipped,
+    Failed,
+    Error,
+}
+
+impl TestStatus {
+    const ALL: [TestStatus; 5] = [
+        Self::Passed,
+        Self::Xfail,
+        Self::Skipped,
+        Self::Failed,
+        Self::Error,
+    ];
+
+    /// Whether the test counts as passing (`Passed` or `Xfail`).
+    pub fn is_pass(self) -> bool {
+        matches!(self, Self::Passed | Self::Xfail)
+    }
+
+    /// Whether the test counts as failing (`Failed` or `Error`).
+    pub fn is_failure(self) -> bool {
+        matches!(self, Self::Failed | Self::Error)
+    }
+
+    /// The word pytest prints for this status.
+    fn label(self) -> &'static str {
+        match self {
+            Self::Passed => "PASSED",
+            Self::Xfail => "XFAIL",
+            Self::Skipped => "SKIPPED",
+            Self::Failed => "FAILED",
+            Self::Error => "ERROR",
+        }
+    }
+
+    fn from_label(word: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.label() == word)
+    }
+}
+
+/// Parses `log` as written by the runner behind `format`.
+pub fn parse(format: LogFormat, log: &str) -> BTreeMap<String, TestStatus> {
+    let mut found = Found::default();
+    match format {
+        LogFormat::Pytest => log.split('\n').for_each(|l| found.pytest(l)),
+        LogFormat::PytestOptions => log.split('\n').for_each(|l| found.pytest_options(l)),
+        LogFormat::PytestV2 => log.split('\n').for_each(|l| found.pytest_v2(l)),
+        LogFormat::Matplotlib => log.split('\n').for_each(|l| {
+            found.pytest(
+                &l.replace("MouseButton.LEFT", "1")
+                    .replace("MouseButton.RIGHT", "3"),
+            )
+        }),
+        LogFormat::Seaborn => log.split('\n').for_each(|l| found.seaborn(l)),
+        LogFormat::Django => found.django(log),
+        LogFormat::Sympy => found.sympy(log),
+    }
+    found.0
+}
+
+/// Compiles a pattern known to be valid; `None` only if it were not.
+fn pattern(re: &str) -> Option<Regex> {
+    Regex::new(re).ok()
+}
+
+static COLOUR_CODE: LazyLock<Option<Regex>> = LazyLock::new(|| pattern(r"\[(\d+)m"));
+static SYMPY_FAILURE_HEADER: LazyLock<Option<Regex>> =
+    LazyLock::new(|| pattern(r"(_*) (.*)\.py:(.*) (_*)"));
+/// Django results whose `ok` was pushed onto a later line by other output.
+static DJANGO_INTERRUPTED_OK: LazyLock<[Option<Regex>; 3]> = LazyLock::new(|| {
+    [
+        r"(?m)^(.*?)\s\.\.\.\sTesting against Django installed in ((?s:.*?)) silenced\)\.\nok$",
+        r"(?m)^(.*?)\s\.\.\.\sInternal Server Error: /(.*)/\nok$",
+        r"(?m)^(.*?)\s\.\.\.\sSystem check identified no issues \(0 silenced\)\nok$",
+    ]
+    .map(pattern)
+});
+
+/// Python's `str.isspace`: Unicode white space plus the ASCII separators
+/// U+001C..U+001F, which Rust does not count as white space.
+fn is_py_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// Python's `str.split()` with no arguments.
+fn words(line: &str) -> impl Iterator<Item = &str> {
+    line.split(is_py_space).filter(|w| !w.is_empty())
+}
+
+fn starts_with_status(line: &str) -> bool {
+    TestStatus::ALL.iter().any(|s| line.starts_with(s.label()))
+}
+
+/// Splits a pytest summary line `STATUS id [- message]` into id and status.
+fn summary_line(line: &str) -> Option<(String, TestStatus)> {
+    if !starts_with_status(line) {
+        return None;
+    }
+    let line = if line.starts_with("FAILED") {
+        line.replace(" - ", " ")
+    } else {
+        line.to_owned()
+    };
+    let mut w = words(&line);
+    let status = TestStatus::from_label(w.next()?)?;
+    Some((w.next()?.to_owned(), status))
+}
+
+/// Statuses found so far, keeping the worst one per test.
+#[derive(Default)]
+struct Found(BTreeMap<String, TestStatus>);
+
+impl Found {
+    fn record(&mut self, test: &str, status: TestStatus) {
+        let slot = self.0.entry(test.to_owned()).or_insert(status);
+        *slot = (*slot).max(status);
+    }
+
+    fn pytest(&mut self, line: &str) {
+        if let Some((id, status)) = summary_line(line) {
+            self.record(&id, status);
+        }
+    }
+
+    fn pytest_options(&mut self, line: &str) {
+        let Some((id, status)) = summary_line(line) else {
+            return;
+        };
+        // `name[param]`: up to the first `[` and the last `]`; text after the
+        // last `]` is dropped, as in SWE-bench.
+        let id = match (id.find('['), id.rfind(']')) {
+            (Some(open), Some(close)) if open < close => {
+                let param = &id[open + 1..close];
+                let is_path =
+                    param.starts_with('/') && !param.starts_with("//") && !param.contains('*');
+                match param.rsplit('/').next() {
+                    Some(last) if is_path => format!("{}[/{last}]", &id[..open]),
+                    _ => format!("{}[{param}]", &id[..open]),
+                }
+            }
+            _ => id,
+        };
+        self.record(&id, status);
+    }
+
+    fn pytest_v2(&mut self, line: &str) {
+        let line = match COLOUR_CODE.as_ref() {
+            Some(re) => re.replace_all(line, ""),
+            None => line.into(),
+        };
+        let line: String = line
+            .chars()
+            .filter(|c| !('\u{1}'..='\u{1f}').contains(c))
+            .collect();
+        if starts_with_status(&line) {
+            return self.pytest(&line);
+        }
+        // Older pytest (and `console_output_style=classic`): `id STATUS`.
+        if TestStatus::ALL.iter().any(|s| line.ends_with(s.label())) {
+            let mut w = words(&line);
+            if let (Some(id), Some(status)) = (w.next(), w.next().and_then(TestStatus::from_label))
+            {
+                self.record(id, status);
+            }
+        }
+    }
+
+    fn seaborn(&mut self, line: &str) {
+        let w: Vec<&str> = words(line).collect();
+        if line.starts_with("FAILED") {
+            if let Some(id) = w.get(1) {
+                self.record(id, TestStatus::Failed);
+            }
+        } else if line.contains(" PASSED ") {
+            if let [id, "PASSED", ..] = w[..] {
+                self.record(id, TestStatus::Passed);
+            }
+        } else if line.starts_with("PASSED") {
+            if let Some(id) = w.get(1) {
+                self.record(id, TestStatus::Passed);
+            }
+        }
+    }
+
+    fn django(&mut self, log: &str) {
+        const VERSION_TEST: &str = "--version is equivalent to version";
+        let mut previous_test: Option<&str> = None;
+        for line in log.split('\n') {
+            let mut line = line.trim_matches(is_py_space);
+            if line.contains(VERSION_TEST) {
+                self.record(VERSION_TEST, TestStatus::Passed);
+            }
+            if let Some((test, _)) = line.split_once(" ... ") {
+                previous_test = Some(test);
+            }
+            for suffix in [" ... ok", " ... OK", " ...  OK"] {
+                if line.ends_with(suffix) {
+                    // django__django-7188: a migration message shares the line.
+                    if line
+                        .starts_with("Applying sites.0002_alter_domain_unique...test_no_migrations")
+                    {
+                        line = line
+                            .split_once("...")
+                            .map_or(line, |(_, rest)| rest.trim_matches(is_py_space));
+                    }
+                    let test = line.strip_suffix(suffix).unwrap_or(line);
+                    self.record(test, TestStatus::Passed);
+                    break;
+                }
+            }
+            if let Some((test, _)) = line.split_once(" ... skipped") {
+                self.record(test, TestStatus::Skipped);
+            }
+            for (marker, header, status) in [
+                (" ... FAIL", "FAIL:", TestStatus::Failed),
+                (" ... ERROR", "ERROR:", TestStatus::Error),
+            ] {
+                if line.ends_with(marker) {
+                    let test = line.split_once(marker).map_or(line, |(test, _)| test);
+                    self.record(test, status);
+                }
+                if line.starts_with(header) {
+                    if let Some(test) = words(line).nth(1) {
+                        self.record(test, status);
+                    }
+                }
+            }
+            // Output printed by the test pushed its `ok` onto a line of its own.
+            if line.starts_with("ok") {
+                if let Some(test) = previous_test {
+                    self.record(test, TestStatus::Passed);
+                }
+            }
+        }
+        for re in DJANGO_INTERRUPTED_OK.iter().flatten() {
+            for caps in re.captures_iter(log) {
+                if let Some(test) = caps.get(1) {
+                    self.record(test.as_str(), TestStatus::Passed);
+                }
+            }
+        }
+    }
+
+    fn sympy(&mut self, log: &str) {
+        // Failure headers: `____ sympy/core/tests/test_x.py:test_name ____`.
+        if let Some(re) = SYMPY_FAILURE_HEADER.as_ref() {
+            for caps in re.captures_iter(log) {
+                let (Some(path), Some(name)) = (caps.get(2), caps.get(3)) else {
+                    continue;
+                };
+                self.record(
+                    &format!("{}.py:{}", path.as_str(), name.as_str()),
+                    TestStatus::Failed,
+                );
+            }
+        }
+        for line in log.split('\n').map(|l| l.trim_matches(is_py_space)) {
+            if !line.starts_with("test_") {
+                continue;
+            }
+            let status = [
+                (" E", TestStatus::Error),
+                (" F", TestStatus::Failed),
+                (" ok", TestStatus::Passed),
+            ]
+            .into_iter()
+            .find_map(|(end, status)| line.ends_with(end).then_some(status));
+            if let (Some(status), Some(test)) = (status, words(line).next()) {
+                self.record(test, status);
+            }
+        }
+    }
+}

@@ -1,0 +1,564 @@
+//! Offline grading with SWE-bench's rules. Per task: a fresh worktree at
+//! the base commit, the repository installed into a [`Layer`] over the
+//! (repository, version) environment, the model patch applied (`git
+//! apply`, then `git apply --reject`, then `patch --fuzz=5`), the install
+//! repeated, the test files reset and the task's test patch applied, the
+//! test command run on the test files, and the log parsed and graded.
+//! Every step that runs repository or model-written code runs in the
+//! sandbox, with the network off.
+
+pub mod grade;
+pub mod log;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use patchwright_sandbox as sandbox;
+
+use crate::dataset::Task;
+use crate::env::build::{self, git_safe, quote, Index, Layer, Plan, Pythons};
+use crate::env::spec::{Directives, Spec, Specs};
+use crate::env::Environment;
+use crate::repo::{self, Repos, Workspace};
+use grade::{ErrorKind, InfraError, InstanceReport, Summary};
+
+/// SWE-bench's limit on one task's tests.
+pub const DEFAULT_TEST_TIMEOUT_S: u64 = 1800;
+/// Installing one commit into its layer (no downloads: everything is in
+/// the environment) takes seconds; compiled extensions take minutes.
+pub const INSTALL_TIMEOUT_S: u64 = 1200;
+/// Logs of verbose runners (Django at verbosity 2, sympy) reach a few MB.
+pub const TEST_OUTPUT_BYTES: usize = 32 << 20;
+/// A test run holds the repository's test data in memory (xarray, sympy).
+pub const TEST_MEMORY_BYTES: u64 = 8 << 30;
+/// Files of a test patch that are not tests (SWE-bench's NON_TEST_EXTS).
+pub const NON_TEST_EXTS: &[&str] = &[
+    ".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml",
+];
+
+/// Where environments come from and how tasks run.
+pub struct Settings {
+    pub specs: Specs,
+    pub pythons: Pythons,
+    pub envs_root: PathBuf,
+    pub index: Index,
+    pub jobs: usize,
+    pub test_timeout_s: u64,
+    /// Run the tests even when the patch is empty (`--empty`).
+    pub run_empty: bool,
+}
+
+impl Settings {
+    /// `$PATCHWRIGHT_ENVS_DIR`, else `~/.cache/patchwright/envs`.
+    pub fn default_envs_root() -> PathBuf {
+        if let Some(d) = std::env::var_os("PATCHWRIGHT_ENVS_DIR") {
+            return PathBuf::from(d);
+        }
+        std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir)
+            .join(".cache/patchwright/envs")
+    }
+}
+
+/// The environment plan of each (repository, version) of `tasks`, or why
+/// there is none.
+pub fn plans(
+    tasks: &[Task],
+    settings: &Settings,
+    repos: &Repos,
+) -> BTreeMap<(String, String), Result<Plan, String>> {
+    let mut out = BTreeMap::new();
+    for t in tasks {
+        let key = (t.repo.clone(), t.version.clone());
+        if out.contains_key(&key) {
+            continue;
+        }
+        let plan = (|| -> Result<Plan, String> {
+            let spec = settings
+                .specs
+                .get(&t.repo, &t.version)
+                .map_err(|e| e.to_string())?;
+            let source = repos.locate(&t.repo).map_err(|e| e.to_string())?;
+            let commit = setup_commit(t);
+            Plan::resolve(
+                &spec,
+                &settings.pythons,
+                &source,
+                commit,
+                &settings.envs_root,
+            )
+            .map_err(|e| e.to_string())
+        })();
+        out.insert(key, plan);
+    }
+    out
+}
+
+fn setup_commit(t: &Task) -> &str {
+    if t.environment_setup_commit.is_empty() {
+        &t.base_commit
+    } else {
+        &t.environment_setup_commit
+    }
+}
+
+/// Builds (or finds built) the environment of every plan; the result per
+/// (repository, version).
+pub fn ensure_envs(
+    plans: &BTreeMap<(String, String), Result<Plan, String>>,
+    settings: &Settings,
+    repos: &Repos,
+    scratch: &Path,
+) -> BTreeMap<(String, String), Result<(Plan, Environment), String>> {
+    plans
+        .iter()
+        .map(|(key, plan)| {
+            let built = plan.clone().and_then(|plan| {
+                let source = repos.locate(&key.0).map_err(|e| e.to_string())?;
+                let env = plan
+                    .ensure(&source, &settings.index, scratch)
+                    .map_err(|e| e.to_string())?;
+                Ok((plan, env))
+            });
+            if let Err(e) = &built {
+                tracing::warn!(repo = %key.0, version = %key.1, "environment unavailable: {e}");
+            }
+            (key.clone(), built)
+        })
+        .collect()
+}
+
+/// Grades `tasks` (patch per instance id; a missing entry is a missing
+/// prediction) into `out`: `out/report.json` (the summary) and
+/// `out/logs/<id>/` (report.json, test_output.txt, run_instance.log,
+/// patch.diff). `on_done` sees each report as it finishes.
+pub fn evaluate_all(
+    tasks: &[Task],
+    patches: &BTreeMap<String, String>,
+    settings: &Settings,
+    repos: &Repos,
+    out: &Path,
+    on_done: &(dyn Fn(&InstanceReport) + Sync),
+) -> anyhow::Result<Summary> {
+    let work = out.join(".work");
+    std::fs::create_dir_all(&work)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", work.display()))?;
+    let needed: Vec<Task> = tasks
+        .iter()
+        .filter(|t| needs_run(patches.get(&t.instance_id), settings))
+        .cloned()
+        .collect();
+    let envs = ensure_envs(&plans(&needed, settings, repos), settings, repos, &work);
+    let next = AtomicUsize::new(0);
+    let reports = Mutex::new(Vec::new());
+    let jobs = settings.jobs.max(1).min(tasks.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(task) = tasks.get(i) else { break };
+                let patch = patches.get(&task.instance_id).map(String::as_str);
+                let env = envs
+                    .get(&(task.repo.clone(), task.version.clone()))
+                    .map(|r| r.as_ref().map_err(String::as_str));
+                let report = evaluate_one(task, patch, env, settings, repos, out);
+                on_done(&report);
+                reports
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(report);
+            });
+        }
+    });
+    let reports = reports.into_inner().unwrap_or_else(|e| e.into_inner());
+    let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
+    let summary = Summary::new(&ids, &reports);
+    write_json(&out.join("report.json"), &summary)?;
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(summary)
+}
+
+fn needs_run(patch: Option<&String>, settings: &Settings) -> bool {
+    match patch {
+        None => false,
+        Some(p) => settings.run_empty || !p.trim().is_empty(),
+    }
+}
+
+/// Grades one task; never fails: what went wrong is in the report.
+pub fn evaluate_one(
+    task: &Task,
+    patch: Option<&str>,
+    env: Option<Result<&(Plan, Environment), &str>>,
+    settings: &Settings,
+    repos: &Repos,
+    out: &Path,
+) -> InstanceReport {
+    let start = Instant::now();
+    let mut report = InstanceReport::new(&task.instance_id, patch);
+    let logdir = out.join("logs").join(&task.instance_id);
+    let mut log = RunLog::default();
+    if needs_run(patch.map(str::to_string).as_ref(), settings) {
+        let patch = patch.unwrap_or_default();
+        let _ = std::fs::create_dir_all(&logdir);
+        let _ = std::fs::write(logdir.join("patch.diff"), patch);
+        let work = out.join(".work").join(&task.instance_id);
+        let env = env.unwrap_or(Err("no environment was prepared for this task"));
+        let result = env
+            .map_err(|e| InfraError {
+                kind: ErrorKind::EnvironmentMissing,
+                message: e.to_string(),
+            })
+            .and_then(|(plan, env)| {
+                let ctx = TaskRun {
+                    spec: &plan.spec,
+                    env,
+                    repos,
+                    work: &work,
+                    logdir: &logdir,
+                    test_timeout_s: settings.test_timeout_s,
+                };
+                ctx.run(task, patch, &mut report, &mut log)
+            });
+        if let Err(e) = result {
+            log.step(&format!("error ({:?}): {}", e.kind, e.message));
+            report.error = Some(e);
+        }
+        let _ = std::fs::remove_dir_all(&work);
+        report.total_seconds = start.elapsed().as_secs_f64();
+        let _ = std::fs::write(logdir.join("run_instance.log"), &log.text);
+        let keyed = serde_json::json!({ &task.instance_id: &report });
+        if let Err(e) = write_json(&logdir.join("report.json"), &keyed) {
+            tracing::warn!("{}: {e}", task.instance_id);
+        }
+    }
+    report
+}
+
+#[derive(Default)]
+struct RunLog {
+    text: String,
+}
+
+impl RunLog {
+    fn step(&mut self, title: &str) {
+        self.text.push_str(&format!("\n>>>>> {title}\n"));
+    }
+    fn output(&mut self, o: &sandbox::Outcome) {
+        self.text.push_str(&o.output);
+        self.text.push_str(&format!(
+            "[exit status {}, {:.1} s]\n",
+            o.cli_exit_code(),
+            o.wall_time_secs
+        ));
+    }
+}
+
+struct TaskRun<'a> {
+    spec: &'a Spec,
+    env: &'a Environment,
+    repos: &'a Repos,
+    work: &'a Path,
+    logdir: &'a Path,
+    test_timeout_s: u64,
+}
+
+impl TaskRun<'_> {
+    fn run(
+        &self,
+        task: &Task,
+        patch: &str,
+        report: &mut InstanceReport,
+        log: &mut RunLog,
+    ) -> Result<(), InfraError> {
+        let TaskRun {
+            spec,
+            env,
+            repos,
+            work,
+            logdir,
+            test_timeout_s,
+        } = *self;
+        let infra = |kind: ErrorKind| move |e: String| InfraError { kind, message: e };
+        let source = repos
+            .locate(&task.repo)
+            .map_err(|e| infra(ErrorKind::RepositoryMissing)(e.to_string()))?;
+        let ws = Workspace::create(&source, &task.base_commit, &work.join("repo"))
+            .map_err(|e| infra(ErrorKind::RepositoryMissing)(e.to_string()))?;
+        let layer = Layer::create(env, &work.join("layer"))
+            .map_err(|e| infra(ErrorKind::EnvironmentMissing)(e.to_string()))?;
+        let inputs = work.join("inputs");
+        std::fs::create_dir_all(&inputs).map_err(|e| infra(ErrorKind::Sandbox)(e.to_string()))?;
+        let write_input = |name: &str, text: &str| -> Result<PathBuf, InfraError> {
+            let p = inputs.join(name);
+            std::fs::write(&p, text)
+                .map_err(|e| infra(ErrorKind::Sandbox)(format!("write {}: {e}", p.display())))?;
+            Ok(p)
+        };
+        let policy = task_policy(ws.path(), env, &layer, spec, &inputs)
+            .map_err(|e| infra(ErrorKind::Sandbox)(e))?;
+        let run = |cmd: String, timeout_s: u64| -> Result<sandbox::Outcome, InfraError> {
+            let mut p = policy.clone();
+            p.limits.timeout_ms = timeout_s * 1000;
+            sandbox::run(&p, &["bash".into(), "-c".into(), cmd])
+                .map_err(|e| infra(ErrorKind::Sandbox)(e.to_string()))
+        };
+        let install = build::with_pip_flags(
+            &spec.install,
+            "--no-deps --no-build-isolation --no-index --disable-pip-version-check",
+        );
+
+        // 1. The repository installed at its base commit: an environment
+        // problem if this fails.
+        let mut setup = String::from("set -euo pipefail\n");
+        for cmd in &spec.pre_install {
+            setup += &format!("{cmd}\n");
+        }
+        setup += &format!("{install}\n");
+        log.step(&format!("install at base commit: {}", install));
+        let o = run(setup, INSTALL_TIMEOUT_S)?;
+        log.output(&o);
+        if !o.success() {
+            return Err(infra(ErrorKind::InstallFailed)(format!(
+            "the repository did not install at its base commit (status {}); see run_instance.log",
+            o.cli_exit_code()
+        )));
+        }
+        repo::commit_all(ws.path(), "patchwright: installed")
+            .map_err(|e| infra(ErrorKind::Sandbox)(e.to_string()))?;
+
+        // 2. The model patch.
+        let patch_file = write_input("model.diff", patch)?;
+        let p = quote(&patch_file.to_string_lossy());
+        let attempts = [
+            ("git apply", format!("git apply --verbose {p}")),
+            (
+                "git apply --reject",
+                format!("git apply --verbose --reject {p}"),
+            ),
+            (
+                "patch --fuzz=5",
+                format!("patch --batch --fuzz=5 -p1 -i {p}"),
+            ),
+        ];
+        if patch.trim().is_empty() {
+            report.patch_successfully_applied = true;
+        }
+        for (name, cmd) in attempts.iter().filter(|_| !patch.trim().is_empty()) {
+            log.step(&format!("apply the model patch: {cmd}"));
+            let o = run(cmd.clone(), 120)?;
+            log.output(&o);
+            if o.success() {
+                report.patch_successfully_applied = true;
+                report.applied_with = Some(name.to_string());
+                break;
+            }
+            repo::reset_worktree(ws.path())
+                .map_err(|e| infra(ErrorKind::Sandbox)(e.to_string()))?;
+        }
+        if !report.patch_successfully_applied {
+            log.step("the model patch did not apply: unresolved");
+            return Ok(());
+        }
+
+        // 3. Installed again with the patch (as SWE-bench does); a failure
+        // here is the patch's, and the tests show it.
+        log.step(&format!("install with the patch: {install}"));
+        let o = run(install.clone(), INSTALL_TIMEOUT_S)?;
+        log.output(&o);
+
+        // 4. The test files as the test patch expects them, then the test patch.
+        let files = patch_files(&task.test_patch);
+        repo::restore_paths(ws.path(), &files)
+            .map_err(|e| infra(ErrorKind::Sandbox)(e.to_string()))?;
+        let test_patch = write_input("test.diff", &task.test_patch)?;
+        log.step("apply the test patch");
+        let o = run(
+            format!(
+                "git apply --verbose {}",
+                quote(&test_patch.to_string_lossy())
+            ),
+            120,
+        )?;
+        log.output(&o);
+        if !o.success() {
+            return Err(infra(ErrorKind::TestPatchFailed)(format!(
+                "the task's test patch did not apply (status {})",
+                o.cli_exit_code()
+            )));
+        }
+
+        // 5. The tests, alone in their own sandbox run: the log is theirs.
+        let directives = test_directives(&files, spec.test_directives);
+        let mut script = String::new();
+        for cmd in &spec.eval_commands {
+            script += &format!("{cmd}\n");
+        }
+        let args: Vec<String> = directives.iter().map(|d| quote(d)).collect();
+        script += &format!("{} {}\n", spec.test_cmd, args.join(" "));
+        log.step(&format!(
+            "tests: {} {}",
+            spec.test_cmd,
+            directives.join(" ")
+        ));
+        let mut p = policy.clone();
+        p.limits.timeout_ms = test_timeout_s * 1000;
+        p.limits.output_bytes = TEST_OUTPUT_BYTES;
+        p.limits.memory_bytes = TEST_MEMORY_BYTES;
+        let o = sandbox::run(&p, &["bash".into(), "-c".into(), script])
+            .map_err(|e| infra(ErrorKind::Sandbox)(e.to_string()))?;
+        log.text += &format!(
+            "[exit status {}, {:.1} s; output in test_output.txt]\n",
+            o.cli_exit_code(),
+            o.wall_time_secs
+        );
+        report.test_seconds = o.wall_time_secs;
+        report.test_exit_code = o.exit_code;
+        let _ = std::fs::write(logdir.join("test_output.txt"), &o.output);
+        if o.timed_out {
+            return Err(infra(ErrorKind::Timeout)(format!(
+                "the tests ran past {} s",
+                test_timeout_s
+            )));
+        }
+        let mut statuses = log::parse(spec.log_format, &o.output);
+        if let Some(why) = grade::distrust(&statuses, o.exit_code) {
+            log.step(&why);
+            report.untrusted_log = Some(why);
+            statuses.clear();
+        }
+        let status = grade::grade(&task.fail_to_pass, &task.pass_to_pass, &statuses);
+        report.resolved = status.resolved();
+        report.tests_status = Some(status);
+        Ok(())
+    }
+}
+
+/// The sandbox policy of a task's install and test runs: the worktree and
+/// the layer writable, the environment and its interpreter read-only, the
+/// inputs (patches) read-only, no network.
+fn task_policy(
+    worktree: &Path,
+    env: &Environment,
+    layer: &Layer,
+    spec: &Spec,
+    inputs: &Path,
+) -> Result<sandbox::Policy, String> {
+    let mut policy = crate::env::policy(worktree, Some(env)).map_err(|e| e.to_string())?;
+    policy.writable.push(layer.dir.clone());
+    policy.extra_ro_binds.push(inputs.to_path_buf());
+    policy.env.insert(
+        "PATH".into(),
+        format!(
+            "{}:{}:{}",
+            layer.dir.join("bin").display(),
+            env.venv.join("bin").display(),
+            sandbox::DEFAULT_PATH
+        ),
+    );
+    policy
+        .env
+        .insert("VIRTUAL_ENV".into(), layer.dir.display().to_string());
+    for (k, v) in &spec.vars {
+        policy.env.insert(k.clone(), v.clone());
+    }
+    git_safe(&mut policy);
+    Ok(policy)
+}
+
+/// The files a patch touches (the `b/` side of each `diff --git`).
+pub fn patch_files(patch: &str) -> Vec<String> {
+    patch
+        .lines()
+        .filter_map(|l| l.strip_prefix("diff --git a/"))
+        .filter_map(|rest| rest.split_once(" b/").map(|(_, b)| b.to_string()))
+        .collect()
+}
+
+/// The test command's arguments for the test files of a test patch.
+pub fn test_directives(files: &[String], kind: Directives) -> Vec<String> {
+    files
+        .iter()
+        .filter(|f| !NON_TEST_EXTS.iter().any(|x| f.ends_with(x)))
+        .map(|f| match kind {
+            Directives::Files => f.clone(),
+            Directives::Django => {
+                let f = f.strip_suffix(".py").unwrap_or(f);
+                let f = f.strip_prefix("tests/").unwrap_or(f);
+                f.replace('/', ".")
+            }
+        })
+        .collect()
+}
+
+/// Reads predictions (`.jsonl`, or a `.json` list) into patches by
+/// instance id. A line that is not a prediction is an error naming it.
+pub fn load_predictions(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        instance_id: String,
+        #[serde(default)]
+        model_patch: Option<String>,
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read predictions {}: {e}", path.display()))?;
+    let lines: Vec<Line> = if text.trim_start().starts_with('[') {
+        serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("predictions {}: {e}", path.display()))?
+    } else {
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l).map_err(|e| {
+                    anyhow::anyhow!("predictions {} line {}: {e}", path.display(), i + 1)
+                })
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    Ok(lines
+        .into_iter()
+        .map(|l| (l.instance_id, l.model_patch.unwrap_or_default()))
+        .collect())
+}
+
+fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text + "\n")
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directives_follow_swe_bench() {
+        let patch =
+            "diff --git a/tests/utils_tests/test_text.py b/tests/utils_tests/test_text.py\n\
+                     --- a/x\n+++ b/x\n\
+                     diff --git a/tests/fixtures/data.json b/tests/fixtures/data.json\n\
+                     diff --git a/tests/migrations/test_ops.py b/tests/migrations/test_ops.py\n";
+        let files = patch_files(patch);
+        assert_eq!(files.len(), 3);
+        assert_eq!(
+            test_directives(&files, Directives::Django),
+            ["utils_tests.test_text", "migrations.test_ops"]
+        );
+        assert_eq!(
+            test_directives(&files, Directives::Files),
+            [
+                "tests/utils_tests/test_text.py",
+                "tests/migrations/test_ops.py"
+            ]
+        );
+    }
+}
