@@ -63,14 +63,6 @@ pub enum TestStatus {
 }
 
 impl TestStatus {
-    const ALL: [TestStatus; 5] = [
-        Self::Passed,
-        Self::Xfail,
-        Self::Skipped,
-        Self::Failed,
-        Self::Error,
-    ];
-
     /// Whether the test counts as passing (`Passed` or `Xfail`).
     pub fn is_pass(self) -> bool {
         matches!(self, Self::Passed | Self::Xfail)
@@ -81,21 +73,22 @@ impl TestStatus {
         matches!(self, Self::Failed | Self::Error)
     }
 
-    /// The word pytest prints for this status.
-    fn label(self) -> &'static str {
-        match self {
-            Self::Passed => "PASSED",
-            Self::Xfail => "XFAIL",
-            Self::Skipped => "SKIPPED",
-            Self::Failed => "FAILED",
-            Self::Error => "ERROR",
-        }
-    }
-
+    /// The status a runner's word stands for (`PASSED`, `XFAIL`, ...).
     fn from_label(word: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.label() == word)
+        LABELS
+            .into_iter()
+            .find_map(|(s, l)| (l == word).then_some(s))
     }
 }
+
+/// Every status with the word pytest prints for it, as SWE-bench spells it.
+const LABELS: [(TestStatus, &str); 5] = [
+    (TestStatus::Passed, "PASSED"),
+    (TestStatus::Xfail, "XFAIL"),
+    (TestStatus::Skipped, "SKIPPED"),
+    (TestStatus::Failed, "FAILED"),
+    (TestStatus::Error, "ERROR"),
+];
 
 /// Parses `log` as written by the runner behind `format`.
 pub fn parse(format: LogFormat, log: &str) -> BTreeMap<String, TestStatus> {
@@ -147,7 +140,7 @@ fn words(line: &str) -> impl Iterator<Item = &str> {
 }
 
 fn starts_with_status(line: &str) -> bool {
-    TestStatus::ALL.iter().any(|s| line.starts_with(s.label()))
+    LABELS.iter().any(|(_, l)| line.starts_with(l))
 }
 
 /// Splits a pytest summary line `STATUS id [- message]` into id and status.
@@ -212,13 +205,12 @@ impl Found {
             .filter(|c| !('\u{1}'..='\u{1f}').contains(c))
             .collect();
         if starts_with_status(&line) {
-            return self.pytest(&line);
-        }
-        // Older pytest (and `console_output_style=classic`): `id STATUS`.
-        if TestStatus::ALL.iter().any(|s| line.ends_with(s.label())) {
+            self.pytest(&line);
+        } else if LABELS.iter().any(|(_, l)| line.ends_with(l)) {
+            // Older pytest (and `console_output_style=classic`): `id STATUS`.
             let mut w = words(&line);
-            if let (Some(id), Some(status)) = (w.next(), w.next().and_then(TestStatus::from_label))
-            {
+            let id = w.next();
+            if let (Some(id), Some(status)) = (id, w.next().and_then(TestStatus::from_label)) {
                 self.record(id, status);
             }
         }
@@ -328,5 +320,184 @@ impl Found {
                 self.record(test, status);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TestStatus::{Error, Failed, Passed, Skipped, Xfail};
+    use super::*;
+
+    macro_rules! fixture {
+        ($name:literal) => {
+            (
+                $name,
+                include_str!(concat!("../../tests/fixtures/logs/", $name)),
+            )
+        };
+    }
+
+    type Fixture = (&'static str, &'static str);
+    /// An expected entry; `None` means the id must be absent.
+    type Entry = (&'static str, Option<TestStatus>);
+
+    const FAKE: Fixture = fixture!("pytest-fake-after-summary.txt");
+    const SYMPY_FAKE: Fixture = fixture!("sympy-fake-after-summary.txt");
+    const PYTEST_FORMATS: [LogFormat; 5] = [
+        LogFormat::Pytest,
+        LogFormat::PytestOptions,
+        LogFormat::PytestV2,
+        LogFormat::Seaborn,
+        LogFormat::Matplotlib,
+    ];
+
+    /// The same test file run by pytest 5.4, pytest 8.3, and pytest 8.3 in colour.
+    #[rustfmt::skip]
+    const MIXED: &[Entry] = &[
+        ("test_mix.py::test_pass", Some(Passed)),
+        ("test_mix.py::test_fail", Some(Failed)),
+        ("test_mix.py::test_error", Some(Error)),
+        ("test_mix.py::test_xfail", Some(Xfail)),
+        ("test_mix.py::test_param[x/y]", Some(Failed)),
+        ("test_mix.py::test_param[3]", Some(Passed)),
+        ("test_mix.py::test_param[a", Some(Passed)), // id cut at its space
+        ("test_mix.py::test_param[a b]", None),
+        ("test_mix.py::TestGroup::test_method", Some(Passed)),
+        ("[1]", Some(Skipped)), // `SKIPPED [1] test_mix.py:22: reason`
+        ("test_mix.py::test_skip", None),
+    ];
+
+    /// Fixture, format, number of entries, and entries to check.
+    #[rustfmt::skip]
+    const CASES: &[(Fixture, LogFormat, usize, &[Entry])] = &[
+        (fixture!("pytest-v5-mixed.txt"), LogFormat::Pytest, 10, MIXED),
+        (fixture!("pytest-v8-mixed.txt"), LogFormat::Pytest, 10, MIXED),
+        (fixture!("pytest_v2-color-classic.txt"), LogFormat::PytestV2, 10, MIXED),
+        (fixture!("pytest_options-abs-paths.txt"), LogFormat::PytestOptions, 7, &[
+            ("test_paths.py::test_exists[/a.txt]", Some(Passed)),
+            ("test_paths.py::test_exists[/missing.txt]", Some(Failed)),
+            ("test_paths.py::test_exists[//server/share/file.txt]", Some(Passed)),
+            ("test_paths.py::test_exists[/tmp/lp/opt/data/*.txt]", Some(Passed)),
+            ("test_paths.py::test_exists[relative/b.txt]", Some(Passed)),
+            ("test_paths.py::test_url[/]", Some(Passed)),
+            ("test_paths.py::test_exists[/tmp/lp/opt/data/a.txt]", None),
+        ]),
+        (fixture!("pytest_options-abs-paths.txt"), LogFormat::Pytest, 7, &[
+            ("test_paths.py::test_exists[/tmp/lp/opt/data/a.txt]", Some(Passed)),
+            ("test_paths.py::test_exists[/tmp/lp/opt/data/missing.txt]", Some(Failed)),
+            ("test_paths.py::test_exists[/a.txt]", None),
+        ]),
+        (fixture!("seaborn-verbose.txt"), LogFormat::Seaborn, 6, &[
+            ("tests/test_axes.py::TestBarPlot::test_orient", Some(Passed)),
+            ("tests/test_axes.py::TestBarPlot::test_width[1]", Some(Failed)),
+            ("tests/test_axes.py::test_labels[x", Some(Passed)),
+            ("tests/test_axes.py::test_labels[z]", Some(Passed)),
+            ("tests/test_axes.py::test_legend", Some(Passed)),
+            ("tests/test_axes.py::test_skipped", None),
+            ("[1]", None),
+        ]),
+        (fixture!("matplotlib-mousebutton.txt"), LogFormat::Matplotlib, 4, &[
+            ("test_widgets.py::test_span_selector_press[1]", Some(Passed)),
+            ("test_widgets.py::test_span_selector_press[3]", Some(Failed)),
+            ("test_widgets.py::test_span_selector_press[MouseButton.MIDDLE]", Some(Passed)),
+            ("test_widgets.py::test_span_selector_press[MouseButton.LEFT]", None),
+            ("test_widgets.py::test_lasso", Some(Passed)),
+        ]),
+        (fixture!("django-mixed.txt"), LogFormat::Django, 19, &[
+            ("test_compress_sequence (utils_tests.test_text.TestUtilsText)", Some(Passed)),
+            ("test_format_lazy (utils_tests.test_text.TestUtilsText)", Some(Failed)),
+            ("test_format_lazy", Some(Failed)), // from the `FAIL:` header
+            ("test_get_text_list (utils_tests.test_text.TestUtilsText)", Some(Error)),
+            ("test_get_text_list", Some(Error)),
+            ("test_phone2numeric (utils_tests.test_text.TestUtilsText)", Some(Skipped)),
+            ("test_slugify (utils_tests.test_text.TestUtilsText)", Some(Passed)),
+            ("test_smart_split (utils_tests.test_text.TestUtilsText)", Some(Passed)),
+            ("test_wrap (utils_tests.test_text.TestUtilsText)", Some(Passed)),
+        ]),
+        (fixture!("sympy-mixed.txt"), LogFormat::Sympy, 24, &[
+            ("test__aresame", Some(Passed)),
+            ("test_has", Some(Failed)),
+            ("test_subs", Some(Error)),
+            ("sympy/core/tests/test_basic.py:test_has", Some(Failed)),
+            ("sympy/core/tests/test_basic.py:test_subs", Some(Failed)),
+            ("test_replace_exceptions", Some(Passed)),
+            ("test_ManagedProperties", None), // its line ends in `[FAIL]`
+        ]),
+    ];
+
+    #[test]
+    fn real_logs_parse_as_swe_bench_does() {
+        for ((name, log), format, total, entries) in CASES {
+            let got = parse(*format, log);
+            for (id, status) in *entries {
+                assert_eq!(got.get(*id), status.as_ref(), "{name} as {format:?}: {id}");
+            }
+            assert_eq!(got.len(), *total, "{name} as {format:?}: {got:#?}");
+        }
+    }
+
+    #[test]
+    fn forged_pass_after_real_failure_does_not_count() {
+        for format in PYTEST_FORMATS {
+            let got = parse(format, FAKE.1);
+            assert_eq!(
+                got.get("test_fake.py::test_real_fail"),
+                Some(&Failed),
+                "{format:?}"
+            );
+            assert_eq!(
+                got.get("test_fake.py::test_ok"),
+                Some(&Passed),
+                "{format:?}"
+            );
+        }
+        let got = parse(LogFormat::Sympy, SYMPY_FAKE.1);
+        assert_eq!(got.get("test_has"), Some(&Failed));
+    }
+
+    /// Nothing in the log tells a forged line for a test that never ran from a
+    /// real one: the runner's exit status has to catch that.
+    #[test]
+    fn forged_pass_alone_reads_as_passed() {
+        for format in PYTEST_FORMATS {
+            let got = parse(format, FAKE.1);
+            assert_eq!(
+                got.get("test_fake.py::test_ghost"),
+                Some(&Passed),
+                "{format:?}"
+            );
+        }
+        let got = parse(LogFormat::Sympy, SYMPY_FAKE.1);
+        assert_eq!(got.get("test_ghost"), Some(&Passed));
+    }
+
+    #[test]
+    fn patterns_compile_and_django_ones_match_interrupted_results() {
+        assert!(COLOUR_CODE.is_some() && SYMPY_FAILURE_HEADER.is_some());
+        let [installed, server_error, checks] = &*DJANGO_INTERRUPTED_OK;
+        let log = fixture!("django-mixed.txt").1;
+        let first = |re: &Option<Regex>| {
+            let caps = re.as_ref().and_then(|re| re.captures(log))?;
+            Some(caps.get(1)?.as_str().to_owned())
+        };
+        let test = |name: &str| Some(format!("{name} (utils_tests.test_text.TestUtilsText)"));
+        assert_eq!(first(installed), test("test_wrap"));
+        assert_eq!(first(server_error), test("test_slugify"));
+        // Real Django ends that line with "silenced)." so this pattern misses it.
+        assert!(checks.is_some());
+        assert_eq!(first(checks), None);
+    }
+
+    #[test]
+    fn pass_and_failure_classes() {
+        let all = LABELS.map(|(status, _)| status);
+        let pick =
+            |keep: fn(TestStatus) -> bool| all.into_iter().filter(|s| keep(*s)).collect::<Vec<_>>();
+        assert_eq!(pick(TestStatus::is_pass), [Passed, Xfail]);
+        assert_eq!(pick(TestStatus::is_failure), [Failed, Error]);
+        assert!(
+            all.windows(2).all(|w| w[0] < w[1]),
+            "LABELS and the order run best to worst"
+        );
     }
 }
