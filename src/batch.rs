@@ -95,6 +95,9 @@ pub struct Summary {
     pub elapsed_s: f64,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Tasks resolved, when the batch grades them (`--evaluate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<usize>,
 }
 
 /// Paths inside a run directory.

@@ -234,6 +234,12 @@ struct RunArgs {
     /// A Python virtualenv the sandboxed commands use.
     #[arg(long, value_name = "VENV")]
     environment: Option<PathBuf>,
+    /// Grade each task right after it is solved, as `patchwright eval`
+    /// would (reports in RUN_DIR/eval/), and show resolved-so-far.
+    #[arg(long)]
+    evaluate: bool,
+    #[command(flatten)]
+    env: EnvArgs,
 }
 
 #[derive(Args)]
@@ -370,6 +376,12 @@ struct BatchArgs {
     /// test dependencies); overrides `environment` in the config file.
     #[arg(long, value_name = "VENV")]
     environment: Option<PathBuf>,
+    /// Grade each task right after it is solved, as `patchwright eval`
+    /// would (reports in RUN_DIR/eval/), and show resolved-so-far.
+    #[arg(long)]
+    evaluate: bool,
+    #[command(flatten)]
+    env: EnvArgs,
 }
 
 #[derive(Subcommand)]
@@ -554,9 +566,60 @@ fn cmd_batch(args: BatchArgs) -> Result<i32> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let mut summary = Summary::default();
+    let grading = if args.evaluate {
+        Some(args.env.settings(1, eval::DEFAULT_TEST_TIMEOUT_S, false)?)
+    } else {
+        None
+    };
+    let eval_dir = run.root().join("eval");
+    if args.evaluate {
+        std::fs::create_dir_all(&eval_dir)
+            .with_context(|| format!("cannot create {}", eval_dir.display()))?;
+    }
+    let mut envs = std::collections::BTreeMap::new();
+    let mut reports = Vec::new();
     for task in &tasks {
         bar.set_message(task.instance_id.clone());
         let result = batch.run_task(task)?;
+        if let Some(grading) = &grading {
+            bar.set_message(format!("{}: grading", task.instance_id));
+            let key = (task.repo.clone(), task.version.clone());
+            if !envs.contains_key(&key) {
+                let plans = eval::plans(std::slice::from_ref(task), grading, &repos);
+                envs.extend(eval::ensure_envs(
+                    &plans,
+                    grading,
+                    &repos,
+                    &eval_dir.join(".work"),
+                ));
+            }
+            let env = envs.get(&key).map(|r| r.as_ref().map_err(String::as_str));
+            let report = eval::evaluate_one(
+                task,
+                Some(result.model_patch.as_str()),
+                env,
+                grading,
+                &repos,
+                &eval_dir,
+            );
+            reports.push(report);
+            let ids: Vec<String> = reports.iter().map(|r| r.instance_id.clone()).collect();
+            let so_far = eval::grade::Summary::new(&ids, &reports);
+            summary.resolved = Some(so_far.resolved_instances);
+            bar.suspend(|| {
+                tracing::info!(
+                    "{}: {}; resolved so far {}/{}",
+                    task.instance_id,
+                    if reports.last().is_some_and(|r| r.resolved) {
+                        "resolved"
+                    } else {
+                        "not resolved"
+                    },
+                    so_far.resolved_instances,
+                    reports.len()
+                )
+            });
+        }
         match &result.error {
             Some(e) => bar.suspend(|| tracing::error!("{}: {e}", task.instance_id)),
             None => bar.suspend(|| {
@@ -575,6 +638,13 @@ fn cmd_batch(args: BatchArgs) -> Result<i32> {
         bar.inc(1);
     }
     bar.finish_and_clear();
+    if grading.is_some() {
+        let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
+        batch::write_json(
+            &eval_dir.join("report.json"),
+            &eval::grade::Summary::new(&ids, &reports),
+        )?;
+    }
     summary.elapsed_s = started.elapsed().as_secs_f64();
     batch.write_predictions(&tasks)?;
     let metrics = batch.write_metrics(&tasks)?;
@@ -773,6 +843,8 @@ fn cmd_run(args: RunArgs) -> Result<i32> {
         list: false,
         keep_workspaces: args.keep_workspaces,
         environment: args.environment,
+        evaluate: args.evaluate,
+        env: args.env,
     })
 }
 

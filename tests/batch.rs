@@ -259,8 +259,13 @@ fn run_drives_the_masai_pipeline_on_one_task() {
     )
     .unwrap();
     let out = dir.path().join("run");
+    let envs = std::env::var("PATCHWRIGHT_ENVS_DIR")
+        .unwrap_or_else(|_| format!("{}/envs", env!("CARGO_TARGET_TMPDIR")));
     let o = patchwright(&[
         "run",
+        "--evaluate",
+        "--envs",
+        &envs,
         "--task",
         "demo__cachekit-1",
         "--dataset",
@@ -312,4 +317,21 @@ fn run_drives_the_masai_pipeline_on_one_task() {
     let summary = read_json(&out.join("metrics.json"));
     assert_eq!(summary["tasks"], 1);
     assert!(out.join("predictions.jsonl").is_file());
+    // --evaluate graded the task as `patchwright eval` would.
+    assert!(log.contains("resolved so far"), "{log}");
+    let result = read_json(&out.join("results/demo__cachekit-1.json"));
+    let graded = read_json(&out.join("eval/report.json"));
+    assert_eq!(graded["total_instances"], 1);
+    let patched = !result["model_patch"].as_str().unwrap().is_empty();
+    assert_eq!(
+        graded["empty_patch_instances"],
+        if patched { 0 } else { 1 },
+        "{graded:#}"
+    );
+    assert_eq!(
+        graded["completed_instances"],
+        if patched { 1 } else { 0 },
+        "{graded:#}"
+    );
+    assert_eq!(graded["error_instances"], 0, "{graded:#}");
 }
