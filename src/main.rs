@@ -1048,10 +1048,13 @@ fn cmd_eval(args: EvalArgs) -> Result<i32> {
             (None, false, true) => "unresolved".to_string(),
             (None, false, false) => "no patch".to_string(),
         };
-        bar.println(format!(
-            "{} {verdict} ({:.0} s)",
-            r.instance_id, r.total_seconds
-        ));
+        let line = format!("{} {verdict} ({:.0} s)", r.instance_id, r.total_seconds);
+        // A hidden bar (stderr not a terminal) prints nothing: plain lines then.
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
         bar.set_message(format!(
             "resolved {}",
             resolved.load(std::sync::atomic::Ordering::SeqCst)
