@@ -201,6 +201,10 @@ pub struct Policy {
     /// only loopback). Only environment builds turn it on, to reach the
     /// package index; model-written commands and tests never do.
     pub network: bool,
+    /// Host names that resolve to 127.0.0.1 inside the sandbox, for tests
+    /// that address fixed hosts (httpbin.org) a local server stands in
+    /// for. Empty by default.
+    pub local_hosts: Vec<String>,
     /// The complete environment of the command (everything else is cleared).
     pub env: BTreeMap<String, String>,
     /// Use a cgroup for memory and process caps when the runner can create
@@ -226,6 +230,7 @@ impl Policy {
             extra_ro_binds: Vec::new(),
             writable: Vec::new(),
             network: false,
+            local_hosts: Vec::new(),
             env,
             cgroups: true,
             limits: Limits::default(),
@@ -265,7 +270,27 @@ impl Policy {
         }
     }
 
+    /// The sandbox's /etc/hosts: [`HOSTS_CONTENT`], then the local hosts.
+    pub fn hosts_content(&self) -> String {
+        let mut s = HOSTS_CONTENT.to_string();
+        if !self.local_hosts.is_empty() {
+            s += &format!("127.0.0.1\t{}\n", self.local_hosts.join(" "));
+        }
+        s
+    }
+
     pub fn validate(&self) -> Result<(), SandboxError> {
+        for h in &self.local_hosts {
+            if h.is_empty()
+                || !h
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+            {
+                return Err(SandboxError::invalid(format!(
+                    "local host {h:?} is not a host name (letters, digits, '.', '-')"
+                )));
+            }
+        }
         check_path("worktree", &self.worktree)?;
         if self.worktree == Path::new("/") {
             return Err(SandboxError::invalid(

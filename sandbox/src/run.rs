@@ -13,8 +13,8 @@ use crate::error::SandboxError;
 use crate::outcome::{Enforced, LimitsInForce, Mechanism, Outcome, SignalInfo};
 use crate::output::HeadTail;
 use crate::policy::{
-    bwrap_args, Policy, CORE_DUMP_BYTES, GROUP_CONTENT, GROUP_FD, HOSTS_CONTENT, HOSTS_FD,
-    PASSWD_CONTENT, PASSWD_FD, STATUS_FD,
+    bwrap_args, Policy, CORE_DUMP_BYTES, GROUP_CONTENT, GROUP_FD, HOSTS_FD, PASSWD_CONTENT,
+    PASSWD_FD, STATUS_FD,
 };
 
 /// After the sandbox's main process is gone, how long the runner keeps
@@ -266,7 +266,7 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
     // Descriptors handed to bubblewrap at fixed numbers.
     let passwd = data_pipe(PASSWD_CONTENT, "creating the /etc/passwd pipe")?;
     let group = data_pipe(GROUP_CONTENT, "creating the /etc/group pipe")?;
-    let hosts = data_pipe(HOSTS_CONTENT, "creating the /etc/hosts pipe")?;
+    let hosts = data_pipe(&policy.hosts_content(), "creating the /etc/hosts pipe")?;
     let (status_r, status_w) = pipe("creating the status pipe")?;
     let status_w = park(status_w, "creating the status pipe")?;
     let (out_r, out_w) = pipe("creating the output pipe")?;

@@ -143,3 +143,17 @@ fn network_and_writable_binds_are_opt_in() {
         ]
     );
 }
+
+#[test]
+fn local_hosts_resolve_to_loopback_and_are_validated() {
+    let mut policy = deterministic_policy();
+    assert_eq!(policy.hosts_content(), patchwright_sandbox::HOSTS_CONTENT);
+    policy.local_hosts = vec!["httpbin.org".into(), "www.google.co.uk".into()];
+    assert!(policy
+        .hosts_content()
+        .ends_with("127.0.0.1\thttpbin.org www.google.co.uk\n"));
+    assert!(policy.validate().is_ok());
+    policy.local_hosts.push("evil\n1.2.3.4 pypi.org".into());
+    let e = policy.validate().unwrap_err().to_string();
+    assert!(e.contains("is not a host name"), "{e}");
+}

@@ -78,6 +78,8 @@ struct Entry {
     #[serde(default)]
     system: Vec<String>,
     #[serde(default)]
+    local_hosts: Vec<String>,
+    #[serde(default)]
     notes: String,
 }
 
@@ -104,6 +106,9 @@ pub struct Spec {
     pub exclude: Vec<String>,
     pub vars: BTreeMap<String, String>,
     pub system: Vec<String>,
+    /// Host names resolved to 127.0.0.1 while the tests run (servers the
+    /// `eval_commands` start stand in for them).
+    pub local_hosts: Vec<String>,
     pub notes: String,
 }
 
@@ -204,6 +209,7 @@ impl Specs {
                 .map(|(k, v)| (k.clone(), subst(v)))
                 .collect(),
             system: entry.system.clone(),
+            local_hosts: entry.local_hosts.clone(),
             notes: entry.notes.clone(),
         })
     }

@@ -466,6 +466,7 @@ fn task_policy(
     for (k, v) in &spec.vars {
         policy.env.insert(k.clone(), v.clone());
     }
+    policy.local_hosts = spec.local_hosts.clone();
     git_safe(&mut policy);
     Ok(policy)
 }
