@@ -421,10 +421,14 @@ impl Plan {
                 .find_map(|l| l.strip_prefix(">>>>> step: "))
                 .unwrap_or("?")
                 .to_string();
-            return Err(self.failed(format!(
+            let mut reason = format!(
                 "step `{step}` exited with status {}",
                 outcome.cli_exit_code()
-            )));
+            );
+            if let Some(why) = pip_diagnosis(&outcome.output) {
+                reason += &format!(": {why}");
+            }
+            return Err(self.failed(reason));
         }
         let record = serde_json::json!({
             "plan": self,
@@ -511,6 +515,28 @@ pub fn git_safe(policy: &mut sandbox::Policy) {
     ] {
         policy.env.insert(k.into(), v.into());
     }
+}
+
+/// pip's own words for the commonest build failure: a requirement no
+/// index (or wheel directory) has for this interpreter.
+fn pip_diagnosis(log: &str) -> Option<String> {
+    let missing: Vec<&str> = log
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("ERROR: No matching distribution found for ")
+        })
+        .collect();
+    if !missing.is_empty() {
+        return Some(format!(
+            "no distribution of {} for this Python",
+            missing.join(", ")
+        ));
+    }
+    log.lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with("ERROR:") || l.starts_with("error:"))
+        .map(|l| l.trim().to_string())
 }
 
 /// `requires` of `[build-system]` in a pyproject.toml, if declared.
@@ -660,6 +686,20 @@ mod tests {
             ])
         );
         assert_eq!(build_requires("[tool.black]\nline-length = 88\n"), None);
+    }
+
+    #[test]
+    fn pip_failures_are_named() {
+        let log = "Collecting numpy==1.2\n  ERROR: Could not find a version that satisfies the requirement numpy==1.2\nERROR: No matching distribution found for numpy==1.2\n";
+        assert_eq!(
+            pip_diagnosis(log).as_deref(),
+            Some("no distribution of numpy==1.2 for this Python")
+        );
+        assert_eq!(
+            pip_diagnosis("x\nerror: command 'gcc' failed\n").as_deref(),
+            Some("error: command 'gcc' failed")
+        );
+        assert_eq!(pip_diagnosis("all fine\n"), None);
     }
 
     #[test]

@@ -80,6 +80,8 @@ struct Entry {
     #[serde(default)]
     local_hosts: Vec<String>,
     #[serde(default)]
+    network_tests: Vec<String>,
+    #[serde(default)]
     notes: String,
 }
 
@@ -109,6 +111,10 @@ pub struct Spec {
     /// Host names resolved to 127.0.0.1 while the tests run (servers the
     /// `eval_commands` start stand in for them).
     pub local_hosts: Vec<String>,
+    /// Tests that need the real network (a tarpit address, say): when they
+    /// are a task's only failures, the task is reported as not gradable
+    /// offline (an infrastructure error), never as unresolved.
+    pub network_tests: Vec<String>,
     pub notes: String,
 }
 
@@ -210,6 +216,7 @@ impl Specs {
                 .collect(),
             system: entry.system.clone(),
             local_hosts: entry.local_hosts.clone(),
+            network_tests: entry.network_tests.clone(),
             notes: entry.notes.clone(),
         })
     }

@@ -36,6 +36,20 @@ impl TestsStatus {
     pub fn resolved(&self) -> bool {
         self.fail_to_pass.failure.is_empty() && self.pass_to_pass.failure.is_empty()
     }
+
+    /// The failing tests, when there are some and every one of them is in
+    /// `network_tests`.
+    pub fn only_network_failures(&self, network_tests: &[String]) -> Option<Vec<String>> {
+        let failures: Vec<String> = self
+            .fail_to_pass
+            .failure
+            .iter()
+            .chain(&self.pass_to_pass.failure)
+            .cloned()
+            .collect();
+        (!failures.is_empty() && failures.iter().all(|t| network_tests.contains(t)))
+            .then_some(failures)
+    }
 }
 
 /// Why a log was not trusted, if it was not.
@@ -89,6 +103,8 @@ pub enum ErrorKind {
     Timeout,
     /// The sandbox refused or failed to run a command.
     Sandbox,
+    /// Only tests the spec lists as needing the real network failed.
+    NeedsNetwork,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -302,6 +318,29 @@ mod tests {
             assert_eq!(t.fail_to_pass.failure, s(f_fail), "{statuses:?}");
             assert_eq!(t.pass_to_pass.failure, s(p_fail), "{statuses:?}");
         }
+    }
+
+    #[test]
+    fn failures_of_network_tests_alone_are_singled_out() {
+        let net = s(&["n1", "n2"]);
+        let only = grade(
+            &s(&["a"]),
+            &s(&["n1"]),
+            &map(&[("a", Passed), ("n1", Failed)]),
+        );
+        assert_eq!(only.only_network_failures(&net), Some(s(&["n1"])));
+        let mixed = grade(
+            &s(&["a"]),
+            &s(&["n1"]),
+            &map(&[("a", Failed), ("n1", Failed)]),
+        );
+        assert_eq!(mixed.only_network_failures(&net), None);
+        let none = grade(
+            &s(&["a"]),
+            &s(&["n1"]),
+            &map(&[("a", Passed), ("n1", Passed)]),
+        );
+        assert_eq!(none.only_network_failures(&net), None);
     }
 
     #[test]

@@ -433,7 +433,14 @@ impl TaskRun<'_> {
         }
         let status = grade::grade(&task.fail_to_pass, &task.pass_to_pass, &statuses);
         report.resolved = status.resolved();
+        let offline = status.only_network_failures(&spec.network_tests);
         report.tests_status = Some(status);
+        if let Some(tests) = offline {
+            return Err(infra(ErrorKind::NeedsNetwork)(format!(
+                "the only failing tests need the real network (the spec's network_tests): {}",
+                tests.join(", ")
+            )));
+        }
         Ok(())
     }
 }
