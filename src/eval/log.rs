@@ -14,7 +14,9 @@
 //!
 //! * **The worst status wins.** When a test appears more than once, the
 //!   result is the maximum in [`TestStatus`] order (`Error`/`Failed` over
-//!   `Skipped` over `Passed`/`Xfail`), not the last line seen. A patch under
+//!   `Skipped` over `Passed`/`Xfail`), not the last line seen. (Pseudo-ids
+//!   that name no test, like `[100%]`, keep the last line: see
+//!   `names_a_test`.) A patch under
 //!   evaluation can print a forged `PASSED tests/x.py::test_a` (say from an
 //!   `atexit` hook, after pytest's summary); it must never turn a real
 //!   `FAILED` into a pass. A forged line for a test that never ran still
@@ -128,6 +130,15 @@ static DJANGO_INTERRUPTED_OK: LazyLock<[Option<Regex>; 3]> = LazyLock::new(|| {
     .map(pattern)
 });
 
+/// Whether `id` names a test (`path.py::name`, `path.py`, `test_name`,
+/// `test_name (module.Class)`) rather than being one of the pseudo-ids
+/// SWE-bench's parsers read out of nested runners' output, like `[100%]`
+/// from a captured `PASSED    [100%]` line. Task lists contain such ids
+/// with SWE-bench's last-line-wins status, so they keep that rule.
+fn names_a_test(id: &str) -> bool {
+    id.contains("::") || id.contains(".py") || id.starts_with("test")
+}
+
 /// Python's `str.isspace`: Unicode white space plus the ASCII separators
 /// U+001C..U+001F, which Rust does not count as white space.
 fn is_py_space(c: char) -> bool {
@@ -165,7 +176,11 @@ struct Found(BTreeMap<String, TestStatus>);
 impl Found {
     fn record(&mut self, test: &str, status: TestStatus) {
         let slot = self.0.entry(test.to_owned()).or_insert(status);
-        *slot = (*slot).max(status);
+        *slot = if names_a_test(test) {
+            (*slot).max(status)
+        } else {
+            status
+        };
     }
 
     fn pytest(&mut self, line: &str) {
@@ -457,6 +472,21 @@ mod tests {
 
     /// Nothing in the log tells a forged line for a test that never ran from a
     /// real one: the runner's exit status has to catch that.
+    /// pytest's own suite prints nested runs' `FAILED    [100%]` and
+    /// `PASSED    [100%]` lines (excerpt of pytest-dev__pytest-5227's log);
+    /// the task lists have `[100%]` as passing, SWE-bench's last line.
+    #[test]
+    fn pseudo_ids_keep_the_last_status() {
+        let log = fixture!("pytest-nested-progress.txt").1;
+        let got = parse(LogFormat::Pytest, log);
+        assert_eq!(got.get("[100%]"), Some(&Passed));
+        assert_eq!(
+            got.get("testing/logging/test_reporting.py::test_messages_logged"),
+            Some(&Passed)
+        );
+        assert!(!names_a_test("[100%]") && names_a_test("test_x (m.C)"));
+    }
+
     #[test]
     fn forged_pass_alone_reads_as_passed() {
         for format in PYTEST_FORMATS {

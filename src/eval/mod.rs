@@ -370,6 +370,11 @@ impl TaskRun<'_> {
         log.step(&format!("install with the patch: {install}"));
         let o = run(install.clone(), INSTALL_TIMEOUT_S)?;
         log.output(&o);
+        // Dependencies the base commit needs but the environment lacks show
+        // here (the install above adds none): a diagnosis, not a verdict.
+        log.step("pip check");
+        let o = run("python -m pip check".into(), 120)?;
+        log.output(&o);
 
         // 4. The test files as the test patch expects them, then the test patch.
         let files = patch_files(&task.test_patch);
