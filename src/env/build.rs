@@ -49,6 +49,15 @@ pub enum BuildError {
         python: String,
         looked: String,
     },
+    #[error(
+        "{repo} {version}: the system packages {missing:?} are not installed (apt-get install \
+         -y {})", missing.join(" ")
+    )]
+    MissingSystem {
+        repo: String,
+        version: String,
+        missing: Vec<String>,
+    },
     #[error("{repo} {version}: none of the requirement files {files:?} exists at {commit}")]
     NoRequirements {
         repo: String,
@@ -308,6 +317,20 @@ impl Plan {
         index: &Index,
         scratch: &Path,
     ) -> Result<Environment, BuildError> {
+        let missing: Vec<String> = self
+            .spec
+            .system
+            .iter()
+            .filter(|p| !dpkg_installed(p))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            return Err(BuildError::MissingSystem {
+                repo: self.spec.repo.clone(),
+                version: self.spec.version.clone(),
+                missing,
+            });
+        }
         if !self.is_built() {
             self.build(source, index, scratch)?;
         }
@@ -539,6 +562,16 @@ fn pip_diagnosis(log: &str) -> Option<String> {
         .map(|l| l.trim().to_string())
 }
 
+/// Whether the Debian package `name` is installed (`dpkg-query`).
+fn dpkg_installed(name: &str) -> bool {
+    std::process::Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", name])
+        .output()
+        .is_ok_and(|o| {
+            o.status.success() && String::from_utf8_lossy(&o.stdout).ends_with("installed")
+        })
+}
+
 /// `requires` of `[build-system]` in a pyproject.toml, if declared.
 fn build_requires(pyproject: &str) -> Option<Vec<String>> {
     let v: toml::Value = toml::from_str(pyproject).ok()?;
@@ -700,6 +733,12 @@ mod tests {
             Some("error: command 'gcc' failed")
         );
         assert_eq!(pip_diagnosis("all fine\n"), None);
+    }
+
+    #[test]
+    fn system_packages_are_checked_with_dpkg() {
+        assert!(dpkg_installed("bash"));
+        assert!(!dpkg_installed("no-such-package-patchwright"));
     }
 
     #[test]
