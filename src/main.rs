@@ -124,6 +124,7 @@ impl EnvArgs {
             jobs,
             test_timeout_s,
             run_empty,
+            keep_work: false,
         })
     }
 }
@@ -203,6 +204,9 @@ struct EvalArgs {
     /// Time limit of one task's tests, in seconds.
     #[arg(long, value_name = "S", default_value_t = eval::DEFAULT_TEST_TIMEOUT_S)]
     timeout: u64,
+    /// Keep each task's worktree and install layer in OUT/.work/<id>.
+    #[arg(long)]
+    keep_work: bool,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -593,7 +597,17 @@ fn cmd_batch(args: BatchArgs) -> Result<i32> {
                     &eval_dir.join(".work"),
                 ));
             }
-            let env = envs.get(&key).map(|r| r.as_ref().map_err(String::as_str));
+            let prepared = eval::prepare_commits(
+                std::slice::from_ref(task),
+                &envs,
+                grading,
+                &repos,
+                &eval_dir.join(".work"),
+            );
+            let env = match prepared.get(&task.instance_id) {
+                Some(Err(e)) => Some(Err(e.as_str())),
+                _ => envs.get(&key).map(|r| r.as_ref().map_err(String::as_str)),
+            };
             let report = eval::evaluate_one(
                 task,
                 Some(result.model_patch.as_str()),
@@ -972,6 +986,16 @@ fn cmd_env_build(args: EnvBuildArgs) -> Result<i32> {
             std::collections::BTreeMap::from([((repo.clone(), version.clone()), plan.clone())]);
         let was_built = plan.as_ref().is_ok_and(|p| p.is_built());
         let built = eval::ensure_envs(&one, &settings, &repos, scratch.path());
+        let of_env: Vec<dataset::Task> = tasks
+            .iter()
+            .filter(|t| &t.repo == repo && &t.version == version)
+            .cloned()
+            .collect();
+        let prepared = eval::prepare_commits(&of_env, &built, &settings, &repos, scratch.path());
+        let unprepared: Vec<String> = prepared
+            .iter()
+            .filter_map(|(id, r)| r.as_ref().err().map(|e| format!("{id}: {e}")))
+            .collect();
         let result = built
             .into_values()
             .next()
@@ -981,6 +1005,7 @@ fn cmd_env_build(args: EnvBuildArgs) -> Result<i32> {
                 "repo": repo, "version": version, "ok": true,
                 "python": plan.interpreter.version, "dir": env.venv,
                 "reused": was_built, "seconds": start.elapsed().as_secs_f64(),
+                "task_dependency_errors": unprepared,
             }),
             Err(e) => {
                 failed += 1;
@@ -996,7 +1021,11 @@ fn cmd_env_build(args: EnvBuildArgs) -> Result<i32> {
                 ),
                 Err(e) => println!("FAILED {repo} {version}: {e}"),
             }
+            for e in &unprepared {
+                println!("       {e}");
+            }
         }
+        failed += usize::from(result.is_ok() && !unprepared.is_empty());
         rows.push(row);
     }
     if args.json {
@@ -1011,7 +1040,8 @@ fn cmd_eval(args: EvalArgs) -> Result<i32> {
     let jobs = args.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
     });
-    let settings = args.env.settings(jobs, args.timeout, args.empty)?;
+    let mut settings = args.env.settings(jobs, args.timeout, args.empty)?;
+    settings.keep_work = args.keep_work;
     let patches: std::collections::BTreeMap<String, String> = if args.gold {
         tasks
             .iter()

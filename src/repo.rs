@@ -366,6 +366,31 @@ pub fn show_file(source: &Path, commit: &str, path: &str) -> Result<String, Repo
     check("show", source, out)
 }
 
+/// Whether any of `paths` differs between commits `a` and `b` of the
+/// repository at `source`.
+pub fn paths_differ(source: &Path, a: &str, b: &str, paths: &[&str]) -> Result<bool, RepoError> {
+    let out = git_command()
+        .arg("--git-dir")
+        .arg(git_dir(source))
+        .args(["diff", "--quiet", a, b, "--"])
+        .args(paths)
+        .output()
+        .map_err(|e| RepoError::Git {
+            args: "diff --quiet".into(),
+            dir: source.to_path_buf(),
+            message: format!("cannot run git: {e} (install git)"),
+        })?;
+    match out.status.code() {
+        Some(0) => Ok(false),
+        Some(1) => Ok(true),
+        _ => Err(RepoError::Git {
+            args: "diff --quiet".into(),
+            dir: source.to_path_buf(),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        }),
+    }
+}
+
 /// The full id of the commit checked out in the repository at `dir`.
 pub fn head_commit(dir: &Path) -> Result<String, RepoError> {
     Ok(

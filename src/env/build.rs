@@ -374,13 +374,61 @@ impl Plan {
         std::fs::create_dir_all(scratch).map_err(io("create", scratch))?;
         let checkout_dir = scratch.join(format!("checkout-{}", &self.hash[..12]));
         let checkout = Workspace::create(source, &self.setup_commit, &checkout_dir)?;
+        let policy = self.build_policy(checkout.path(), index)?;
+
+        let script = self.script();
+        write("build.sh", script.clone())?;
+        tracing::info!(repo = %self.spec.repo, version = %self.spec.version, dir = %self.dir.display(), "building environment");
+        let outcome = sandbox::run(&policy, &["bash".into(), "-c".into(), script]);
+        let _ = checkout.remove();
+        let outcome = outcome?;
+        write("build.log", outcome.output.clone())?;
+        if outcome.timed_out {
+            return Err(self.failed(format!("timed out after {BUILD_TIMEOUT_S} s")));
+        }
+        if !outcome.success() {
+            let step = outcome
+                .output
+                .lines()
+                .rev()
+                .find_map(|l| l.strip_prefix(">>>>> step: "))
+                .unwrap_or("?")
+                .to_string();
+            let mut reason = format!(
+                "step `{step}` exited with status {}",
+                outcome.cli_exit_code()
+            );
+            if let Some(why) = pip_diagnosis(&outcome.output) {
+                reason += &format!(": {why}");
+            }
+            return Err(self.failed(reason));
+        }
+        let record = serde_json::json!({
+            "plan": self,
+            "built_at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            "build_seconds": outcome.wall_time_secs,
+        });
+        let tmp = meta.join("env.json.tmp");
+        let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+        f.write_all(format!("{record:#}\n").as_bytes())
+            .and_then(|_| f.sync_all())
+            .map_err(io("write", &tmp))?;
+        std::fs::rename(&tmp, self.marker()).map_err(io("rename", &tmp))?;
+        drop(lock);
+        Ok(())
+    }
+
+    /// The sandbox policy of a build step in `worktree`: the environment
+    /// writable, the package index reachable (or only the wheel directory),
+    /// pip's cache shared by all environments.
+    fn build_policy(&self, worktree: &Path, index: &Index) -> Result<sandbox::Policy, BuildError> {
         let cache = self
             .dir
             .parent()
             .and_then(Path::parent)
             .map(|r| r.join(".pip-cache"));
 
-        let mut policy = sandbox::Policy::for_worktree(checkout.path())?;
+        let mut policy = sandbox::Policy::for_worktree(worktree)?;
         policy.extra_ro_binds.push(self.interpreter.prefix.clone());
         policy.writable.push(self.dir.clone());
         // pip's options as its environment variables: they reach every pip
@@ -426,45 +474,75 @@ impl Plan {
         policy.limits.tmp_bytes = BUILD_TMP_BYTES;
         policy.limits.output_bytes = BUILD_OUTPUT_BYTES;
 
-        let script = self.script();
-        write("build.sh", script.clone())?;
-        tracing::info!(repo = %self.spec.repo, version = %self.spec.version, dir = %self.dir.display(), "building environment");
-        let outcome = sandbox::run(&policy, &["bash".into(), "-c".into(), script]);
-        let _ = checkout.remove();
-        let outcome = outcome?;
-        write("build.log", outcome.output.clone())?;
-        if outcome.timed_out {
-            return Err(self.failed(format!("timed out after {BUILD_TIMEOUT_S} s")));
+        Ok(policy)
+    }
+
+    /// Where the dependencies of task commits whose own requirements differ
+    /// from the setup commit's are kept, as wheels and sdists; the layer's
+    /// install finds them there with the network off.
+    pub fn wheelhouse(&self) -> PathBuf {
+        self.meta().join("wheels")
+    }
+
+    /// Downloads into [`Plan::wheelhouse`] what the repository at `commit`
+    /// depends on, when its dependency files differ from the setup
+    /// commit's (SWE-bench installs each task's commit with its
+    /// dependencies; without the network this is done ahead). Once per
+    /// commit.
+    pub fn prepare_commit(
+        &self,
+        source: &Path,
+        commit: &str,
+        index: &Index,
+        scratch: &Path,
+    ) -> Result<(), BuildError> {
+        let done = self.wheelhouse().join(format!(".done-{commit}"));
+        if done.exists() || commit == self.setup_commit {
+            return Ok(());
         }
-        if !outcome.success() {
-            let step = outcome
-                .output
-                .lines()
-                .rev()
-                .find_map(|l| l.strip_prefix(">>>>> step: "))
-                .unwrap_or("?")
-                .to_string();
-            let mut reason = format!(
-                "step `{step}` exited with status {}",
-                outcome.cli_exit_code()
-            );
-            if let Some(why) = pip_diagnosis(&outcome.output) {
-                reason += &format!(": {why}");
+        let changed =
+            crate::repo::paths_differ(source, &self.setup_commit, commit, DEPENDENCY_FILES)?;
+        let Some(download) = download_command(&self.spec.install) else {
+            return Ok(());
+        };
+        if changed {
+            let checkout_dir = scratch.join(format!("deps-{}", &commit[..commit.len().min(12)]));
+            let checkout = Workspace::create(source, commit, &checkout_dir)?;
+            let mut policy = self.build_policy(checkout.path(), index)?;
+            // The environment is complete: read-only from here on.
+            policy.writable.retain(|p| p != &self.dir);
+            policy.extra_ro_binds.push(self.dir.clone());
+            let house = self.wheelhouse();
+            std::fs::create_dir_all(&house).map_err(io("create", &house))?;
+            policy.writable.push(house.clone());
+            let mut script = String::from("set -euo pipefail\n");
+            for cmd in &self.spec.pre_install {
+                script += &format!("{cmd}\n");
             }
-            return Err(self.failed(reason));
+            script += &format!("{download} --dest {}\n", quote(&house.to_string_lossy()));
+            tracing::info!(repo = %self.spec.repo, commit, "downloading the dependencies of a task commit");
+            let outcome = sandbox::run(&policy, &["bash".into(), "-c".into(), script]);
+            let _ = checkout.remove();
+            let outcome = outcome?;
+            let log = house.join(format!("download-{commit}.log"));
+            std::fs::write(&log, &outcome.output).map_err(io("write", &log))?;
+            if !outcome.success() {
+                return Err(BuildError::Failed {
+                    repo: self.spec.repo.clone(),
+                    version: self.spec.version.clone(),
+                    reason: format!(
+                        "downloading the dependencies of {commit} failed{}",
+                        pip_diagnosis(&outcome.output)
+                            .map(|d| format!(": {d}"))
+                            .unwrap_or_default()
+                    ),
+                    log,
+                });
+            }
         }
-        let record = serde_json::json!({
-            "plan": self,
-            "built_at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-            "build_seconds": outcome.wall_time_secs,
-        });
-        let tmp = meta.join("env.json.tmp");
-        let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
-        f.write_all(format!("{record:#}\n").as_bytes())
-            .and_then(|_| f.sync_all())
-            .map_err(io("write", &tmp))?;
-        std::fs::rename(&tmp, self.marker()).map_err(io("rename", &tmp))?;
-        drop(lock);
+        let parent = done.parent().unwrap_or(&done).to_path_buf();
+        std::fs::create_dir_all(&parent).map_err(io("create", &parent))?;
+        std::fs::write(&done, "").map_err(io("write", &done))?;
         Ok(())
     }
 
@@ -522,6 +600,27 @@ except ImportError:
             names.add(d.project_name)
 print("\n".join(sorted(names)))
 "#;
+
+/// Files whose change between two commits may change what the repository
+/// depends on.
+pub const DEPENDENCY_FILES: &[&str] = &[
+    "setup.py",
+    "setup.cfg",
+    "pyproject.toml",
+    "requirements.txt",
+];
+
+/// The spec's install command as a `pip download` of the same target
+/// (`python -m pip install -e .[test]` → `python -m pip download .[test]`),
+/// or `None` when it is not a pip install.
+pub fn download_command(install: &str) -> Option<String> {
+    let (head, rest) = install.split_once("pip install")?;
+    let args: Vec<&str> = rest
+        .split_whitespace()
+        .filter(|a| *a != "-e" && *a != "--editable")
+        .collect();
+    Some(format!("{head}pip download {}", args.join(" ")))
+}
 
 /// `cmd` with `flags` inserted after each `pip install`; other commands
 /// (`python setup.py develop`) unchanged.
@@ -705,6 +804,28 @@ mod tests {
         ];
         for (cmd, want) in cases {
             assert_eq!(with_pip_flags(cmd, "--no-deps"), want);
+        }
+    }
+
+    #[test]
+    fn install_commands_become_downloads() {
+        let cases = [
+            (
+                "python -m pip install -e .",
+                Some("python -m pip download ."),
+            ),
+            (
+                "python -m pip install -e .[test]",
+                Some("python -m pip download .[test]"),
+            ),
+            (
+                "python -m pip install -v --no-use-pep517 --no-build-isolation -e .",
+                Some("python -m pip download -v --no-use-pep517 --no-build-isolation ."),
+            ),
+            ("python setup.py develop", None),
+        ];
+        for (install, want) in cases {
+            assert_eq!(download_command(install).as_deref(), want, "{install}");
         }
     }
 

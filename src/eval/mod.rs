@@ -49,6 +49,9 @@ pub struct Settings {
     pub test_timeout_s: u64,
     /// Run the tests even when the patch is empty (`--empty`).
     pub run_empty: bool,
+    /// Keep each task's worktree and layer under `OUT/.work/<id>` (to rerun
+    /// its tests by hand when an environment misbehaves).
+    pub keep_work: bool,
 }
 
 impl Settings {
@@ -132,6 +135,38 @@ pub fn ensure_envs(
         .collect()
 }
 
+/// Downloads, for each task whose commit depends on other packages than
+/// its environment's setup commit, those packages into the environment's
+/// wheelhouse ([`Plan::prepare_commit`]). The result per instance id.
+pub fn prepare_commits(
+    tasks: &[Task],
+    envs: &BTreeMap<(String, String), Result<(Plan, Environment), String>>,
+    settings: &Settings,
+    repos: &Repos,
+    scratch: &Path,
+) -> BTreeMap<String, Result<(), String>> {
+    tasks
+        .iter()
+        .filter_map(|t| {
+            let (plan, _) = envs
+                .get(&(t.repo.clone(), t.version.clone()))?
+                .as_ref()
+                .ok()?;
+            let result = repos
+                .locate(&t.repo)
+                .map_err(|e| e.to_string())
+                .and_then(|source| {
+                    plan.prepare_commit(&source, &t.base_commit, &settings.index, scratch)
+                        .map_err(|e| e.to_string())
+                });
+            if let Err(e) = &result {
+                tracing::warn!("{}: {e}", t.instance_id);
+            }
+            Some((t.instance_id.clone(), result))
+        })
+        .collect()
+}
+
 /// Grades `tasks` (patch per instance id; a missing entry is a missing
 /// prediction) into `out`: `out/report.json` (the summary) and
 /// `out/logs/<id>/` (report.json, test_output.txt, run_instance.log,
@@ -153,6 +188,7 @@ pub fn evaluate_all(
         .cloned()
         .collect();
     let envs = ensure_envs(&plans(&needed, settings, repos), settings, repos, &work);
+    let prepared = prepare_commits(&needed, &envs, settings, repos, &work);
     let next = AtomicUsize::new(0);
     let reports = Mutex::new(Vec::new());
     let jobs = settings.jobs.max(1).min(tasks.len().max(1));
@@ -162,9 +198,12 @@ pub fn evaluate_all(
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(task) = tasks.get(i) else { break };
                 let patch = patches.get(&task.instance_id).map(String::as_str);
-                let env = envs
-                    .get(&(task.repo.clone(), task.version.clone()))
-                    .map(|r| r.as_ref().map_err(String::as_str));
+                let env = match prepared.get(&task.instance_id) {
+                    Some(Err(e)) => Some(Err(e.as_str())),
+                    _ => envs
+                        .get(&(task.repo.clone(), task.version.clone()))
+                        .map(|r| r.as_ref().map_err(String::as_str)),
+                };
                 let report = evaluate_one(task, patch, env, settings, repos, out);
                 on_done(&report);
                 reports
@@ -178,7 +217,9 @@ pub fn evaluate_all(
     let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
     let summary = Summary::new(&ids, &reports);
     write_json(&out.join("report.json"), &summary)?;
-    let _ = std::fs::remove_dir_all(&work);
+    if !settings.keep_work {
+        let _ = std::fs::remove_dir_all(&work);
+    }
     Ok(summary)
 }
 
@@ -216,6 +257,7 @@ pub fn evaluate_one(
             .and_then(|(plan, env)| {
                 let ctx = TaskRun {
                     spec: &plan.spec,
+                    wheelhouse: plan.wheelhouse(),
                     env,
                     repos,
                     work: &work,
@@ -228,7 +270,9 @@ pub fn evaluate_one(
             log.step(&format!("error ({:?}): {}", e.kind, e.message));
             report.error = Some(e);
         }
-        let _ = std::fs::remove_dir_all(&work);
+        if !settings.keep_work {
+            let _ = std::fs::remove_dir_all(&work);
+        }
         report.total_seconds = start.elapsed().as_secs_f64();
         let _ = std::fs::write(logdir.join("run_instance.log"), &log.text);
         let keyed = serde_json::json!({ &task.instance_id: &report });
@@ -260,6 +304,7 @@ impl RunLog {
 
 struct TaskRun<'a> {
     spec: &'a Spec,
+    wheelhouse: PathBuf,
     env: &'a Environment,
     repos: &'a Repos,
     work: &'a Path,
@@ -277,6 +322,7 @@ impl TaskRun<'_> {
     ) -> Result<(), InfraError> {
         let TaskRun {
             spec,
+            ref wheelhouse,
             env,
             repos,
             work,
@@ -307,9 +353,15 @@ impl TaskRun<'_> {
             sandbox::run(&p, &["bash".into(), "-c".into(), cmd])
                 .map_err(|e| infra(ErrorKind::Sandbox)(e.to_string()))
         };
+        // With the dependencies the commit declares: they are in the
+        // environment, or in its wheelhouse when this commit needs others
+        // (installed into the layer, which shadows the environment's).
         let install = build::with_pip_flags(
             &spec.install,
-            "--no-deps --no-build-isolation --no-index --disable-pip-version-check",
+            &format!(
+                "--no-build-isolation --no-index --find-links {} --disable-pip-version-check",
+                quote(&wheelhouse.to_string_lossy())
+            ),
         );
 
         // 1. The repository installed at its base commit: an environment
