@@ -863,6 +863,51 @@ mod tests {
     }
 
     #[test]
+    fn a_layer_chains_to_its_environment_and_repoints_scripts() {
+        let dir = tempfile::tempdir().unwrap();
+        let env_dir = dir.path().join("env");
+        std::fs::create_dir_all(env_dir.join("bin")).unwrap();
+        std::fs::create_dir_all(env_dir.join("lib/python3.9/site-packages")).unwrap();
+        let interp = dir.path().join("python3.9");
+        std::fs::write(&interp, "").unwrap();
+        std::os::unix::fs::symlink(&interp, env_dir.join("bin/python")).unwrap();
+        std::fs::write(
+            env_dir.join("pyvenv.cfg"),
+            format!("home = {}\nversion = 3.9.18\n", dir.path().display()),
+        )
+        .unwrap();
+        let env_bin = env_dir.join("bin");
+        std::fs::write(
+            env_bin.join("pytest"),
+            format!("#!{}/python\nimport pytest\n", env_bin.display()),
+        )
+        .unwrap();
+        std::fs::write(env_bin.join("activate"), "# not a script of this python\n").unwrap();
+        let env = Environment::open(&env_dir).unwrap();
+        let layer = Layer::create(&env, &dir.path().join("layer")).unwrap();
+        let l = &layer.dir;
+        assert_eq!(
+            std::fs::read_link(l.join("bin/python3.9")).unwrap(),
+            std::fs::canonicalize(&interp).unwrap()
+        );
+        let pth = std::fs::read_to_string(l.join("lib/python3.9/site-packages/_patchwright_env.pth")).unwrap();
+        assert_eq!(
+            pth,
+            format!(
+                "import site; site.addsitedir({:?})\n",
+                env.venv.join("lib/python3.9/site-packages").display().to_string()
+            )
+        );
+        let pytest = std::fs::read_to_string(l.join("bin/pytest")).unwrap();
+        assert_eq!(pytest, format!("#!{}/bin/python\nimport pytest\n", l.display()));
+        assert!(!l.join("bin/activate").exists());
+        assert_eq!(
+            std::fs::read_to_string(l.join("pyvenv.cfg")).unwrap(),
+            std::fs::read_to_string(env.venv.join("pyvenv.cfg")).unwrap()
+        );
+    }
+
+    #[test]
     fn quoting_survives_single_quotes() {
         assert_eq!(quote("a'b"), "'a'\\''b'");
     }
