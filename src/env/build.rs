@@ -890,16 +890,24 @@ mod tests {
             std::fs::read_link(l.join("bin/python3.9")).unwrap(),
             std::fs::canonicalize(&interp).unwrap()
         );
-        let pth = std::fs::read_to_string(l.join("lib/python3.9/site-packages/_patchwright_env.pth")).unwrap();
+        let pth =
+            std::fs::read_to_string(l.join("lib/python3.9/site-packages/_patchwright_env.pth"))
+                .unwrap();
         assert_eq!(
             pth,
             format!(
                 "import site; site.addsitedir({:?})\n",
-                env.venv.join("lib/python3.9/site-packages").display().to_string()
+                env.venv
+                    .join("lib/python3.9/site-packages")
+                    .display()
+                    .to_string()
             )
         );
         let pytest = std::fs::read_to_string(l.join("bin/pytest")).unwrap();
-        assert_eq!(pytest, format!("#!{}/bin/python\nimport pytest\n", l.display()));
+        assert_eq!(
+            pytest,
+            format!("#!{}/bin/python\nimport pytest\n", l.display())
+        );
         assert!(!l.join("bin/activate").exists());
         assert_eq!(
             std::fs::read_to_string(l.join("pyvenv.cfg")).unwrap(),

@@ -418,12 +418,18 @@ impl TaskRun<'_> {
         }
 
         // 3. Installed again with the patch (as SWE-bench does); a failure
-        // here is the patch's, and the tests show it.
-        log.step(&format!("install with the patch: {install}"));
-        let o = run(install.clone(), INSTALL_TIMEOUT_S)?;
-        log.output(&o);
-        // Dependencies the base commit needs but the environment lacks show
-        // here (the install above adds none): a diagnosis, not a verdict.
+        // here is the patch's, and the tests show it. An editable install
+        // already sees the patched sources: it is redone only when the
+        // patch could change what the install does.
+        if needs_reinstall(&spec.install, patch) {
+            log.step(&format!("install with the patch: {install}"));
+            let o = run(install.clone(), INSTALL_TIMEOUT_S)?;
+            log.output(&o);
+        } else {
+            log.step("install with the patch: not needed (editable install, no packaging file or new file in the patch)");
+        }
+        // What the installed commit needs and the environment lacks shows
+        // here: a diagnosis, not a verdict.
         log.step("pip check");
         let o = run("python -m pip check".into(), 120)?;
         log.output(&o);
@@ -535,6 +541,17 @@ fn task_policy(
     Ok(policy)
 }
 
+/// Whether the install must run again after `patch`: not an editable
+/// install, or the patch touches a packaging file or adds a file (an
+/// editable install maps packages, and may miss a new one).
+pub fn needs_reinstall(install: &str, patch: &str) -> bool {
+    let editable = install.contains(" -e ") || install.contains("--editable");
+    let packaging = patch_files(patch)
+        .iter()
+        .any(|f| build::DEPENDENCY_FILES.contains(&f.as_str()) || f == "MANIFEST.in");
+    !patch.trim().is_empty() && (!editable || packaging || patch.contains("\nnew file mode"))
+}
+
 /// The files a patch touches (the `b/` side of each `diff --git`).
 pub fn patch_files(patch: &str) -> Vec<String> {
     patch
@@ -604,6 +621,25 @@ fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reinstall_only_when_the_patch_can_change_the_install() {
+        let edit = "diff --git a/pkg/mod.py b/pkg/mod.py\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n";
+        let setup = "diff --git a/setup.py b/setup.py\n--- a/setup.py\n+++ b/setup.py\n";
+        let new = "diff --git a/pkg/new.py b/pkg/new.py\nnew file mode 100644\n--- /dev/null\n";
+        let editable = "python -m pip install -e .";
+        let cases = [
+            (editable, edit, false),
+            (editable, setup, true),
+            (editable, new, true),
+            (editable, "", false),
+            ("python -m pip install .", edit, true),
+            ("python -m pip install .", "", false),
+        ];
+        for (install, patch, want) in cases {
+            assert_eq!(needs_reinstall(install, patch), want, "{install} / {patch}");
+        }
+    }
 
     #[test]
     fn directives_follow_swe_bench() {
