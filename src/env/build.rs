@@ -334,7 +334,7 @@ impl Plan {
         if !self.is_built() {
             self.build(source, index, scratch)?;
         }
-        Ok(Environment::open(&self.dir).map_err(|e| self.failed(e.to_string()))?)
+        Environment::open(&self.dir).map_err(|e| self.failed(e.to_string()))
     }
 
     fn failed(&self, reason: String) -> BuildError {

@@ -253,14 +253,15 @@ mod tests {
     #[test]
     fn grading_table() {
         // (F2P, P2P, log statuses, resolved, F2P failures, P2P failures)
-        let cases: Vec<(
-            &[&str],
-            &[&str],
-            Vec<(&str, TestStatus)>,
+        type Case = (
+            &'static [&'static str],
+            &'static [&'static str],
+            Vec<(&'static str, TestStatus)>,
             bool,
-            &[&str],
-            &[&str],
-        )> = vec![
+            &'static [&'static str],
+            &'static [&'static str],
+        );
+        let cases: Vec<Case> = vec![
             (
                 &["a"],
                 &["b"],

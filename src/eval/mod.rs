@@ -67,6 +67,10 @@ impl Settings {
     }
 }
 
+/// The built environment of each (repository, version), or why there is
+/// none.
+pub type Envs = BTreeMap<(String, String), Result<(Plan, Environment), String>>;
+
 /// The environment plan of each (repository, version) of `tasks`, or why
 /// there is none.
 pub fn plans(
@@ -116,7 +120,7 @@ pub fn ensure_envs(
     settings: &Settings,
     repos: &Repos,
     scratch: &Path,
-) -> BTreeMap<(String, String), Result<(Plan, Environment), String>> {
+) -> Envs {
     plans
         .iter()
         .map(|(key, plan)| {
@@ -140,7 +144,7 @@ pub fn ensure_envs(
 /// wheelhouse ([`Plan::prepare_commit`]). The result per instance id.
 pub fn prepare_commits(
     tasks: &[Task],
-    envs: &BTreeMap<(String, String), Result<(Plan, Environment), String>>,
+    envs: &Envs,
     settings: &Settings,
     repos: &Repos,
     scratch: &Path,
