@@ -208,7 +208,18 @@ pub fn evaluate_all(
                         .get(&(task.repo.clone(), task.version.clone()))
                         .map(|r| r.as_ref().map_err(String::as_str)),
                 };
-                let report = evaluate_one(task, patch, env, settings, repos, out);
+                // A panic (a bug) ends this task, not the run.
+                let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    evaluate_one(task, patch, env, settings, repos, out)
+                }))
+                .unwrap_or_else(|_| {
+                    let mut r = InstanceReport::new(&task.instance_id, patch);
+                    r.error = Some(InfraError {
+                        kind: ErrorKind::Sandbox,
+                        message: "internal error (a bug in patchwright): see stderr".into(),
+                    });
+                    r
+                });
                 on_done(&report);
                 reports
                     .lock()
