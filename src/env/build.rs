@@ -13,7 +13,6 @@
 //! `patchwright/env.json` exists; it is written last.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use patchwright_sandbox as sandbox;
@@ -80,6 +79,8 @@ pub enum BuildError {
     },
     #[error(transparent)]
     Repo(#[from] RepoError),
+    #[error(transparent)]
+    Write(#[from] crate::batch::BatchError),
     #[error(transparent)]
     Sandbox(#[from] sandbox::SandboxError),
 }
@@ -408,12 +409,7 @@ impl Plan {
             "built_at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             "build_seconds": outcome.wall_time_secs,
         });
-        let tmp = meta.join("env.json.tmp");
-        let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
-        f.write_all(format!("{record:#}\n").as_bytes())
-            .and_then(|_| f.sync_all())
-            .map_err(io("write", &tmp))?;
-        std::fs::rename(&tmp, self.marker()).map_err(io("rename", &tmp))?;
+        crate::batch::write_json(&self.marker(), &record)?;
         drop(lock);
         Ok(())
     }
@@ -863,36 +859,34 @@ mod tests {
     }
 
     #[test]
-    fn a_layer_chains_to_its_environment_and_repoints_scripts() {
-        let dir = tempfile::tempdir().unwrap();
+    fn a_layer_chains_to_its_environment_and_repoints_scripts(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
         let env_dir = dir.path().join("env");
-        std::fs::create_dir_all(env_dir.join("bin")).unwrap();
-        std::fs::create_dir_all(env_dir.join("lib/python3.9/site-packages")).unwrap();
+        std::fs::create_dir_all(env_dir.join("bin"))?;
+        std::fs::create_dir_all(env_dir.join("lib/python3.9/site-packages"))?;
         let interp = dir.path().join("python3.9");
-        std::fs::write(&interp, "").unwrap();
-        std::os::unix::fs::symlink(&interp, env_dir.join("bin/python")).unwrap();
+        std::fs::write(&interp, "")?;
+        std::os::unix::fs::symlink(&interp, env_dir.join("bin/python"))?;
         std::fs::write(
             env_dir.join("pyvenv.cfg"),
             format!("home = {}\nversion = 3.9.18\n", dir.path().display()),
-        )
-        .unwrap();
+        )?;
         let env_bin = env_dir.join("bin");
         std::fs::write(
             env_bin.join("pytest"),
             format!("#!{}/python\nimport pytest\n", env_bin.display()),
-        )
-        .unwrap();
-        std::fs::write(env_bin.join("activate"), "# not a script of this python\n").unwrap();
-        let env = Environment::open(&env_dir).unwrap();
-        let layer = Layer::create(&env, &dir.path().join("layer")).unwrap();
+        )?;
+        std::fs::write(env_bin.join("activate"), "# not a script of this python\n")?;
+        let env = Environment::open(&env_dir)?;
+        let layer = Layer::create(&env, &dir.path().join("layer"))?;
         let l = &layer.dir;
         assert_eq!(
-            std::fs::read_link(l.join("bin/python3.9")).unwrap(),
-            std::fs::canonicalize(&interp).unwrap()
+            std::fs::read_link(l.join("bin/python3.9"))?,
+            std::fs::canonicalize(&interp)?
         );
         let pth =
-            std::fs::read_to_string(l.join("lib/python3.9/site-packages/_patchwright_env.pth"))
-                .unwrap();
+            std::fs::read_to_string(l.join("lib/python3.9/site-packages/_patchwright_env.pth"))?;
         assert_eq!(
             pth,
             format!(
@@ -903,16 +897,17 @@ mod tests {
                     .to_string()
             )
         );
-        let pytest = std::fs::read_to_string(l.join("bin/pytest")).unwrap();
+        let pytest = std::fs::read_to_string(l.join("bin/pytest"))?;
         assert_eq!(
             pytest,
             format!("#!{}/bin/python\nimport pytest\n", l.display())
         );
         assert!(!l.join("bin/activate").exists());
         assert_eq!(
-            std::fs::read_to_string(l.join("pyvenv.cfg")).unwrap(),
-            std::fs::read_to_string(env.venv.join("pyvenv.cfg")).unwrap()
+            std::fs::read_to_string(l.join("pyvenv.cfg"))?,
+            std::fs::read_to_string(env.venv.join("pyvenv.cfg"))?
         );
+        Ok(())
     }
 
     #[test]
@@ -921,17 +916,18 @@ mod tests {
     }
 
     #[test]
-    fn pyenv_versions_are_found_by_minor() {
-        let dir = tempfile::tempdir().unwrap();
+    fn pyenv_versions_are_found_by_minor() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
         for v in ["3.9.1", "3.9.18", "3.11.7", "system"] {
             let bin = dir.path().join("versions").join(v).join("bin");
-            std::fs::create_dir_all(&bin).unwrap();
+            std::fs::create_dir_all(&bin)?;
             let minor: Vec<&str> = v.split('.').take(2).collect();
-            std::fs::write(bin.join(format!("python{}", minor.join("."))), "").unwrap();
+            std::fs::write(bin.join(format!("python{}", minor.join("."))), "")?;
         }
         let p = Pythons::discover_at(Some(dir.path()), &[]);
         assert_eq!(p.get("3.9").map(|i| i.version.as_str()), Some("3.9.18"));
         assert_eq!(p.get("3.11").map(|i| i.version.as_str()), Some("3.11.7"));
         assert!(p.get("3.5").is_none());
+        Ok(())
     }
 }

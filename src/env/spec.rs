@@ -354,14 +354,14 @@ test_cmd = "pytest -rA"
     }
 
     #[test]
-    fn versions_resolve_with_defaults_and_substitution() {
-        let specs = specs(FLASK).unwrap();
-        let s = specs.get("pallets/flask", "2.0").unwrap();
+    fn versions_resolve_with_defaults_and_substitution() -> Result<(), Box<dyn std::error::Error>> {
+        let specs = specs(FLASK)?;
+        let s = specs.get("pallets/flask", "2.0")?;
         assert_eq!(s.python, "3.9");
         assert!(s.requirements);
         assert_eq!(s.vars["SETUPTOOLS_SCM_PRETEND_VERSION"], "2.0.0");
         assert_eq!(s.test_directives, Directives::Files);
-        let s = specs.get("pallets/flask", "2.3").unwrap();
+        let s = specs.get("pallets/flask", "2.3")?;
         assert_eq!(s.python, "3.11");
         assert!(!s.requirements && s.pip_packages.is_empty());
         let e = specs.get("pallets/flask", "9.9").unwrap_err().to_string();
@@ -371,6 +371,7 @@ test_cmd = "pytest -rA"
         );
         let e = specs.get("psf/requests", "2.0").unwrap_err().to_string();
         assert!(e.contains("add datasets/envs/psf__requests.toml"), "{e}");
+        Ok(())
     }
 
     #[test]
@@ -412,8 +413,8 @@ test_cmd = "pytest -rA"
     }
 
     #[test]
-    fn the_shipped_specs_load() {
-        let specs = Specs::load_dir(&Specs::default_dir()).unwrap();
+    fn the_shipped_specs_load() -> Result<(), Box<dyn std::error::Error>> {
+        let specs = Specs::load_dir(&Specs::default_dir())?;
         for repo in [
             "pallets/flask",
             "sympy/sympy",
@@ -422,8 +423,9 @@ test_cmd = "pytest -rA"
         ] {
             assert!(!specs.versions(repo).is_empty(), "{repo}");
         }
-        let s = specs.get("django/django", "3.0").unwrap();
+        let s = specs.get("django/django", "3.0")?;
         assert_eq!(s.test_directives, Directives::Django);
         assert_eq!(s.log_format, LogFormat::Django);
+        Ok(())
     }
 }

@@ -354,7 +354,7 @@ mod tests {
     }
 
     #[test]
-    fn summary_counts_errors_apart_from_unresolved() {
+    fn summary_counts_errors_apart_from_unresolved() -> Result<(), Box<dyn std::error::Error>> {
         let mut resolved = InstanceReport::new("r", Some("diff"));
         resolved.patch_successfully_applied = true;
         resolved.tests_status = Some(TestsStatus::default());
@@ -381,7 +381,7 @@ mod tests {
         assert_eq!(sum.empty_patch_ids, s(&["m"]));
         assert_eq!(sum.incomplete_ids, s(&["e", "m", "missing"]));
         assert_eq!(sum.errors_by_kind["timeout"], s(&["e"]));
-        let json = serde_json::to_value(&sum).unwrap();
+        let json = serde_json::to_value(&sum)?;
         for field in [
             "total_instances",
             "submitted_instances",
@@ -393,5 +393,6 @@ mod tests {
         ] {
             assert!(json.get(field).is_some(), "{field}");
         }
+        Ok(())
     }
 }

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use patchwright_sandbox as sandbox;
 
+use crate::batch::write_json;
 use crate::dataset::Task;
 use crate::env::build::{self, git_safe, quote, Index, Layer, Plan, Pythons};
 use crate::env::spec::{Directives, Spec, Specs};
@@ -188,7 +189,7 @@ pub fn evaluate_all(
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", work.display()))?;
     let needed: Vec<Task> = tasks
         .iter()
-        .filter(|t| needs_run(patches.get(&t.instance_id), settings))
+        .filter(|t| needs_run(patches.get(&t.instance_id).map(String::as_str), settings))
         .cloned()
         .collect();
     let envs = ensure_envs(&plans(&needed, settings, repos), settings, repos, &work);
@@ -238,7 +239,7 @@ pub fn evaluate_all(
     Ok(summary)
 }
 
-fn needs_run(patch: Option<&String>, settings: &Settings) -> bool {
+fn needs_run(patch: Option<&str>, settings: &Settings) -> bool {
     match patch {
         None => false,
         Some(p) => settings.run_empty || !p.trim().is_empty(),
@@ -258,7 +259,7 @@ pub fn evaluate_one(
     let mut report = InstanceReport::new(&task.instance_id, patch);
     let logdir = out.join("logs").join(&task.instance_id);
     let mut log = RunLog::default();
-    if needs_run(patch.map(str::to_string).as_ref(), settings) {
+    if needs_run(patch, settings) {
         let patch = patch.unwrap_or_default();
         let _ = std::fs::create_dir_all(&logdir);
         let _ = std::fs::write(logdir.join("patch.diff"), patch);
@@ -621,16 +622,6 @@ pub fn load_predictions(path: &Path) -> anyhow::Result<BTreeMap<String, String>>
         .into_iter()
         .map(|l| (l.instance_id, l.model_patch.unwrap_or_default()))
         .collect())
-}
-
-fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(value)?;
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text + "\n")
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    Ok(())
 }
 
 #[cfg(test)]
