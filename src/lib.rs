@@ -14,6 +14,7 @@ pub mod index;
 pub mod models;
 pub mod pipeline;
 pub mod repo;
+pub mod report;
 pub mod trajectory;
 
 /// Versions of what produced a run, for `run.json`.
