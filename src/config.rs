@@ -111,7 +111,15 @@ impl Settings {
     }
 
     fn with_toml(base: &Settings, text: &str) -> Result<Settings, String> {
-        let overrides: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut overrides: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+        // A sweep's grid (`[sweep.grid]`) lives in the same file; it is not
+        // a setting of one run.
+        overrides.remove("sweep");
+        Self::with_table(base, overrides)
+    }
+
+    /// `base` overridden by the keys of `overrides`.
+    pub fn with_table(base: &Settings, overrides: toml::Table) -> Result<Settings, String> {
         let mut merged = toml::Table::try_from(base).map_err(|e| e.to_string())?;
         merge(&mut merged, overrides);
         serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {

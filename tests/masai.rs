@@ -83,8 +83,11 @@ fn run(task: &Task, settings: &Settings, backend: &dyn Backend) -> Run {
         task,
         &ws,
         Some(&env),
-        &artifacts,
-        &dir.path().join("scratch"),
+        &masai::Dirs {
+            artifacts: artifacts.clone(),
+            scratch: dir.path().join("scratch"),
+            shared: None,
+        },
         &mut trajectory,
     )
     .unwrap();

@@ -41,6 +41,15 @@ pub const DEFAULT_OPEN_FILES: u64 = 4096;
 /// not fit a context window anyway, and it bounds the runner's memory.
 pub const DEFAULT_OUTPUT_BYTES: usize = 1 << 20;
 
+/// Sandboxed commands run at nice 10: tests beside a model that is
+/// generating take its cores, and llama.cpp's threads busy-wait between
+/// operations, so one competing process at the same priority cuts
+/// generation to a third (29 → 8 tokens/s with 2 threads on 2 cores, two
+/// such processes to 7). At nice 10 the model keeps 28 (one process) and 24
+/// (two); the tests get the CPU whenever the model waits. Measured with
+/// `scripts/bench-threads`, figures in BENCHMARKS.md.
+pub const DEFAULT_NICE: i32 = 10;
+
 /// Core dump size (RLIMIT_CORE): always 0; a crashing interpreter must not
 /// fill the worktree with core files.
 pub const CORE_DUMP_BYTES: u64 = 0;
@@ -162,6 +171,13 @@ pub struct Limits {
     pub open_files: u64,
     /// Output bytes retained, head plus tail ([`DEFAULT_OUTPUT_BYTES`]).
     pub output_bytes: usize,
+    /// CPU priority of the command, as `nice` ([`DEFAULT_NICE`]).
+    #[serde(default = "default_nice")]
+    pub nice: i32,
+}
+
+fn default_nice() -> i32 {
+    DEFAULT_NICE
 }
 
 impl Default for Limits {
@@ -174,6 +190,7 @@ impl Default for Limits {
             file_size_bytes: DEFAULT_FILE_SIZE_BYTES,
             open_files: DEFAULT_OPEN_FILES,
             output_bytes: DEFAULT_OUTPUT_BYTES,
+            nice: DEFAULT_NICE,
         }
     }
 }

@@ -293,11 +293,17 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
         .stdin(Stdio::null())
         .stdout(Stdio::from(out_w))
         .stderr(Stdio::from(out_w2));
+    let nice = policy.limits.nice;
     // SAFETY: the hook runs between fork and exec and makes only
-    // async-signal-safe calls (write, setrlimit, dup2, close_range, fcntl)
-    // on data prepared before the fork; it allocates nothing.
+    // async-signal-safe calls (write, setrlimit, setpriority, dup2,
+    // close_range, fcntl) on data prepared before the fork; it allocates
+    // nothing.
     unsafe {
         cmd.pre_exec(move || {
+            // Below the runner's priority: the model keeps its speed.
+            if nice != 0 && libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             // Join the cgroup first, so bwrap and all it starts are inside.
             for fd in &procs_fds {
                 if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {

@@ -152,6 +152,17 @@ fn stdin_reads_eof_immediately() {
 // ---------------------------------------------------------------- resources
 
 #[test]
+fn commands_run_below_the_runners_priority() {
+    let mut task = Task::new();
+    for (nice, want) in [(patchwright_sandbox::DEFAULT_NICE, "10"), (0, "0"), (19, "19")] {
+        task.policy.limits.nice = nice;
+        // The runner's own niceness is 0 (tests run at normal priority).
+        let o = task.sh("nice");
+        assert_eq!(o.output.trim(), want, "nice {nice}: {}", o.output);
+    }
+}
+
+#[test]
 fn fork_bomb_hits_the_pids_limit_and_is_cleaned_up() {
     let mut task = Task::new();
     task.policy.limits.max_processes = 64;

@@ -10,8 +10,10 @@
 pub mod grammar;
 pub mod http;
 pub mod replay;
+pub mod scheduler;
 mod session;
 
+pub use scheduler::{serve, Load, Scheduler, Slots};
 pub use session::{Candidate, Generation, Request, Session, Stats};
 
 use std::num::NonZeroU32;

@@ -168,7 +168,15 @@ impl<'e> Session<'e> {
             });
         }
         let mut samplers = (0..n)
-            .map(|i| self.sampler(request, i))
+            .map(|i| {
+                sampler(
+                    self.engine,
+                    &request.sampling,
+                    request.temperatures.as_deref(),
+                    request.grammar,
+                    i,
+                )
+            })
             .collect::<Result<Vec<_>, _>>()?;
 
         // Reuse the longest common prefix; keep at least the last prompt
@@ -283,28 +291,35 @@ impl<'e> Session<'e> {
             candidates,
         })
     }
+}
 
-    fn sampler(&self, request: &Request<'_>, i: usize) -> Result<LlamaSampler, EngineError> {
-        let temperature = request
-            .temperatures
-            .as_ref()
-            .and_then(|t| t.get(i).copied())
-            .unwrap_or(request.sampling.temperature);
-        let seed = request.sampling.seed.wrapping_add(i as u32);
-        let mut chain = Vec::new();
-        if let Some(grammar) = request.grammar {
-            chain.push(
-                LlamaSampler::grammar(&self.engine.model, grammar, "root")
-                    .map_err(|e| EngineError::Grammar(e.to_string()))?,
-            );
-        }
-        if temperature <= 0.0 {
-            chain.push(LlamaSampler::greedy());
-        } else {
-            chain.push(LlamaSampler::top_p(request.sampling.top_p, 1));
-            chain.push(LlamaSampler::temp(temperature));
-            chain.push(LlamaSampler::dist(seed));
-        }
-        Ok(LlamaSampler::chain_simple(chain))
+/// Candidate `i`'s sampler: the grammar (if any), then greedy at
+/// temperature 0, else nucleus sampling at `temperature` seeded with
+/// `seed + i`.
+pub(crate) fn sampler(
+    engine: &Engine,
+    request_sampling: &Sampling,
+    temperatures: Option<&[f32]>,
+    grammar: Option<&str>,
+    i: usize,
+) -> Result<LlamaSampler, EngineError> {
+    let temperature = temperatures
+        .and_then(|t| t.get(i).copied())
+        .unwrap_or(request_sampling.temperature);
+    let seed = request_sampling.seed.wrapping_add(i as u32);
+    let mut chain = Vec::new();
+    if let Some(grammar) = grammar {
+        chain.push(
+            LlamaSampler::grammar(&engine.model, grammar, "root")
+                .map_err(|e| EngineError::Grammar(e.to_string()))?,
+        );
     }
+    if temperature <= 0.0 {
+        chain.push(LlamaSampler::greedy());
+    } else {
+        chain.push(LlamaSampler::top_p(request_sampling.top_p, 1));
+        chain.push(LlamaSampler::temp(temperature));
+        chain.push(LlamaSampler::dist(seed));
+    }
+    Ok(LlamaSampler::chain_simple(chain))
 }

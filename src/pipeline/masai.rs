@@ -20,7 +20,7 @@ use crate::env::Environment;
 use crate::index::symbols::CodeIndex;
 use crate::index::IndexError;
 use crate::repo::{RepoError, Workspace};
-use crate::trajectory::Trajectory;
+use crate::trajectory::{Step, Trajectory};
 
 /// Functions the fallback localisation takes when the localizer records
 /// none: the best BM25 matches of the issue.
@@ -70,6 +70,66 @@ pub struct Outcome {
     pub ranking: Option<Ranking>,
     /// Index into `fixes.distinct` of the patch chosen.
     pub chosen: Option<usize>,
+}
+
+/// Where a task's run writes, and where it may find stages shared with
+/// other runs.
+#[derive(Debug, Clone)]
+pub struct Dirs {
+    /// Stage outputs (`<stage>.json`).
+    pub artifacts: PathBuf,
+    /// Candidates' worktrees while the task runs.
+    pub scratch: PathBuf,
+    /// Stages shared between runs (a sweep's grid points): a ReAct stage
+    /// whose settings, task and inputs match one stored here is taken from
+    /// it instead of run again; one that runs is stored.
+    pub shared: Option<PathBuf>,
+}
+
+/// Shared stages of one task: `<shared>/<instance_id>/<stage>-<key>.json`,
+/// the key a hash of everything the stage's outcome depends on.
+struct SharedStages {
+    dir: PathBuf,
+}
+
+impl SharedStages {
+    /// The key of a ReAct stage: the model, the settings every agent
+    /// shares, the agent's own, the environment, and what it was given
+    /// from the stage before.
+    fn key(
+        settings: &Settings,
+        stage: &str,
+        agent: &super::AgentSettings,
+        before: Option<&impl Serialize>,
+    ) -> String {
+        use sha2::Digest;
+        let identity = serde_json::json!({
+            "stage": stage,
+            "model": settings.model,
+            "engine": settings.engine,
+            "sampling": settings.sampling,
+            "aci": settings.aci,
+            "react": settings.react,
+            "agent": agent,
+            "environment": settings.environment,
+            "before": before.and_then(|b| serde_json::to_value(b).ok()),
+        });
+        let digest = sha2::Sha256::digest(identity.to_string().as_bytes());
+        hex::encode(&digest[..8])
+    }
+
+    fn path(&self, stage: &str, key: &str) -> PathBuf {
+        self.dir.join(format!("{stage}-{key}.json"))
+    }
+
+    fn load<T: serde::de::DeserializeOwned>(&self, stage: &str, key: &str) -> Option<T> {
+        let text = std::fs::read_to_string(self.path(stage, key)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    fn store(&self, stage: &str, key: &str, value: &impl Serialize) -> Result<(), MasaiError> {
+        write_artifact(&self.dir, &format!("{stage}-{key}"), value)
+    }
 }
 
 /// Where code indexes are cached: `$PATCHWRIGHT_CACHE_DIR/index`, else
@@ -180,11 +240,43 @@ pub fn run(
     task: &Task,
     ws: &Workspace,
     env: Option<&Environment>,
-    artifacts: &Path,
-    scratch: &Path,
+    dirs: &Dirs,
     trajectory: &mut Trajectory,
 ) -> Result<Outcome, MasaiError> {
     let id = &task.instance_id;
+    let artifacts = dirs.artifacts.as_path();
+    let scratch = dirs.scratch.as_path();
+    let shared = dirs.shared.as_ref().map(|d| SharedStages {
+        dir: d.join(id),
+    });
+    // A ReAct stage from the shared stages when one matches, else run (and
+    // stored for the next run).
+    macro_rules! shared_stage {
+        ($stage:expr, $agent:expr, $before:expr, $run:expr) => {{
+            let key = SharedStages::key(settings, $stage, $agent, $before);
+            match shared.as_ref().and_then(|s| s.load(&$stage, &key)) {
+                Some(artifact) => {
+                    let from = shared
+                        .as_ref()
+                        .map(|s| s.path($stage, &key).display().to_string())
+                        .unwrap_or_default();
+                    tracing::info!("{id}: {} taken from {from}", $stage);
+                    trajectory.record(Step::Reused {
+                        stage: $stage.to_string(),
+                        from,
+                    });
+                    artifact
+                }
+                None => {
+                    let artifact = $run;
+                    if let Some(s) = &shared {
+                        s.store($stage, &key, &artifact)?;
+                    }
+                    artifact
+                }
+            }
+        }};
+    }
     let (index, cached) =
         CodeIndex::load_or_build(ws.path(), &index_cache_dir(), &task.repo, ws.base_commit())?;
     tracing::info!(
@@ -205,12 +297,18 @@ pub fn run(
 
     let template = if stages.template {
         tracing::info!("{id}: stage 1/5, test template");
-        let a = cx.test_stage(
-            &agent_defs::test_template(task),
-            TestCheck::Passes,
+        trajectory.stage("template");
+        let a: TestArtifact = shared_stage!(
+            "template",
             &agents.test_template,
-            trajectory,
-        )?;
+            None::<&()>,
+            cx.test_stage(
+                &agent_defs::test_template(task),
+                TestCheck::Passes,
+                &agents.test_template,
+                trajectory,
+            )?
+        );
         write_artifact(artifacts, "template", &a)?;
         Some(a)
     } else {
@@ -219,13 +317,19 @@ pub fn run(
 
     let reproduction = if stages.reproduce {
         tracing::info!("{id}: stage 2/5, issue reproducer");
+        trajectory.stage("reproduce");
         let t = template.as_ref().and_then(|t| t.test.as_ref());
-        let a = cx.test_stage(
-            &agent_defs::reproducer(task, t),
-            TestCheck::Fails,
+        let a: TestArtifact = shared_stage!(
+            "reproduce",
             &agents.reproducer,
-            trajectory,
-        )?;
+            Some(&t),
+            cx.test_stage(
+                &agent_defs::reproducer(task, t),
+                TestCheck::Fails,
+                &agents.reproducer,
+                trajectory,
+            )?
+        );
         write_artifact(artifacts, "reproduction", &a)?;
         Some(a)
     } else {
@@ -233,22 +337,28 @@ pub fn run(
     };
 
     tracing::info!("{id}: stage 3/5, edit localizer");
-    let mut aci = cx.interface()?;
-    let episode = cx.episode(
-        &agent_defs::localizer(task),
-        &mut aci,
-        &agents.localizer,
-        trajectory,
-    )?;
-    let mut locations = LocationsArtifact {
-        episode,
-        source: "localizer".into(),
-        locations: aci.locations().to_vec(),
-    };
-    if locations.locations.is_empty() {
-        locations.source = "bm25".into();
-        locations.locations = fallback_locations(&cx.index, ws.path(), &task.problem_statement);
-    }
+    trajectory.stage("localize");
+    let locations: LocationsArtifact =
+        shared_stage!("localize", &agents.localizer, None::<&()>, {
+            let mut aci = cx.interface()?;
+            let episode = cx.episode(
+                &agent_defs::localizer(task),
+                &mut aci,
+                &agents.localizer,
+                trajectory,
+            )?;
+            let mut locations = LocationsArtifact {
+                episode,
+                source: "localizer".into(),
+                locations: aci.locations().to_vec(),
+            };
+            if locations.locations.is_empty() {
+                locations.source = "bm25".into();
+                locations.locations =
+                    fallback_locations(&cx.index, ws.path(), &task.problem_statement);
+            }
+            locations
+        });
     write_artifact(artifacts, "locations", &locations)?;
 
     tracing::info!(
@@ -256,6 +366,7 @@ pub fn run(
         settings.fixer.candidates,
         locations.locations.len()
     );
+    trajectory.stage("fix");
     let fixes = {
         let mut conversation = backend.conversation(
             settings.fixer.candidates.max(1),
@@ -289,6 +400,7 @@ pub fn run(
             "{id}: stage 5/5, ranker ({} distinct candidates)",
             fixes.distinct.len()
         );
+        trajectory.stage("rank");
         let mut conversation = backend.conversation(1, 0)?;
         let r = ranker::rank(
             conversation.as_mut(),

@@ -1,0 +1,564 @@
+//! Batches: running the pipeline over a selection of tasks against one
+//! loaded model, and writing the run directory.
+//!
+//! Run directory layout:
+//!
+//! ```text
+//! RUN_DIR/run.json                    resolved settings, model sha256, versions, summary
+//! RUN_DIR/predictions.jsonl           SWE-bench predictions, rebuilt from results/
+//! RUN_DIR/results/<id>.json           one task's outcome (status, error, patch, counts)
+//! RUN_DIR/trajectories/<id>.json      every model call and step of one task
+//! RUN_DIR/workspaces/<id>/            a task's workspace while it runs (kept with --keep-workspaces)
+//! RUN_DIR/artifacts/<id>/             the MASAI stages' outputs
+//! RUN_DIR/eval/                       grades with --evaluate (logs/<id>/, report.json)
+//! ```
+//!
+//! Tasks run K at a time ([`Options::jobs`]), each in its own workspace,
+//! against one backend (the scheduler batches their model calls). A task's
+//! failure is recorded as that task's error; the batch goes on.
+//!
+//! Exactly once: every file is written atomically (to a temporary name,
+//! then renamed), and a task's result is written last, so its presence
+//! means the task finished. Running the same batch again skips finished
+//! tasks (grading any that finished but were not graded) and redoes the
+//! others; `predictions.jsonl` is rebuilt from the results after every
+//! task. A `kill -9` loses at most the tasks in flight.
+
+pub mod merge;
+pub mod progress;
+pub mod rundir;
+pub mod sweep;
+
+pub use rundir::{write_atomic, write_json, Opened, RunDir};
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Settings;
+use crate::dataset::Task;
+use crate::engine::{Backend, Engine};
+use crate::env::Environment;
+use crate::eval::{self, grade::InstanceReport};
+use crate::pipeline::{self, metrics::Metrics, metrics::Summary as MetricsSummary, Kind};
+use crate::repo::{Repos, Workspace};
+use crate::trajectory::{StageObserver, Trajectory};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot encode {what} as JSON: {source}")]
+    Json {
+        what: String,
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Repo(#[from] crate::repo::RepoError),
+    #[error("{path} holds another run ({difference}): choose another --out, or delete it to start over")]
+    Different { path: PathBuf, difference: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The pipeline produced a non-empty patch.
+    Patched,
+    /// The pipeline ran but no edit applied.
+    NoPatch,
+    /// Something failed before the pipeline could finish (missing mirror,
+    /// prompt too long, ...): see `error`.
+    Error,
+}
+
+/// One task's outcome, as stored in `results/<id>.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskResult {
+    pub instance_id: String,
+    pub status: Status,
+    pub error: Option<String>,
+    pub model_patch: String,
+    pub elapsed_s: f64,
+    pub model_calls: usize,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Stage metrics (MASAI pipeline, gold patch known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<Metrics>,
+}
+
+/// A line of `predictions.jsonl`, in SWE-bench's format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    pub instance_id: String,
+    pub model_name_or_path: String,
+    pub model_patch: String,
+}
+
+/// Counts over a finished batch.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    pub tasks: usize,
+    pub patched: usize,
+    pub no_patch: usize,
+    pub errors: usize,
+    pub error_ids: Vec<String>,
+    pub elapsed_s: f64,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Tasks resolved, when the batch grades them (`--evaluate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<usize>,
+}
+
+/// What a batch needs besides its tasks.
+pub struct Batch<'a> {
+    /// Answers every model call of the MASAI pipeline.
+    pub backend: &'a dyn Backend,
+    /// The embedded engine, for the first pipeline (it calls the engine
+    /// directly); `None` with a server.
+    pub engine: Option<&'a Engine>,
+    pub settings: &'a Settings,
+    pub repos: &'a Repos,
+    pub run: &'a RunDir,
+    /// `model_name_or_path` for the predictions.
+    pub model_name: String,
+    /// The model file or server, for the trajectories.
+    pub model: String,
+    /// Stages shared with other runs (a sweep's), see
+    /// [`pipeline::masai::Dirs::shared`].
+    pub shared: Option<PathBuf>,
+    /// Every task of the run directory, in order: this selection and those
+    /// of earlier runs into it. `predictions.jsonl` and `metrics.json`
+    /// cover them all.
+    pub ids: Vec<String>,
+}
+
+/// Tasks in flight at once by default: measured on the 2-core machine of
+/// BENCHMARKS.md ("Scheduler"), where one task's tests and the model share
+/// the cores.
+pub const DEFAULT_JOBS: usize = 4;
+
+/// How a batch runs its tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Tasks in flight at once.
+    pub jobs: usize,
+    /// Run finished tasks again.
+    pub redo: bool,
+}
+
+/// What happens in a batch, as it happens (for a progress display).
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// The tasks to run now, and those finished by an earlier run.
+    Planned { run: usize, finished: usize },
+    Started { id: &'a str },
+    Stage { id: &'a str, stage: &'a str },
+    Grading { id: &'a str },
+    Finished {
+        result: &'a TaskResult,
+        resolved: Option<bool>,
+        summary: &'a Summary,
+    },
+}
+
+/// Where a batch's events go.
+pub type Sink = std::sync::Arc<dyn Fn(Event<'_>) + Send + Sync>;
+
+/// Grades patches as a batch makes them, sharing built environments
+/// between tasks (and between a sweep's runs).
+pub struct Grader<'a> {
+    pub settings: &'a eval::Settings,
+    pub repos: &'a Repos,
+    /// Environments by (repository, version), built on first use; the lock
+    /// also keeps two tasks from building or preparing one at once.
+    envs: Mutex<eval::Envs>,
+}
+
+impl<'a> Grader<'a> {
+    pub fn new(settings: &'a eval::Settings, repos: &'a Repos) -> Self {
+        Grader {
+            settings,
+            repos,
+            envs: Mutex::new(eval::Envs::new()),
+        }
+    }
+
+    /// Grades `patch` for `task`; the report goes under `out/logs/<id>/`.
+    pub fn grade(&self, task: &Task, patch: &str, out: &Path) -> InstanceReport {
+        let work = out.join(".work");
+        let key = (task.repo.clone(), task.version.clone());
+        let env = {
+            let mut envs = self.envs.lock().unwrap_or_else(|e| e.into_inner());
+            if !envs.contains_key(&key) {
+                let plans = eval::plans(std::slice::from_ref(task), self.settings, self.repos);
+                envs.extend(eval::ensure_envs(&plans, self.settings, self.repos, &work));
+            }
+            let prepared = eval::prepare_commits(
+                std::slice::from_ref(task),
+                &envs,
+                self.settings,
+                self.repos,
+                &work,
+            );
+            match prepared.get(&task.instance_id) {
+                Some(Err(e)) => Some(Err(e.clone())),
+                _ => envs.get(&key).map(|r| match r {
+                    Ok(pair) => Ok(pair.clone()),
+                    Err(e) => Err(e.clone()),
+                }),
+            }
+        };
+        let env = env
+            .as_ref()
+            .map(|r| r.as_ref().map_err(String::as_str));
+        eval::evaluate_one(task, Some(patch), env, self.settings, self.repos, out)
+    }
+
+    /// The stored grade of task `id` under `out`, if it was graded.
+    pub fn stored_by_id(id: &str, out: &Path) -> Option<InstanceReport> {
+        let path = out.join("logs").join(id).join("report.json");
+        let text = std::fs::read_to_string(path).ok()?;
+        let mut keyed: std::collections::BTreeMap<String, InstanceReport> =
+            serde_json::from_str(&text).ok()?;
+        keyed.remove(id)
+    }
+}
+
+/// What is left to do for a task.
+enum Work {
+    Solve,
+    /// Finished by an earlier run but not graded.
+    Grade(TaskResult),
+}
+
+/// Shared by the workers of [`Batch::run_all`].
+struct Progress {
+    summary: Summary,
+    reports: Vec<InstanceReport>,
+    error: Option<BatchError>,
+}
+
+impl Batch<'_> {
+    /// Where `--evaluate` grades go.
+    pub fn eval_dir(&self) -> PathBuf {
+        self.run.root().join("eval")
+    }
+
+    /// Runs `tasks`, `options.jobs` at a time, skipping the finished ones
+    /// unless `options.redo`; grades each with `grader` when given. Returns
+    /// the summary over all of `tasks` (finished earlier or now). `Err`
+    /// means the run directory could not be written; the tasks in flight
+    /// still finish first.
+    pub fn run_all(
+        &self,
+        tasks: &[Task],
+        options: Options,
+        grader: Option<&Grader<'_>>,
+        on: &Sink,
+    ) -> Result<Summary, BatchError> {
+        let started = Instant::now();
+        let eval_dir = self.eval_dir();
+        let mut progress = Progress {
+            summary: Summary::default(),
+            reports: Vec::new(),
+            error: None,
+        };
+        let mut todo: Vec<(&Task, Work)> = Vec::new();
+        for task in tasks {
+            let done = if options.redo {
+                None
+            } else {
+                self.run.finished(&task.instance_id)?
+            };
+            match (done, grader) {
+                (None, _) => todo.push((task, Work::Solve)),
+                (Some(r), Some(_)) => match Grader::stored_by_id(&task.instance_id, &eval_dir) {
+                    Some(report) => {
+                        progress.summary.add(&r);
+                        progress.reports.push(report);
+                    }
+                    None => todo.push((task, Work::Grade(r))),
+                },
+                (Some(r), None) => progress.summary.add(&r),
+            }
+        }
+        if grader.is_some() {
+            progress.summary.resolved = Some(progress.reports.iter().filter(|r| r.resolved).count());
+        }
+        on(Event::Planned {
+            run: todo.len(),
+            finished: tasks.len() - todo.len(),
+        });
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let progress = Mutex::new(progress);
+        let worker = || {
+            while !stop.load(Ordering::Relaxed) {
+                let Some((task, work)) = todo.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    return;
+                };
+                let id = task.instance_id.as_str();
+                let result = match work {
+                    Work::Grade(r) => r.clone(),
+                    Work::Solve => {
+                        on(Event::Started { id });
+                        match self.run_task(task, on) {
+                            Ok(r) => r,
+                            Err(e) => {
+                                let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
+                                p.error.get_or_insert(e);
+                                stop.store(true, Ordering::Relaxed);
+                                return;
+                            }
+                        }
+                    }
+                };
+                let report = grader.map(|g| {
+                    on(Event::Grading { id });
+                    g.grade(task, &result.model_patch, &eval_dir)
+                });
+                let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
+                p.summary.add(&result);
+                if let Some(report) = report.clone() {
+                    p.reports.push(report);
+                    p.summary.resolved = Some(p.reports.iter().filter(|r| r.resolved).count());
+                }
+                if let Err(e) = self.write_predictions() {
+                    p.error.get_or_insert(e);
+                    stop.store(true, Ordering::Relaxed);
+                }
+                on(Event::Finished {
+                    result: &result,
+                    resolved: report.map(|r| r.resolved),
+                    summary: &p.summary,
+                });
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 0..options.jobs.max(1).min(todo.len().max(1)) {
+                scope.spawn(worker);
+            }
+        });
+        let mut progress = progress.into_inner().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = progress.error.take() {
+            return Err(e);
+        }
+        self.write_predictions()?;
+        if grader.is_some() {
+            let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
+            write_json(
+                &eval_dir.join("report.json"),
+                &eval::grade::Summary::new(&ids, &progress.reports),
+            )?;
+        }
+        let mut summary = progress.summary;
+        summary.elapsed_s = started.elapsed().as_secs_f64();
+        Ok(summary)
+    }
+
+    /// Runs one task to its result and records its trajectory. Whatever goes
+    /// wrong with the task becomes its error; `Err` means only that the run
+    /// directory could not be written.
+    pub fn run_task(
+        &self,
+        task: &Task,
+        on: &Sink,
+    ) -> Result<TaskResult, BatchError> {
+        let started = Instant::now();
+        let mut trajectory = Trajectory::new(&task.instance_id);
+        let (id, sink) = (task.instance_id.clone(), on.clone());
+        trajectory.observe_stages(StageObserver(Box::new(move |stage| {
+            sink(Event::Stage { id: &id, stage })
+        })));
+        // A panic in one task (a bug) becomes that task's error, not the
+        // end of the batch.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.attempt(task, &mut trajectory)
+        }))
+        .unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(format!("internal error (a bug in patchwright): {what}"))
+        });
+        let (status, error, model_patch, metrics) = match outcome {
+            Ok((patch, m)) if patch.is_empty() => (Status::NoPatch, None, patch, m),
+            Ok((patch, m)) => (Status::Patched, None, patch, m),
+            Err(e) => (Status::Error, Some(e), String::new(), None),
+        };
+        let result = TaskResult {
+            instance_id: task.instance_id.clone(),
+            status,
+            error,
+            model_patch,
+            elapsed_s: started.elapsed().as_secs_f64(),
+            model_calls: trajectory.model_calls().count(),
+            prompt_tokens: trajectory.model_calls().map(|c| c.prompt_tokens).sum(),
+            completion_tokens: trajectory.model_calls().map(|c| c.completion_tokens).sum(),
+            metrics,
+        };
+        #[derive(Serialize)]
+        struct Record<'a> {
+            #[serde(flatten)]
+            result: &'a TaskResult,
+            model: String,
+            steps: &'a [crate::trajectory::TimedStep],
+        }
+        write_json(
+            &self.run.trajectory(&task.instance_id),
+            &Record {
+                result: &result,
+                model: self.model.clone(),
+                steps: &trajectory.steps,
+            },
+        )?;
+        // The result is written last: its presence means the task finished.
+        write_json(&self.run.result(&task.instance_id), &result)?;
+        Ok(result)
+    }
+
+    fn attempt(
+        &self,
+        task: &Task,
+        trajectory: &mut Trajectory,
+    ) -> Result<(String, Option<Metrics>), String> {
+        let source = self.repos.locate(&task.repo).map_err(|e| e.to_string())?;
+        let workspace = Workspace::create(
+            &source,
+            &task.base_commit,
+            &self.run.workspace(&task.instance_id),
+        )
+        .map_err(|e| e.to_string())?;
+        let outcome = match self.settings.pipeline.kind {
+            Kind::First => match self.engine {
+                Some(engine) => {
+                    pipeline::first::run(engine, self.settings, task, &workspace, trajectory)
+                        .map(|patch| (patch, None))
+                        .map_err(|e| e.to_string())
+                }
+                None => Err("the first pipeline needs the embedded model, not a server".into()),
+            },
+            Kind::Masai => self.masai(task, &workspace, trajectory),
+        };
+        if !self.settings.keep_workspaces {
+            if let Err(e) = workspace.remove() {
+                tracing::warn!("{}: {e}", task.instance_id);
+            }
+        }
+        outcome
+    }
+
+    fn masai(
+        &self,
+        task: &Task,
+        workspace: &Workspace,
+        trajectory: &mut Trajectory,
+    ) -> Result<(String, Option<Metrics>), String> {
+        let id = &task.instance_id;
+        let env = match &self.settings.environment {
+            Some(dir) => Some(Environment::open(dir).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        let dirs = pipeline::masai::Dirs {
+            artifacts: self.run.artifacts(id),
+            scratch: self.run.scratch(id),
+            shared: self.shared.clone(),
+        };
+        let (artifacts, scratch) = (&dirs.artifacts, &dirs.scratch);
+        let outcome = pipeline::masai::run(
+            self.backend,
+            self.settings,
+            task,
+            workspace,
+            env.as_ref(),
+            &dirs,
+            trajectory,
+        )
+        .map_err(|e| e.to_string())?;
+        // Metrics need the gold patch; computed after the run, never shown
+        // to the agents.
+        let metrics = (!task.patch.trim().is_empty()).then(|| {
+            tracing::info!("{id}: stage metrics");
+            trajectory.stage("metrics");
+            pipeline::metrics::compute(task, workspace, env.as_ref(), &outcome, scratch)
+        });
+        if let Some(m) = &metrics {
+            write_json(&artifacts.join("metrics.json"), m).map_err(|e| e.to_string())?;
+        }
+        // Scratch worktrees are disposable; a leftover is harmless.
+        let _ = std::fs::remove_dir_all(scratch);
+        Ok((outcome.patch, metrics))
+    }
+
+    /// The summary over every task of the run directory ([`Batch::ids`]),
+    /// from the stored results, and the stored grades when `graded`.
+    pub fn run_summary(&self, graded: bool, elapsed_s: f64) -> Result<Summary, BatchError> {
+        let mut summary = Summary {
+            elapsed_s,
+            ..Summary::default()
+        };
+        let mut resolved = 0;
+        for id in &self.ids {
+            if let Some(r) = self.run.finished(id)? {
+                summary.add(&r);
+            }
+            if graded && Grader::stored_by_id(id, &self.eval_dir()).is_some_and(|g| g.resolved) {
+                resolved += 1;
+            }
+        }
+        summary.resolved = graded.then_some(resolved);
+        Ok(summary)
+    }
+
+    /// Sums the stage metrics of the run's tasks that have them into
+    /// `metrics.json`.
+    pub fn write_metrics(&self) -> Result<MetricsSummary, BatchError> {
+        self.run.write_metrics(self.ids.iter().map(String::as_str))
+    }
+
+    /// Rebuilds `predictions.jsonl` from the stored results of the run's
+    /// tasks.
+    pub fn write_predictions(&self) -> Result<usize, BatchError> {
+        // One rebuild at a time: two workers finishing together must not
+        // let the older view win the rename.
+        static LOCK: Mutex<()> = Mutex::new(());
+        let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        self.run
+            .write_predictions(self.ids.iter().map(String::as_str), &self.model_name)
+    }
+}
+
+impl Summary {
+    pub fn add(&mut self, r: &TaskResult) {
+        self.tasks += 1;
+        match r.status {
+            Status::Patched => self.patched += 1,
+            Status::NoPatch => self.no_patch += 1,
+            Status::Error => {
+                self.errors += 1;
+                self.error_ids.push(r.instance_id.clone());
+            }
+        }
+        self.prompt_tokens += r.prompt_tokens;
+        self.completion_tokens += r.completion_tokens;
+    }
+}
+
+/// RFC 3339 timestamp of now, to the second.
+pub fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}

@@ -1,0 +1,465 @@
+//! Sweeps: the same task selection run once per point of a grid of
+//! settings, each point a run directory of its own, and one table of what
+//! each point achieved.
+//!
+//! ```text
+//! SWEEP_DIR/sweep.json            the grid and its points
+//! SWEEP_DIR/points/<NN>_<label>/  one run directory per point (resumable)
+//! SWEEP_DIR/shared/               stages shared between points (MASAI's ReAct
+//!                                 stages whose settings a point does not change)
+//! SWEEP_DIR/table.csv, table.json one row per point
+//! ```
+//!
+//! A grid axis is a dotted settings key (`fixer.temperature`, `aci.window`,
+//! anything `--config` can set) or one of the short names in [`ALIASES`],
+//! with its values; points are every combination, first axis slowest.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{BatchError, Summary};
+use crate::config::Settings;
+use crate::engine::Load;
+use crate::pipeline::metrics::Summary as MetricsSummary;
+
+/// Short names for the keys swept most.
+pub const ALIASES: &[(&str, &str)] = &[
+    ("temperature", "fixer.temperature"),
+    ("candidates", "fixer.candidates"),
+    ("window", "aci.window"),
+    ("history", "react.history.keep"),
+    ("steps", "react.max_steps"),
+    ("model", "model"),
+];
+
+/// One axis of the grid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Axis {
+    /// The dotted settings key.
+    pub key: String,
+    pub values: Vec<toml::Value>,
+}
+
+impl Axis {
+    /// Parses `key=v1,v2,...`; values are TOML (`0.4`, `true`, `"all"`),
+    /// a bare word being a string.
+    pub fn parse(text: &str) -> Result<Axis, BatchError> {
+        let (key, values) = text.split_once('=').ok_or_else(|| {
+            BatchError::Invalid(format!(
+                "--grid {text}: expected KEY=V1,V2,... (e.g. temperature=0,0.4,0.8)"
+            ))
+        })?;
+        let key = key.trim();
+        let values: Vec<toml::Value> = values
+            .split(',')
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(parse_value)
+            .collect();
+        Axis::new(key, values).map_err(|e| BatchError::Invalid(format!("--grid {text}: {e}")))
+    }
+
+    /// An axis over `key` (an alias or a dotted key).
+    pub fn new(key: &str, values: Vec<toml::Value>) -> Result<Axis, String> {
+        if values.is_empty() {
+            return Err("no values".into());
+        }
+        let key = ALIASES
+            .iter()
+            .find(|(alias, _)| *alias == key)
+            .map_or(key, |(_, full)| full);
+        if key.is_empty() || key.split('.').any(str::is_empty) {
+            return Err(format!("`{key}` is not a dotted settings key"));
+        }
+        Ok(Axis {
+            key: key.to_string(),
+            values,
+        })
+    }
+}
+
+fn parse_value(text: &str) -> toml::Value {
+    toml::from_str::<toml::Table>(&format!("v = {text}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(text.to_string()))
+}
+
+/// The grid given in a configuration file's `[sweep.grid]` table
+/// (`"fixer.temperature" = [0.4, 0.8]`), which [`Settings`] ignores.
+pub fn grid_from_config(path: &Path) -> Result<Vec<Axis>, BatchError> {
+    let text = std::fs::read_to_string(path).map_err(|source| BatchError::Io {
+        action: "read",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let table: toml::Table = toml::from_str(&text)
+        .map_err(|e| BatchError::Invalid(format!("{}: {e}", path.display())))?;
+    let Some(grid) = table
+        .get("sweep")
+        .and_then(|s| s.as_table())
+        .and_then(|s| s.get("grid"))
+    else {
+        return Ok(Vec::new());
+    };
+    let grid = grid.as_table().ok_or_else(|| {
+        BatchError::Invalid(format!("{}: `sweep.grid` must be a table", path.display()))
+    })?;
+    grid.iter()
+        .map(|(key, values)| {
+            let values = match values {
+                toml::Value::Array(a) => a.clone(),
+                one => vec![one.clone()],
+            };
+            Axis::new(key, values).map_err(|e| {
+                BatchError::Invalid(format!("{}: sweep.grid.{key}: {e}", path.display()))
+            })
+        })
+        .collect()
+}
+
+/// One point of the grid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    /// `key=value` pairs joined by commas.
+    pub label: String,
+    /// Its run directory, relative to the sweep directory.
+    pub dir: PathBuf,
+    /// The value of every axis.
+    pub values: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Every combination of the axes' values, first axis slowest.
+pub fn points(grid: &[Axis]) -> Vec<Point> {
+    let mut combos: Vec<Vec<(String, toml::Value)>> = vec![Vec::new()];
+    for axis in grid {
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                axis.values.iter().map(move |v| {
+                    let mut c = c.clone();
+                    c.push((axis.key.clone(), v.clone()));
+                    c
+                })
+            })
+            .collect();
+    }
+    combos
+        .into_iter()
+        .enumerate()
+        .map(|(i, combo)| {
+            let label = combo
+                .iter()
+                .map(|(k, v)| format!("{k}={}", show(v)))
+                .collect::<Vec<_>>()
+                .join(",");
+            let safe: String = label
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || "._=-".contains(c) {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            Point {
+                dir: PathBuf::from("points").join(format!("{i:02}_{safe}")),
+                values: combo
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            serde_json::to_value(v).unwrap_or(serde_json::Value::Null),
+                        )
+                    })
+                    .collect(),
+                label,
+            }
+        })
+        .collect()
+}
+
+fn show(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl Point {
+    /// `base` with this point's values set.
+    pub fn settings(&self, base: &Settings) -> Result<Settings, BatchError> {
+        let mut table = toml::Table::new();
+        for (key, value) in &self.values {
+            let value: toml::Value = serde_json::from_value(value.clone())
+                .map_err(|e| BatchError::Invalid(format!("{}: {e}", self.label)))?;
+            let mut parts: Vec<&str> = key.split('.').collect();
+            let last = parts.pop().unwrap_or_default();
+            let mut at = &mut table;
+            for part in parts {
+                at = at
+                    .entry(part.to_string())
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                    .as_table_mut()
+                    .ok_or_else(|| {
+                        BatchError::Invalid(format!("{}: `{key}` crosses a value", self.label))
+                    })?;
+            }
+            at.insert(last.to_string(), value);
+        }
+        Settings::with_table(base, table)
+            .map_err(|e| BatchError::Invalid(format!("grid point {}: {e}", self.label)))
+    }
+}
+
+/// `SWEEP_DIR/sweep.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SweepFile {
+    pub grid: Vec<Axis>,
+    pub points: Vec<Point>,
+    /// Stages shared between points, relative to the sweep directory.
+    pub shared: PathBuf,
+}
+
+impl SweepFile {
+    /// Reads `dir/sweep.json`.
+    pub fn read(dir: &Path) -> Result<SweepFile, BatchError> {
+        let path = dir.join("sweep.json");
+        let text = std::fs::read_to_string(&path).map_err(|source| BatchError::Io {
+            action: "read",
+            path: path.clone(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| BatchError::Json {
+            what: path.display().to_string(),
+            source,
+        })
+    }
+}
+
+/// One row of the sweep's table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub label: String,
+    pub dir: PathBuf,
+    pub values: serde_json::Map<String, serde_json::Value>,
+    pub tasks: usize,
+    pub patched: usize,
+    pub no_patch: usize,
+    pub errors: usize,
+    /// Resolved tasks, when graded.
+    pub resolved: Option<usize>,
+    pub resolve_rate: Option<f64>,
+    pub mean_file_hit: Option<f64>,
+    pub mean_function_hit: Option<f64>,
+    pub reproduced: usize,
+    pub candidates_generated: usize,
+    pub candidates_applied: usize,
+    pub any_resolves: usize,
+    pub picked_resolves: usize,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub elapsed_s: f64,
+    /// The model's busy fraction over the point's batch.
+    pub model_busy: Option<f64>,
+}
+
+impl Row {
+    pub fn new(
+        point: &Point,
+        summary: &Summary,
+        metrics: &MetricsSummary,
+        load: Option<&Load>,
+    ) -> Row {
+        Row {
+            label: point.label.clone(),
+            dir: point.dir.clone(),
+            values: point.values.clone(),
+            tasks: summary.tasks,
+            patched: summary.patched,
+            no_patch: summary.no_patch,
+            errors: summary.errors,
+            resolved: summary.resolved,
+            resolve_rate: summary
+                .resolved
+                .map(|r| r as f64 / summary.tasks.max(1) as f64),
+            mean_file_hit: metrics.mean_file_hit,
+            mean_function_hit: metrics.mean_function_hit,
+            reproduced: metrics.reproduced,
+            candidates_generated: metrics.candidates_generated,
+            candidates_applied: metrics.candidates_applied,
+            any_resolves: metrics.any_resolves,
+            picked_resolves: metrics.picked_resolves,
+            prompt_tokens: summary.prompt_tokens,
+            completion_tokens: summary.completion_tokens,
+            elapsed_s: summary.elapsed_s,
+            model_busy: load.map(|l| l.busy_fraction),
+        }
+    }
+}
+
+/// Writes `table.csv` and `table.json` into `dir`; the grid's keys are the
+/// first columns.
+pub fn write_table(dir: &Path, grid: &[Axis], rows: &[Row]) -> Result<(), BatchError> {
+    super::write_json(&dir.join("table.json"), &rows)?;
+    let mut header: Vec<String> = grid.iter().map(|a| a.key.clone()).collect();
+    header.extend(
+        [
+            "tasks",
+            "patched",
+            "no_patch",
+            "errors",
+            "resolved",
+            "resolve_rate",
+            "mean_file_hit",
+            "mean_function_hit",
+            "reproduced",
+            "candidates_generated",
+            "candidates_applied",
+            "any_resolves",
+            "picked_resolves",
+            "prompt_tokens",
+            "completion_tokens",
+            "elapsed_s",
+            "model_busy",
+            "dir",
+        ]
+        .map(String::from),
+    );
+    let mut out = csv_line(&header);
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
+    for r in rows {
+        let mut cells: Vec<String> = grid
+            .iter()
+            .map(|a| match r.values.get(&a.key) {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(v) => v.to_string(),
+                None => String::new(),
+            })
+            .collect();
+        cells.extend([
+            r.tasks.to_string(),
+            r.patched.to_string(),
+            r.no_patch.to_string(),
+            r.errors.to_string(),
+            r.resolved.map_or(String::new(), |v| v.to_string()),
+            opt(r.resolve_rate),
+            opt(r.mean_file_hit),
+            opt(r.mean_function_hit),
+            r.reproduced.to_string(),
+            r.candidates_generated.to_string(),
+            r.candidates_applied.to_string(),
+            r.any_resolves.to_string(),
+            r.picked_resolves.to_string(),
+            r.prompt_tokens.to_string(),
+            r.completion_tokens.to_string(),
+            format!("{:.1}", r.elapsed_s),
+            opt(r.model_busy),
+            r.dir.display().to_string(),
+        ]);
+        out.push_str(&csv_line(&cells));
+    }
+    super::write_atomic(&dir.join("table.csv"), out.as_bytes())
+}
+
+/// One CSV line (RFC 4180 quoting).
+fn csv_line(cells: &[String]) -> String {
+    let quoted: Vec<String> = cells
+        .iter()
+        .map(|c| {
+            if c.contains([',', '"', '\n', '\r']) {
+                format!("\"{}\"", c.replace('"', "\"\""))
+            } else {
+                c.clone()
+            }
+        })
+        .collect();
+    format!("{}\n", quoted.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axes_parse_aliases_and_toml_values() -> Result<(), BatchError> {
+        let cases: [(&str, &str, Vec<toml::Value>); 4] = [
+            (
+                "temperature=0,0.4,0.8",
+                "fixer.temperature",
+                vec![0.into(), 0.4.into(), 0.8.into()],
+            ),
+            ("window=50,100", "aci.window", vec![50.into(), 100.into()]),
+            (
+                "history=all,3",
+                "react.history.keep",
+                vec!["all".into(), 3.into()],
+            ),
+            (
+                "pipeline.rank = true, false",
+                "pipeline.rank",
+                vec![true.into(), false.into()],
+            ),
+        ];
+        for (text, key, values) in cases {
+            let axis = Axis::parse(text)?;
+            assert_eq!((axis.key.as_str(), &axis.values), (key, &values), "{text}");
+        }
+        for bad in ["temperature", "=1", "a..b=1", "window="] {
+            assert!(Axis::parse(bad).is_err(), "{bad} should be refused");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn points_are_the_product_first_axis_slowest() -> Result<(), BatchError> {
+        let grid = [
+            Axis::parse("temperature=0.4,0.8")?,
+            Axis::parse("window=30,50")?,
+        ];
+        let labels: Vec<String> = points(&grid).into_iter().map(|p| p.label).collect();
+        assert_eq!(
+            labels,
+            [
+                "fixer.temperature=0.4,aci.window=30",
+                "fixer.temperature=0.4,aci.window=50",
+                "fixer.temperature=0.8,aci.window=30",
+                "fixer.temperature=0.8,aci.window=50",
+            ]
+        );
+        let p = &points(&grid)[3];
+        assert_eq!(
+            p.dir,
+            PathBuf::from("points/03_fixer.temperature=0.8_aci.window=50")
+        );
+        let s = p.settings(&Settings::defaults("m"))?;
+        assert_eq!((s.fixer.temperature, s.aci.window), (0.8, 50));
+        Ok(())
+    }
+
+    #[test]
+    fn a_point_with_an_unknown_key_or_wrong_type_is_refused() -> Result<(), BatchError> {
+        let base = Settings::defaults("m");
+        for (axis, named) in [
+            ("fixer.temprature=0.4", "temprature"),
+            ("window=wide", "window"),
+        ] {
+            let grid = [Axis::parse(axis)?];
+            let err = points(&grid)[0]
+                .settings(&base)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains(named), "{err} should name {named}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn csv_cells_are_quoted_when_needed() {
+        let line = csv_line(&["a".into(), "b,c".into(), "say \"hi\"".into()]);
+        assert_eq!(line, "a,\"b,c\",\"say \"\"hi\"\"\"\n");
+    }
+}

@@ -1,0 +1,846 @@
+//! The scheduler: one llama.cpp context serving the conversations of many
+//! tasks at once, so the model keeps working while some tasks run tests.
+//!
+//! A thread owns the context (unified KV cache, one sequence per candidate
+//! of every open conversation) and a queue of requests. Each step it builds
+//! one batch: the next token of every candidate being decoded, across all
+//! requests, then as many prompt tokens of waiting requests as fit in
+//! [`PROMPT_BATCH`] (continuous batching, as llama.cpp's server does). A
+//! request whose prompt is read has it copied to its candidates' sequences
+//! and joins the decoding set in the next step.
+//!
+//! Conversations keep their KV cache between calls exactly as a [`Session`]
+//! does: the next call evaluates only the tokens after the longest common
+//! prefix. A conversation is admitted when its sequences and cells are free
+//! (each reserves the engine's context plus `reply_tokens` per extra
+//! candidate), so the cache can never overflow mid-request; a task opening a
+//! conversation while all slots are taken waits.
+//!
+//! [`Session`]: super::Session
+
+use std::collections::{BTreeMap, VecDeque};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::time::Instant;
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use serde::Serialize;
+
+use super::session::sampler;
+use super::{
+    backend, Backend, Candidate, Conversation, Engine, EngineError, Generation, Message, Request,
+    Sampling, Stats, Stop, PROMPT_BATCH,
+};
+
+/// How many conversations the scheduler holds at once, and how big each may
+/// be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slots {
+    /// Conversations open at once (one per task in flight).
+    pub conversations: usize,
+    /// Most candidates one call of a conversation may ask for.
+    pub candidates: usize,
+    /// Most tokens of one extra candidate's reply.
+    pub reply_tokens: usize,
+}
+
+impl Slots {
+    /// KV cells one conversation reserves: the context for the
+    /// conversation plus a reply for each extra candidate.
+    fn cells(engine: &Engine, candidates: usize, reply_tokens: usize) -> usize {
+        engine.context_size() + candidates.saturating_sub(1) * reply_tokens
+    }
+}
+
+/// What the model did over the scheduler's life, read while it runs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Load {
+    /// Seconds since the scheduler started.
+    pub wall_s: f64,
+    /// Seconds the model spent evaluating batches and sampling.
+    pub busy_s: f64,
+    /// `busy_s / wall_s`.
+    pub busy_fraction: f64,
+    pub prompt_tokens_evaluated: u64,
+    pub generated_tokens: u64,
+    pub requests: u64,
+    /// Batches evaluated.
+    pub steps: u64,
+    /// Most sequences decoded together in one step.
+    pub max_decoding: u64,
+}
+
+impl Load {
+    /// What was done since `earlier` (a reading of the same scheduler).
+    pub fn since(&self, earlier: &Load) -> Load {
+        let wall_s = self.wall_s - earlier.wall_s;
+        let busy_s = self.busy_s - earlier.busy_s;
+        Load {
+            wall_s,
+            busy_s,
+            busy_fraction: if wall_s > 0.0 { busy_s / wall_s } else { 0.0 },
+            prompt_tokens_evaluated: self.prompt_tokens_evaluated - earlier.prompt_tokens_evaluated,
+            generated_tokens: self.generated_tokens - earlier.generated_tokens,
+            requests: self.requests - earlier.requests,
+            steps: self.steps - earlier.steps,
+            max_decoding: self.max_decoding,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    busy_us: AtomicU64,
+    prompt_tokens: AtomicU64,
+    generated: AtomicU64,
+    requests: AtomicU64,
+    steps: AtomicU64,
+    max_decoding: AtomicU64,
+}
+
+type ConvId = u64;
+
+enum Msg {
+    Open {
+        candidates: usize,
+        cells: usize,
+        reply: Sender<Result<ConvId, EngineError>>,
+    },
+    Generate {
+        conv: ConvId,
+        job: JobSpec,
+        reply: Sender<Result<Generation, EngineError>>,
+    },
+    Close {
+        conv: ConvId,
+    },
+}
+
+struct JobSpec {
+    prompt: Vec<LlamaToken>,
+    sampling: Sampling,
+    n: usize,
+    temperatures: Option<Vec<f32>>,
+    grammar: Option<String>,
+    submitted: Instant,
+}
+
+/// The handle tasks use: a [`Backend`] whose conversations share one
+/// context.
+pub struct Scheduler<'e> {
+    engine: &'e Engine,
+    tx: Sender<Msg>,
+    counters: Arc<Counters>,
+    started: Instant,
+    slots: Slots,
+}
+
+/// Runs `body` with a scheduler serving `engine` in a thread of its own; the
+/// thread ends when `body` returns and every conversation is closed.
+pub fn serve<T>(
+    engine: &Engine,
+    slots: Slots,
+    body: impl FnOnce(&Scheduler<'_>) -> T,
+) -> Result<T, EngineError> {
+    let slots = Slots {
+        conversations: slots.conversations.max(1),
+        candidates: slots.candidates.max(1),
+        reply_tokens: slots.reply_tokens,
+    };
+    let counters = Arc::new(Counters::default());
+    let (tx, rx) = mpsc::channel();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    std::thread::scope(|scope| {
+        let worker_counters = Arc::clone(&counters);
+        let worker = std::thread::Builder::new()
+            .name("patchwright-model".into())
+            .spawn_scoped(scope, move || {
+                match Worker::new(engine, slots, rx, worker_counters) {
+                    Ok(mut w) => {
+                        let _ = ready_tx.send(Ok(()));
+                        w.run();
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            })
+            .map_err(|e| EngineError::Llama {
+                action: "start the model thread",
+                message: e.to_string(),
+            })?;
+        let ready = ready_rx.recv().map_err(|_| EngineError::Llama {
+            action: "start the model thread",
+            message: "it stopped before creating its context".into(),
+        });
+        if let Err(e) = ready.and_then(|r| r) {
+            let _ = worker.join();
+            return Err(e);
+        }
+        let scheduler = Scheduler {
+            engine,
+            tx,
+            counters,
+            started: Instant::now(),
+            slots,
+        };
+        let out = body(&scheduler);
+        drop(scheduler);
+        worker.join().map_err(|_| EngineError::Llama {
+            action: "run the model thread",
+            message: "it panicked".into(),
+        })?;
+        Ok(out)
+    })
+}
+
+/// Reads a scheduler's [`Load`] from any thread, for as long as wanted.
+#[derive(Clone)]
+pub struct Meter {
+    counters: Arc<Counters>,
+    started: Instant,
+}
+
+impl Meter {
+    /// What the model has done so far.
+    pub fn load(&self) -> Load {
+        let c = &self.counters;
+        let wall_s = self.started.elapsed().as_secs_f64();
+        let busy_s = c.busy_us.load(Ordering::Relaxed) as f64 / 1e6;
+        Load {
+            wall_s,
+            busy_s,
+            busy_fraction: if wall_s > 0.0 { busy_s / wall_s } else { 0.0 },
+            prompt_tokens_evaluated: c.prompt_tokens.load(Ordering::Relaxed),
+            generated_tokens: c.generated.load(Ordering::Relaxed),
+            requests: c.requests.load(Ordering::Relaxed),
+            steps: c.steps.load(Ordering::Relaxed),
+            max_decoding: c.max_decoding.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Scheduler<'_> {
+    pub fn meter(&self) -> Meter {
+        Meter {
+            counters: Arc::clone(&self.counters),
+            started: self.started,
+        }
+    }
+
+    /// What the model has done so far.
+    pub fn load(&self) -> Load {
+        self.meter().load()
+    }
+
+    pub fn engine(&self) -> &Engine {
+        self.engine
+    }
+
+    fn stopped() -> EngineError {
+        EngineError::Llama {
+            action: "reach the model thread",
+            message: "it has stopped".into(),
+        }
+    }
+}
+
+impl Backend for Scheduler<'_> {
+    fn conversation(
+        &self,
+        n_seq_max: usize,
+        reply_tokens: usize,
+    ) -> Result<Box<dyn Conversation + '_>, EngineError> {
+        let candidates = n_seq_max.max(1);
+        if candidates > self.slots.candidates
+            || (candidates > 1 && reply_tokens > self.slots.reply_tokens)
+        {
+            return Err(EngineError::Llama {
+                action: "open a conversation",
+                message: format!(
+                    "{candidates} candidates of {reply_tokens} tokens asked of a scheduler made \
+                     for {} of {}",
+                    self.slots.candidates, self.slots.reply_tokens
+                ),
+            });
+        }
+        let cells = Slots::cells(self.engine, candidates, reply_tokens);
+        let (reply, rx) = mpsc::channel();
+        self.tx
+            .send(Msg::Open {
+                candidates,
+                cells,
+                reply,
+            })
+            .map_err(|_| Self::stopped())?;
+        let id = rx.recv().map_err(|_| Self::stopped())??;
+        Ok(Box::new(Shared {
+            scheduler: self,
+            id,
+            candidates,
+            cells,
+        }))
+    }
+}
+
+/// A conversation held by the scheduler's thread.
+struct Shared<'s, 'e> {
+    scheduler: &'s Scheduler<'e>,
+    id: ConvId,
+    candidates: usize,
+    cells: usize,
+}
+
+impl Conversation for Shared<'_, '_> {
+    fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError> {
+        let engine = self.scheduler.engine;
+        let n = request.n.max(1);
+        if n > self.candidates {
+            return Err(EngineError::Llama {
+                action: "generate",
+                message: format!(
+                    "{n} candidates asked of a conversation made for {}",
+                    self.candidates
+                ),
+            });
+        }
+        let prompt = engine.tokenize(&engine.render(request.messages)?);
+        let reserved = n * request.sampling.max_tokens as usize;
+        let needed = prompt.len() + reserved;
+        if needed > self.cells {
+            return Err(EngineError::TooLong {
+                prompt: prompt.len(),
+                reserved,
+                needed,
+                context: self.cells,
+                over: needed - self.cells,
+            });
+        }
+        let (reply, rx) = mpsc::channel();
+        self.scheduler
+            .tx
+            .send(Msg::Generate {
+                conv: self.id,
+                job: JobSpec {
+                    prompt,
+                    sampling: request.sampling.clone(),
+                    n,
+                    temperatures: request.temperatures.clone(),
+                    grammar: request.grammar.map(str::to_string),
+                    submitted: Instant::now(),
+                },
+                reply,
+            })
+            .map_err(|_| Scheduler::stopped())?;
+        rx.recv().map_err(|_| Scheduler::stopped())?
+    }
+
+    fn render(&self, messages: &[Message]) -> Option<String> {
+        self.scheduler.engine.render(messages).ok()
+    }
+}
+
+impl Drop for Shared<'_, '_> {
+    fn drop(&mut self) {
+        let _ = self.scheduler.tx.send(Msg::Close { conv: self.id });
+    }
+}
+
+fn llama(action: &'static str) -> impl Fn(&dyn std::fmt::Display) -> EngineError {
+    move |e| EngineError::Llama {
+        action,
+        message: e.to_string(),
+    }
+}
+
+/// An open conversation on the worker's side.
+struct Conv {
+    /// Its sequences: the first holds the conversation, the others the
+    /// extra candidates of a call.
+    seqs: Vec<i32>,
+    cells: usize,
+    /// Tokens the first sequence holds, in order.
+    cached: Vec<LlamaToken>,
+    busy: bool,
+}
+
+/// A call being served.
+struct Job {
+    conv: ConvId,
+    seqs: Vec<i32>,
+    prompt: Vec<LlamaToken>,
+    /// Next prompt position to evaluate; `prompt.len()` once read.
+    next: usize,
+    reused: usize,
+    max_tokens: usize,
+    samplers: Vec<LlamaSampler>,
+    tokens: Vec<Vec<LlamaToken>>,
+    bytes: Vec<Vec<u8>>,
+    stops: Vec<Option<Stop>>,
+    /// Where each candidate's logits are in the batch just evaluated.
+    logits_at: Vec<Option<i32>>,
+    /// Candidates with a sampled token not yet evaluated.
+    pending: Vec<bool>,
+    submitted: Instant,
+    prompt_done: Option<Instant>,
+    reply: Sender<Result<Generation, EngineError>>,
+}
+
+struct Worker<'e> {
+    engine: &'e Engine,
+    ctx: LlamaContext<'e>,
+    rx: Receiver<Msg>,
+    counters: Arc<Counters>,
+    free_seqs: Vec<i32>,
+    free_cells: usize,
+    convs: BTreeMap<ConvId, Conv>,
+    next_id: ConvId,
+    waiting: VecDeque<(usize, usize, Sender<Result<ConvId, EngineError>>)>,
+    jobs: Vec<Job>,
+    batch: LlamaBatch<'static>,
+}
+
+impl<'e> Worker<'e> {
+    fn new(
+        engine: &'e Engine,
+        slots: Slots,
+        rx: Receiver<Msg>,
+        counters: Arc<Counters>,
+    ) -> Result<Self, EngineError> {
+        let seqs = slots.conversations * slots.candidates;
+        let cells =
+            slots.conversations * Slots::cells(engine, slots.candidates, slots.reply_tokens);
+        let ctx = {
+            let _guard = engine
+                .context_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let params = LlamaContextParams::default()
+                .with_n_ctx(NonZeroU32::new(u32::try_from(cells).unwrap_or(u32::MAX)))
+                .with_n_batch(PROMPT_BATCH as u32)
+                .with_n_seq_max(u32::try_from(seqs).unwrap_or(u32::MAX))
+                .with_kv_unified(true)
+                .with_n_threads(engine.threads)
+                .with_n_threads_batch(engine.threads);
+            engine
+                .model
+                .new_context(backend()?, params)
+                .map_err(|e| llama("create a context")(&e))?
+        };
+        let batch_size = PROMPT_BATCH + seqs;
+        Ok(Worker {
+            engine,
+            ctx,
+            rx,
+            counters,
+            // Popped from the end: lowest ids first.
+            free_seqs: (0..i32::try_from(seqs).unwrap_or(i32::MAX)).rev().collect(),
+            free_cells: cells,
+            convs: BTreeMap::new(),
+            next_id: 0,
+            waiting: VecDeque::new(),
+            jobs: Vec::new(),
+            batch: LlamaBatch::new(batch_size, 1),
+        })
+    }
+
+    fn run(&mut self) {
+        let mut disconnected = false;
+        loop {
+            if self.jobs.is_empty() {
+                if disconnected {
+                    return;
+                }
+                match self.rx.recv() {
+                    Ok(msg) => self.handle(msg),
+                    Err(_) => disconnected = true,
+                }
+            }
+            loop {
+                match self.rx.try_recv() {
+                    Ok(msg) => self.handle(msg),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        disconnected = true;
+                        break;
+                    }
+                }
+            }
+            if !self.jobs.is_empty() {
+                let started = Instant::now();
+                self.step();
+                self.counters.busy_us.fetch_add(
+                    u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+                    Ordering::Relaxed,
+                );
+            }
+        }
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Open {
+                candidates,
+                cells,
+                reply,
+            } => {
+                self.waiting.push_back((candidates, cells, reply));
+                self.admit();
+            }
+            Msg::Close { conv } => {
+                if let Some(c) = self.convs.remove(&conv) {
+                    for &seq in &c.seqs {
+                        let _ = self
+                            .ctx
+                            .clear_kv_cache_seq(u32::try_from(seq).ok(), None, None);
+                        self.free_seqs.push(seq);
+                    }
+                    self.free_seqs.sort_unstable_by(|a, b| b.cmp(a));
+                    self.free_cells += c.cells;
+                }
+                self.admit();
+            }
+            Msg::Generate { conv, job, reply } => {
+                if let Err(e) = self.start(conv, job, reply.clone()) {
+                    let _ = reply.send(Err(e));
+                }
+            }
+        }
+    }
+
+    /// Opens waiting conversations, first come first served, while their
+    /// sequences and cells are free.
+    fn admit(&mut self) {
+        while let Some(&(candidates, cells, _)) = self.waiting.front() {
+            if candidates > self.free_seqs.len() || cells > self.free_cells {
+                return;
+            }
+            let Some((_, _, reply)) = self.waiting.pop_front() else {
+                return;
+            };
+            let seqs: Vec<i32> = (0..candidates)
+                .filter_map(|_| self.free_seqs.pop())
+                .collect();
+            self.free_cells -= cells;
+            let id = self.next_id;
+            self.next_id += 1;
+            self.convs.insert(
+                id,
+                Conv {
+                    seqs,
+                    cells,
+                    cached: Vec::new(),
+                    busy: false,
+                },
+            );
+            if reply.send(Ok(id)).is_err() {
+                // The asker is gone: close at once.
+                self.handle(Msg::Close { conv: id });
+            }
+        }
+    }
+
+    fn start(
+        &mut self,
+        conv_id: ConvId,
+        spec: JobSpec,
+        reply: Sender<Result<Generation, EngineError>>,
+    ) -> Result<(), EngineError> {
+        let conv = self
+            .convs
+            .get_mut(&conv_id)
+            .ok_or_else(|| EngineError::Llama {
+                action: "generate",
+                message: "unknown conversation".into(),
+            })?;
+        if conv.busy {
+            return Err(EngineError::Llama {
+                action: "generate",
+                message: "the conversation already has a call in progress".into(),
+            });
+        }
+        let n = spec.n;
+        let seqs: Vec<i32> = conv.seqs.iter().copied().take(n).collect();
+        let mut samplers = Vec::with_capacity(n);
+        for i in 0..n {
+            samplers.push(sampler(
+                self.engine,
+                &spec.sampling,
+                spec.temperatures.as_deref(),
+                spec.grammar.as_deref(),
+                i,
+            )?);
+        }
+        let prompt = spec.prompt;
+        // Reuse the longest common prefix; keep at least the last prompt
+        // token to evaluate, since its logits start the reply.
+        let common = prompt
+            .iter()
+            .zip(&conv.cached)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len().saturating_sub(1));
+        for &seq in conv.seqs.iter().skip(1) {
+            self.ctx
+                .clear_kv_cache_seq(u32::try_from(seq).ok(), None, None)
+                .map_err(|e| llama("clear a sequence")(&e))?;
+        }
+        let home = u32::try_from(conv.seqs[0]).ok();
+        self.ctx
+            .clear_kv_cache_seq(home, Some(common as u32), None)
+            .map_err(|e| llama("drop the divergent tail")(&e))?;
+        conv.cached.truncate(common);
+        conv.busy = true;
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            "model: conversation {conv_id} asks {n} of {} tokens after {} prompt tokens ({common} cached); {} other requests",
+            spec.sampling.max_tokens,
+            prompt.len(),
+            self.jobs.len()
+        );
+        self.jobs.push(Job {
+            conv: conv_id,
+            seqs,
+            next: common,
+            reused: common,
+            max_tokens: spec.sampling.max_tokens as usize,
+            samplers,
+            tokens: vec![Vec::new(); n],
+            bytes: vec![Vec::new(); n],
+            stops: vec![None; n],
+            logits_at: vec![None; n],
+            pending: vec![false; n],
+            submitted: spec.submitted,
+            prompt_done: None,
+            prompt,
+            reply,
+        });
+        Ok(())
+    }
+
+    /// One batch: a token for every decoding candidate, then prompt tokens.
+    fn step(&mut self) {
+        self.batch.clear();
+        let mut in_batch: i32 = 0;
+        let mut decoding = 0u64;
+        let mut failed: Option<EngineError> = None;
+        let mut in_this: Vec<bool> = vec![false; self.jobs.len()];
+        for (j, job) in self.jobs.iter_mut().enumerate() {
+            if job.next < job.prompt.len() {
+                continue;
+            }
+            for i in 0..job.seqs.len() {
+                if !job.pending[i] {
+                    continue;
+                }
+                let Some(&token) = job.tokens[i].last() else {
+                    continue;
+                };
+                let pos = job.prompt.len() + job.tokens[i].len() - 1;
+                if let Err(e) = self.batch.add(token, pos as i32, &[job.seqs[i]], true) {
+                    failed = Some(llama("fill a batch")(&e));
+                    break;
+                }
+                job.logits_at[i] = Some(in_batch);
+                job.pending[i] = false;
+                in_batch += 1;
+                decoding += 1;
+                in_this[j] = true;
+            }
+        }
+        let mut budget = PROMPT_BATCH.saturating_sub(in_batch as usize);
+        let mut prompt_tokens = 0u64;
+        for (j, job) in self.jobs.iter_mut().enumerate() {
+            if budget == 0 || failed.is_some() {
+                break;
+            }
+            if job.next >= job.prompt.len() {
+                continue;
+            }
+            let end = (job.next + budget).min(job.prompt.len());
+            for pos in job.next..end {
+                let last = pos + 1 == job.prompt.len();
+                if let Err(e) = self
+                    .batch
+                    .add(job.prompt[pos], pos as i32, &[job.seqs[0]], last)
+                {
+                    failed = Some(llama("fill a batch")(&e));
+                    break;
+                }
+                if last {
+                    job.logits_at = vec![Some(in_batch); job.seqs.len()];
+                }
+                in_batch += 1;
+            }
+            prompt_tokens += (end - job.next) as u64;
+            budget -= end - job.next;
+            job.next = end;
+            in_this[j] = true;
+        }
+        if failed.is_none() && in_batch == 0 {
+            // Every job waits on something no batch will bring: a bug, but
+            // one that must fail the calls rather than spin forever.
+            failed = Some(EngineError::Llama {
+                action: "schedule",
+                message: format!(
+                    "no request could make progress ({})",
+                    self.jobs
+                        .iter()
+                        .map(|j| format!(
+                            "prompt {}/{}, tokens {:?}, stops {:?}, pending {:?}, logits {:?}",
+                            j.next,
+                            j.prompt.len(),
+                            j.tokens.iter().map(Vec::len).collect::<Vec<_>>(),
+                            j.stops,
+                            j.pending,
+                            j.logits_at
+                        ))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            });
+            in_this = vec![true; self.jobs.len()];
+        }
+        if failed.is_none() && in_batch > 0 {
+            if let Err(e) = self.ctx.decode(&mut self.batch) {
+                failed = Some(llama("decode")(&e));
+            }
+        }
+        self.counters.steps.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .prompt_tokens
+            .fetch_add(prompt_tokens, Ordering::Relaxed);
+        self.counters
+            .max_decoding
+            .fetch_max(decoding, Ordering::Relaxed);
+        if let Some(e) = failed {
+            // Every request in the failed batch fails; their conversations
+            // start over with an empty cache.
+            let mut j = 0;
+            while j < self.jobs.len() {
+                if in_this[j] {
+                    in_this.remove(j);
+                    let job = self.jobs.remove(j);
+                    self.forget(job.conv);
+                    let _ = job.reply.send(Err(EngineError::Llama {
+                        action: "decode",
+                        message: e.to_string(),
+                    }));
+                } else {
+                    j += 1;
+                }
+            }
+            return;
+        }
+        let mut j = 0;
+        while j < self.jobs.len() {
+            if in_this[j] {
+                self.after_decode(j);
+            }
+            if self.jobs[j].stops.iter().all(Option::is_some) {
+                in_this.remove(j);
+                let job = self.jobs.remove(j);
+                self.finish(job);
+            } else {
+                j += 1;
+            }
+        }
+    }
+
+    /// Samples the candidates whose logits the last batch computed.
+    fn after_decode(&mut self, j: usize) {
+        let vocab = self.engine.model.vocab();
+        let job = &mut self.jobs[j];
+        if job.next < job.prompt.len() {
+            return;
+        }
+        if job.prompt_done.is_none() {
+            job.prompt_done = Some(Instant::now());
+            if let Some(conv) = self.convs.get_mut(&job.conv) {
+                conv.cached = job.prompt.clone();
+            }
+            for &seq in job.seqs.iter().skip(1) {
+                let _ = self.ctx.copy_kv_cache_seq(job.seqs[0], seq, None, None);
+            }
+        }
+        let mut generated = 0u64;
+        for i in 0..job.seqs.len() {
+            let Some(at) = job.logits_at[i].take() else {
+                continue;
+            };
+            if job.stops[i].is_some() {
+                continue;
+            }
+            if job.tokens[i].len() >= job.max_tokens {
+                job.stops[i] = Some(Stop::MaxTokens);
+                continue;
+            }
+            let token = job.samplers[i].sample(&self.ctx, at);
+            if vocab.is_eog(token) {
+                job.stops[i] = Some(Stop::EndOfText);
+                continue;
+            }
+            job.tokens[i].push(token);
+            job.bytes[i].extend(vocab.token_to_piece(token, false, None));
+            job.pending[i] = true;
+            generated += 1;
+        }
+        self.counters
+            .generated
+            .fetch_add(generated, Ordering::Relaxed);
+    }
+
+    fn finish(&mut self, job: Job) {
+        if let Some(conv) = self.convs.get_mut(&job.conv) {
+            // The first sequence also holds candidate 0's reply: the next
+            // turn of the conversation starts with it.
+            conv.cached.extend(&job.tokens[0]);
+            conv.busy = false;
+        }
+        let now = Instant::now();
+        let prompt_done = job.prompt_done.unwrap_or(now);
+        let candidates: Vec<Candidate> = job
+            .tokens
+            .iter()
+            .zip(&job.bytes)
+            .zip(&job.stops)
+            .map(|((t, b), s)| Candidate {
+                text: String::from_utf8_lossy(b).into_owned(),
+                tokens: t.iter().map(|t| t.0).collect(),
+                stop: s.unwrap_or(Stop::MaxTokens),
+            })
+            .collect();
+        let generation = Generation {
+            stats: Stats {
+                prompt_tokens: job.prompt.len(),
+                prompt_tokens_evaluated: job.prompt.len() - job.reused,
+                prompt_tokens_reused: job.reused,
+                generated_tokens: candidates.iter().map(|c| c.tokens.len()).collect(),
+                prompt_s: (prompt_done - job.submitted).as_secs_f64(),
+                decode_s: (now - prompt_done).as_secs_f64(),
+                total_s: (now - job.submitted).as_secs_f64(),
+            },
+            candidates,
+        };
+        let _ = job.reply.send(Ok(generation));
+    }
+
+    /// Drops what a conversation's sequences hold, after a failed batch.
+    fn forget(&mut self, conv: ConvId) {
+        if let Some(c) = self.convs.get_mut(&conv) {
+            for &seq in &c.seqs {
+                let _ = self
+                    .ctx
+                    .clear_kv_cache_seq(u32::try_from(seq).ok(), None, None);
+            }
+            c.cached.clear();
+            c.busy = false;
+        }
+    }
+}
