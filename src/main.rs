@@ -1086,7 +1086,8 @@ fn cmd_sweep(args: SweepArgs) -> Result<i32> {
             "{:<50} {:>8} {:>8} {:>10} {:>9.0}",
             r.label,
             format!("{}/{}", r.patched, r.tasks),
-            r.resolved.map_or("-".into(), |v| format!("{v}/{}", r.tasks)),
+            r.resolved
+                .map_or("-".into(), |v| format!("{v}/{}", r.tasks)),
             r.prompt_tokens + r.completion_tokens,
             r.elapsed_s
         );
@@ -1110,7 +1111,10 @@ fn cmd_merge(args: MergeArgs) -> Result<i32> {
             .resolved
             .map_or(String::new(), |r| format!(", {r} resolved"))
     );
-    println!("predictions: {}", args.out.join("predictions.jsonl").display());
+    println!(
+        "predictions: {}",
+        args.out.join("predictions.jsonl").display()
+    );
     println!("run: {}", args.out.join("run.json").display());
     Ok(0)
 }

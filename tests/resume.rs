@@ -165,7 +165,11 @@ fn a_batch_killed_at_any_point_resumes_exactly_once() -> Result<(), Error> {
                 "{id} finished before the kill and must be kept as it was"
             );
         }
-        assert!(now.len() >= n, "{} results, expected at least {n}", now.len());
+        assert!(
+            now.len() >= n,
+            "{} results, expected at least {n}",
+            now.len()
+        );
         kept = now;
     }
     assert!(
@@ -230,7 +234,8 @@ fn a_batch_killed_at_any_point_resumes_exactly_once() -> Result<(), Error> {
     assert_eq!(results(&out)?, done, "nothing was redone");
     let first = &ids[0];
     let filter = format!("^{first}$");
-    let before = std::fs::metadata(out.join("results").join(format!("{first}.json")))?.modified()?;
+    let before =
+        std::fs::metadata(out.join("results").join(format!("{first}.json")))?.modified()?;
     finish(start(&out, &config, &["--redo", "--filter", &filter])?)?;
     let after = std::fs::metadata(out.join("results").join(format!("{first}.json")))?.modified()?;
     assert!(after > before, "--redo wrote {first}'s result again");
@@ -238,9 +243,17 @@ fn a_batch_killed_at_any_point_resumes_exactly_once() -> Result<(), Error> {
     let lines = std::fs::read_to_string(out.join("predictions.jsonl"))?
         .lines()
         .count();
-    assert_eq!(lines, ids.len(), "a run of one task keeps the others' predictions");
+    assert_eq!(
+        lines,
+        ids.len(),
+        "a run of one task keeps the others' predictions"
+    );
     let run: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("run.json"))?)?;
-    assert_eq!(run["summary"]["tasks"], ids.len(), "the summary covers the whole run");
+    assert_eq!(
+        run["summary"]["tasks"],
+        ids.len(),
+        "the summary covers the whole run"
+    );
 
     // Other settings are refused, naming the difference.
     let other = dir.path().join("other.toml");

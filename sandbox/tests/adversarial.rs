@@ -154,7 +154,11 @@ fn stdin_reads_eof_immediately() {
 #[test]
 fn commands_run_below_the_runners_priority() {
     let mut task = Task::new();
-    for (nice, want) in [(patchwright_sandbox::DEFAULT_NICE, "10"), (0, "0"), (19, "19")] {
+    for (nice, want) in [
+        (patchwright_sandbox::DEFAULT_NICE, "10"),
+        (0, "0"),
+        (19, "19"),
+    ] {
         task.policy.limits.nice = nice;
         // The runner's own niceness is 0 (tests run at normal priority).
         let o = task.sh("nice");

@@ -108,7 +108,8 @@ pub fn merge(shards: &[PathBuf], out: &Path) -> Result<Merged, BatchError> {
                 continue;
             };
             if let Some(existing) = merged.finished(id)? {
-                let same = serde_json::to_value(&existing).ok() == serde_json::to_value(&result).ok();
+                let same =
+                    serde_json::to_value(&existing).ok() == serde_json::to_value(&result).ok();
                 if !same {
                     return Err(BatchError::Invalid(format!(
                         "task {id} finished with different results in {} and in {} (or in the merged run): \

@@ -62,7 +62,9 @@ pub enum BatchError {
     },
     #[error(transparent)]
     Repo(#[from] crate::repo::RepoError),
-    #[error("{path} holds another run ({difference}): choose another --out, or delete it to start over")]
+    #[error(
+        "{path} holds another run ({difference}): choose another --out, or delete it to start over"
+    )]
     Different { path: PathBuf, difference: String },
     #[error("{0}")]
     Invalid(String),
@@ -162,10 +164,20 @@ pub struct Options {
 #[derive(Debug, Clone, Copy)]
 pub enum Event<'a> {
     /// The tasks to run now, and those finished by an earlier run.
-    Planned { run: usize, finished: usize },
-    Started { id: &'a str },
-    Stage { id: &'a str, stage: &'a str },
-    Grading { id: &'a str },
+    Planned {
+        run: usize,
+        finished: usize,
+    },
+    Started {
+        id: &'a str,
+    },
+    Stage {
+        id: &'a str,
+        stage: &'a str,
+    },
+    Grading {
+        id: &'a str,
+    },
     Finished {
         result: &'a TaskResult,
         resolved: Option<bool>,
@@ -220,9 +232,7 @@ impl<'a> Grader<'a> {
                 }),
             }
         };
-        let env = env
-            .as_ref()
-            .map(|r| r.as_ref().map_err(String::as_str));
+        let env = env.as_ref().map(|r| r.as_ref().map_err(String::as_str));
         eval::evaluate_one(task, Some(patch), env, self.settings, self.repos, out)
     }
 
@@ -240,7 +250,7 @@ impl<'a> Grader<'a> {
 enum Work {
     Solve,
     /// Finished by an earlier run but not graded.
-    Grade(TaskResult),
+    Grade(Box<TaskResult>),
 }
 
 /// Shared by the workers of [`Batch::run_all`].
@@ -270,6 +280,13 @@ impl Batch<'_> {
     ) -> Result<Summary, BatchError> {
         let started = Instant::now();
         let eval_dir = self.eval_dir();
+        if grader.is_some() {
+            std::fs::create_dir_all(&eval_dir).map_err(|source| BatchError::Io {
+                action: "create",
+                path: eval_dir.clone(),
+                source,
+            })?;
+        }
         let mut progress = Progress {
             summary: Summary::default(),
             reports: Vec::new(),
@@ -289,13 +306,14 @@ impl Batch<'_> {
                         progress.summary.add(&r);
                         progress.reports.push(report);
                     }
-                    None => todo.push((task, Work::Grade(r))),
+                    None => todo.push((task, Work::Grade(Box::new(r)))),
                 },
                 (Some(r), None) => progress.summary.add(&r),
             }
         }
         if grader.is_some() {
-            progress.summary.resolved = Some(progress.reports.iter().filter(|r| r.resolved).count());
+            progress.summary.resolved =
+                Some(progress.reports.iter().filter(|r| r.resolved).count());
         }
         on(Event::Planned {
             run: todo.len(),
@@ -311,7 +329,7 @@ impl Batch<'_> {
                 };
                 let id = task.instance_id.as_str();
                 let result = match work {
-                    Work::Grade(r) => r.clone(),
+                    Work::Grade(r) => (**r).clone(),
                     Work::Solve => {
                         on(Event::Started { id });
                         match self.run_task(task, on) {
@@ -371,11 +389,7 @@ impl Batch<'_> {
     /// Runs one task to its result and records its trajectory. Whatever goes
     /// wrong with the task becomes its error; `Err` means only that the run
     /// directory could not be written.
-    pub fn run_task(
-        &self,
-        task: &Task,
-        on: &Sink,
-    ) -> Result<TaskResult, BatchError> {
+    pub fn run_task(&self, task: &Task, on: &Sink) -> Result<TaskResult, BatchError> {
         let started = Instant::now();
         let mut trajectory = Trajectory::new(&task.instance_id);
         let (id, sink) = (task.instance_id.clone(), on.clone());

@@ -254,8 +254,7 @@ impl Display {
             }
         } else {
             let per = elapsed.as_secs_f64() / s.done_now as f64;
-            humantime::format_duration(Duration::from_secs((per * left as f64) as u64))
-                .to_string()
+            humantime::format_duration(Duration::from_secs((per * left as f64) as u64)).to_string()
         };
         let mut parts = vec![eta];
         if let Some((r, n)) = s.resolved {
@@ -270,10 +269,7 @@ impl Display {
             if let (Some(first), Some(last)) = (s.samples.first(), s.samples.last()) {
                 let dt = last.0.duration_since(first.0).as_secs_f64();
                 if dt > 0.0 {
-                    parts.push(format!(
-                        "{:.1} gen tok/s",
-                        (last.1 - first.1) as f64 / dt
-                    ));
+                    parts.push(format!("{:.1} gen tok/s", (last.1 - first.1) as f64 / dt));
                 }
             }
             parts.push(format!("model busy {:.0}%", 100.0 * load.busy_fraction));

@@ -62,7 +62,11 @@ impl RunDir {
                 source,
             })?;
         }
-        for dir in [root.to_path_buf(), root.join("results"), root.join("trajectories")] {
+        for dir in [
+            root.to_path_buf(),
+            root.join("results"),
+            root.join("trajectories"),
+        ] {
             remove_temporaries(&dir);
         }
         Ok((run, opened))
@@ -163,7 +167,6 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), BatchError>
     bytes.push(b'\n');
     write_atomic(path, &bytes)
 }
-
 
 impl RunDir {
     /// Sums the stage metrics of the tasks `ids` that have them into
@@ -304,7 +307,10 @@ mod tests {
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(err.contains("`settings.window` is 30 in the run, 50 now"), "{err}");
+        assert!(
+            err.contains("`settings.window` is 30 in the run, 50 now"),
+            "{err}"
+        );
         Ok(())
     }
 }

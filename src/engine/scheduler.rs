@@ -106,6 +106,10 @@ struct Counters {
 
 type ConvId = u64;
 
+/// A conversation waiting to be admitted: its candidates, its cells, and
+/// where to send its id.
+type Waiting = (usize, usize, Sender<Result<ConvId, EngineError>>);
+
 enum Msg {
     Open {
         candidates: usize,
@@ -401,7 +405,7 @@ struct Worker<'e> {
     free_cells: usize,
     convs: BTreeMap<ConvId, Conv>,
     next_id: ConvId,
-    waiting: VecDeque<(usize, usize, Sender<Result<ConvId, EngineError>>)>,
+    waiting: VecDeque<Waiting>,
     jobs: Vec<Job>,
     batch: LlamaBatch<'static>,
 }

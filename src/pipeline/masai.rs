@@ -246,9 +246,10 @@ pub fn run(
     let id = &task.instance_id;
     let artifacts = dirs.artifacts.as_path();
     let scratch = dirs.scratch.as_path();
-    let shared = dirs.shared.as_ref().map(|d| SharedStages {
-        dir: d.join(id),
-    });
+    let shared = dirs
+        .shared
+        .as_ref()
+        .map(|d| SharedStages { dir: d.join(id) });
     // A ReAct stage from the shared stages when one matches, else run (and
     // stored for the next run).
     macro_rules! shared_stage {
@@ -338,27 +339,25 @@ pub fn run(
 
     tracing::info!("{id}: stage 3/5, edit localizer");
     trajectory.stage("localize");
-    let locations: LocationsArtifact =
-        shared_stage!("localize", &agents.localizer, None::<&()>, {
-            let mut aci = cx.interface()?;
-            let episode = cx.episode(
-                &agent_defs::localizer(task),
-                &mut aci,
-                &agents.localizer,
-                trajectory,
-            )?;
-            let mut locations = LocationsArtifact {
-                episode,
-                source: "localizer".into(),
-                locations: aci.locations().to_vec(),
-            };
-            if locations.locations.is_empty() {
-                locations.source = "bm25".into();
-                locations.locations =
-                    fallback_locations(&cx.index, ws.path(), &task.problem_statement);
-            }
-            locations
-        });
+    let locations: LocationsArtifact = shared_stage!("localize", &agents.localizer, None::<&()>, {
+        let mut aci = cx.interface()?;
+        let episode = cx.episode(
+            &agent_defs::localizer(task),
+            &mut aci,
+            &agents.localizer,
+            trajectory,
+        )?;
+        let mut locations = LocationsArtifact {
+            episode,
+            source: "localizer".into(),
+            locations: aci.locations().to_vec(),
+        };
+        if locations.locations.is_empty() {
+            locations.source = "bm25".into();
+            locations.locations = fallback_locations(&cx.index, ws.path(), &task.problem_statement);
+        }
+        locations
+    });
     write_artifact(artifacts, "locations", &locations)?;
 
     tracing::info!(
