@@ -940,15 +940,14 @@ fn cmd_batch(args: BatchArgs) -> Result<i32> {
     };
     // A run directory of another run is refused before the model loads.
     RunDir::open(out, &model.identity(&settings))?;
-    with_model(&settings, &model, args.runner.jobs, |backing| {
+    let outcome = with_model(&settings, &model, args.runner.jobs, |backing| {
         run_batch(&cx, &settings, &model, backing, out, "", None)
     })?;
-    let run = out;
-    println!("predictions: {}", run.join("predictions.jsonl").display());
-    println!("trajectories: {}", run.join("trajectories").display());
-    println!("run: {}", run.join("run.json").display());
-    if run.join("metrics.json").exists() {
-        println!("metrics: {}", run.join("metrics.json").display());
+    println!("predictions: {}", out.join("predictions.jsonl").display());
+    println!("trajectories: {}", out.join("trajectories").display());
+    println!("run: {}", out.join("run.json").display());
+    if outcome.metrics.tasks > 0 {
+        println!("metrics: {}", out.join("metrics.json").display());
     }
     Ok(0)
 }
