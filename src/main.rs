@@ -559,6 +559,16 @@ fn init_logging(verbose: u8) {
         .init();
 }
 
+impl RunnerArgs {
+    /// How to grade, with `--evaluate`: one task at a time, each as soon as
+    /// it is solved.
+    fn grading(&self) -> Result<Option<eval::Settings>> {
+        self.evaluate
+            .then(|| self.env.settings(1, eval::DEFAULT_TEST_TIMEOUT_S, false))
+            .transpose()
+    }
+}
+
 /// The selected tasks of a task file, and what identifies the file.
 struct Selected {
     tasks: Vec<dataset::Task>,
@@ -920,15 +930,7 @@ fn cmd_batch(args: BatchArgs) -> Result<i32> {
     let settings = args.settings.settings()?;
     let model = ModelRef::resolve(&settings.model, args.runner.server.as_deref())?;
     let repos = Repos::new(repos_dir)?;
-    let grading = if args.runner.evaluate {
-        Some(
-            args.runner
-                .env
-                .settings(1, eval::DEFAULT_TEST_TIMEOUT_S, false)?,
-        )
-    } else {
-        None
-    };
+    let grading = args.runner.grading()?;
     let grader = grading.as_ref().map(|g| Grader::new(g, &repos));
     let cx = RunContext {
         select: &args.select,
@@ -1009,15 +1011,7 @@ fn cmd_sweep(args: SweepArgs) -> Result<i32> {
     );
 
     let repos = Repos::new(&args.repos)?;
-    let grading = if args.runner.evaluate {
-        Some(
-            args.runner
-                .env
-                .settings(1, eval::DEFAULT_TEST_TIMEOUT_S, false)?,
-        )
-    } else {
-        None
-    };
+    let grading = args.runner.grading()?;
     // One grader for every point: environments are built once.
     let grader = grading.as_ref().map(|g| Grader::new(g, &repos));
     let cx = RunContext {

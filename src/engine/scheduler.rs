@@ -19,23 +19,21 @@
 //! [`Session`]: super::Session
 
 use std::collections::{BTreeMap, VecDeque};
-use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
 
-use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use serde::Serialize;
 
-use super::session::sampler;
+use super::session::{sampler, shared_context};
 use super::{
-    backend, Backend, Candidate, Conversation, Engine, EngineError, Generation, Message, Request,
-    Sampling, Stats, Stop, PROMPT_BATCH,
+    Backend, Candidate, Conversation, Engine, EngineError, Generation, Message, Request, Sampling,
+    Stats, Stop, PROMPT_BATCH,
 };
 
 /// How many conversations the scheduler holds at once, and how big each may
@@ -420,23 +418,7 @@ impl<'e> Worker<'e> {
         let seqs = slots.conversations * slots.candidates;
         let cells =
             slots.conversations * Slots::cells(engine, slots.candidates, slots.reply_tokens);
-        let ctx = {
-            let _guard = engine
-                .context_lock
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            let params = LlamaContextParams::default()
-                .with_n_ctx(NonZeroU32::new(u32::try_from(cells).unwrap_or(u32::MAX)))
-                .with_n_batch(PROMPT_BATCH as u32)
-                .with_n_seq_max(u32::try_from(seqs).unwrap_or(u32::MAX))
-                .with_kv_unified(true)
-                .with_n_threads(engine.threads)
-                .with_n_threads_batch(engine.threads);
-            engine
-                .model
-                .new_context(backend()?, params)
-                .map_err(|e| llama("create a context")(&e))?
-        };
+        let ctx = shared_context(engine, cells, seqs)?;
         let batch_size = PROMPT_BATCH + seqs;
         Ok(Worker {
             engine,

@@ -104,23 +104,7 @@ impl<'e> Session<'e> {
     ) -> Result<Self, EngineError> {
         let n_seq_max = n_seq_max.max(1);
         let cells = engine.context_size() + (n_seq_max - 1) * reply_tokens;
-        let ctx = {
-            let _guard = engine
-                .context_lock
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            let params = LlamaContextParams::default()
-                .with_n_ctx(NonZeroU32::new(u32::try_from(cells).unwrap_or(u32::MAX)))
-                .with_n_batch(PROMPT_BATCH as u32)
-                .with_n_seq_max(u32::try_from(n_seq_max).unwrap_or(u32::MAX))
-                .with_kv_unified(true)
-                .with_n_threads(engine.threads)
-                .with_n_threads_batch(engine.threads);
-            engine
-                .model
-                .new_context(backend()?, params)
-                .map_err(|e| llama("create a context")(&e))?
-        };
+        let ctx = shared_context(engine, cells, n_seq_max)?;
         Ok(Session {
             engine,
             ctx,
@@ -291,6 +275,30 @@ impl<'e> Session<'e> {
             candidates,
         })
     }
+}
+
+/// A context of `cells` KV cells (one unified cache) for up to `seqs`
+/// sequences, evaluating prompts [`PROMPT_BATCH`] tokens at a time.
+pub(crate) fn shared_context(
+    engine: &Engine,
+    cells: usize,
+    seqs: usize,
+) -> Result<LlamaContext<'_>, EngineError> {
+    let _guard = engine
+        .context_lock
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(u32::try_from(cells).unwrap_or(u32::MAX)))
+        .with_n_batch(PROMPT_BATCH as u32)
+        .with_n_seq_max(u32::try_from(seqs).unwrap_or(u32::MAX))
+        .with_kv_unified(true)
+        .with_n_threads(engine.threads)
+        .with_n_threads_batch(engine.threads);
+    engine
+        .model
+        .new_context(backend()?, params)
+        .map_err(|e| llama("create a context")(&e))
 }
 
 /// Candidate `i`'s sampler: the grammar (if any), then greedy at

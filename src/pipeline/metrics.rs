@@ -24,6 +24,7 @@ use patchwright_sandbox as sandbox;
 pub const TEST_TIMEOUT_S: u64 = 300;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Metrics {
     pub gold_files: Vec<String>,
     /// `path::Class.method` of the functions the gold patch changes.

@@ -67,26 +67,8 @@ pub(crate) struct TaskResult {
 
 /// The stage metrics of a task (`pipeline::metrics::Metrics`), read
 /// leniently.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(crate) struct TaskMetrics {
-    pub gold_files: Vec<String>,
-    pub gold_functions: Vec<String>,
-    pub located_files: Vec<String>,
-    pub located_functions: Vec<String>,
-    pub file_hit: Option<f64>,
-    pub function_hit: Option<f64>,
-    pub reproduction_fails_on_base: Option<bool>,
-    pub reproduction_passes_with_gold: Option<bool>,
-    pub candidates_generated: u64,
-    pub candidates_applied: u64,
-    pub candidates_parsed: u64,
-    pub candidates_distinct: u64,
-    pub resolving: Option<Vec<u64>>,
-    pub any_resolves: Option<bool>,
-    pub picked_resolves: Option<bool>,
-    pub notes: Vec<String>,
-}
+/// A task's stage metrics, as the batch stores them.
+pub(crate) type TaskMetrics = crate::pipeline::metrics::Metrics;
 
 #[derive(Deserialize)]
 struct SweepFile {
