@@ -728,7 +728,6 @@ fn with_model<T>(
     let slots = Slots {
         conversations: jobs.max(1),
         candidates: settings.fixer.candidates.max(1),
-        reply_tokens: settings.fixer.max_tokens as usize,
     };
     patchwright::engine::serve(&engine, slots, |scheduler| {
         body(&Backing {
@@ -1041,7 +1040,6 @@ fn cmd_sweep(args: SweepArgs) -> Result<i32> {
         let mut sizing = settings[members[0]].clone();
         for &i in members {
             sizing.fixer.candidates = sizing.fixer.candidates.max(settings[i].fixer.candidates);
-            sizing.fixer.max_tokens = sizing.fixer.max_tokens.max(settings[i].fixer.max_tokens);
         }
         with_model(&sizing, &model, args.runner.jobs, |backing| {
             for &i in members {

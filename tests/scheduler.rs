@@ -42,7 +42,6 @@ fn ask(text: &str) -> Vec<Message> {
 const SLOTS: Slots = Slots {
     conversations: 3,
     candidates: 2,
-    reply_tokens: 32,
 };
 
 #[test]
@@ -153,7 +152,7 @@ fn a_conversation_waits_for_a_free_slot() -> Result<(), Error> {
     let engine = engine()?;
     let one = Slots {
         conversations: 1,
-        ..SLOTS
+        candidates: 1,
     };
     serve(&engine, one, |scheduler| -> Result<(), Error> {
         let (held_tx, held_rx) = mpsc::channel();

@@ -104,7 +104,7 @@ impl<'e> Session<'e> {
     ) -> Result<Self, EngineError> {
         let n_seq_max = n_seq_max.max(1);
         let cells = engine.context_size() + (n_seq_max - 1) * reply_tokens;
-        let ctx = shared_context(engine, cells, n_seq_max)?;
+        let ctx = shared_context(engine, cells, n_seq_max, true)?;
         Ok(Session {
             engine,
             ctx,
@@ -277,12 +277,14 @@ impl<'e> Session<'e> {
     }
 }
 
-/// A context of `cells` KV cells (one unified cache) for up to `seqs`
-/// sequences, evaluating prompts [`PROMPT_BATCH`] tokens at a time.
+/// A context of `cells` KV cells for up to `seqs` sequences, evaluating
+/// prompts [`PROMPT_BATCH`] tokens at a time: one cache all sequences share
+/// (`unified`), or a stream of `cells / seqs` per sequence.
 pub(crate) fn shared_context(
     engine: &Engine,
     cells: usize,
     seqs: usize,
+    unified: bool,
 ) -> Result<LlamaContext<'_>, EngineError> {
     let _guard = engine
         .context_lock
@@ -292,7 +294,7 @@ pub(crate) fn shared_context(
         .with_n_ctx(NonZeroU32::new(u32::try_from(cells).unwrap_or(u32::MAX)))
         .with_n_batch(PROMPT_BATCH as u32)
         .with_n_seq_max(u32::try_from(seqs).unwrap_or(u32::MAX))
-        .with_kv_unified(true)
+        .with_kv_unified(unified)
         .with_n_threads(engine.threads)
         .with_n_threads_batch(engine.threads);
     engine
