@@ -233,7 +233,7 @@ impl<'a> Grader<'a> {
             }
         };
         let env = env.as_ref().map(|r| r.as_ref().map_err(String::as_str));
-        eval::evaluate_one(task, Some(patch), env, self.settings, self.repos, out)
+        eval::evaluate_caught(task, Some(patch), env, self.settings, self.repos, out)
     }
 
     /// The stored grade of task `id` under `out`, if it was graded.
@@ -375,10 +375,17 @@ impl Batch<'_> {
         }
         self.write_predictions()?;
         if grader.is_some() {
-            let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
+            // Over the whole run: this selection's grades, and the stored
+            // ones of tasks graded by earlier runs into the directory.
+            let mut reports = std::mem::take(&mut progress.reports);
+            for id in &self.ids {
+                if !reports.iter().any(|r| &r.instance_id == id) {
+                    reports.extend(Grader::stored_by_id(id, &eval_dir));
+                }
+            }
             write_json(
                 &eval_dir.join("report.json"),
-                &eval::grade::Summary::new(&ids, &progress.reports),
+                &eval::grade::Summary::new(&self.ids, &reports),
             )?;
         }
         let mut summary = progress.summary;

@@ -82,6 +82,12 @@ pub enum EngineError {
 /// tens of GiB on a 24 GiB machine.
 pub const KV_BUDGET_BYTES: u64 = 2 << 30;
 
+/// Memory the scheduler's KV cache may take: a stream of the context's
+/// length per sequence (tasks in flight × candidates). 8 GiB holds 4 × 4
+/// streams of 32k tokens of a 0.5B model, and leaves most of a 24 GiB
+/// machine to the model and the tests.
+pub const SCHEDULER_KV_BUDGET_BYTES: u64 = 8 << 30;
+
 /// Bytes of KV cache per token at f16: keys and values, every layer, one
 /// head dimension per KV head.
 pub fn kv_bytes_per_token(n_layer: u32, n_embd: u32, n_head: u32, n_head_kv: u32) -> u64 {
@@ -327,6 +333,16 @@ impl Engine {
     /// Context size in tokens.
     pub fn context_size(&self) -> usize {
         self.context as usize
+    }
+
+    /// Bytes of KV cache one token takes (f16 keys and values).
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        kv_bytes_per_token(
+            self.model.n_layer(),
+            u32::try_from(self.model.n_embd()).unwrap_or(0),
+            self.model.n_head(),
+            self.model.n_head_kv(),
+        )
     }
 
     /// Renders messages with the model's chat template, ready for the

@@ -147,6 +147,22 @@ pub fn serve<T>(
         conversations: slots.conversations.max(1),
         candidates: slots.candidates.max(1),
     };
+    let streams = (slots.conversations * slots.candidates) as u64;
+    let bytes = streams * engine.context_size() as u64 * engine.kv_bytes_per_token();
+    if bytes > super::SCHEDULER_KV_BUDGET_BYTES {
+        return Err(EngineError::Llama {
+            action: "size the scheduler's KV cache",
+            message: format!(
+                "{} conversations × {} candidates × {} tokens of context would take {:.1} GiB \
+                 (at most {} GiB): lower --jobs, fixer.candidates or engine.context",
+                slots.conversations,
+                slots.candidates,
+                engine.context_size(),
+                bytes as f64 / f64::from(1u32 << 30),
+                super::SCHEDULER_KV_BUDGET_BYTES >> 30
+            ),
+        });
+    }
     let counters = Arc::new(Counters::default());
     let (tx, rx) = mpsc::channel();
     let (ready_tx, ready_rx) = mpsc::channel();

@@ -209,18 +209,7 @@ pub fn evaluate_all(
                         .get(&(task.repo.clone(), task.version.clone()))
                         .map(|r| r.as_ref().map_err(String::as_str)),
                 };
-                // A panic (a bug) ends this task, not the run.
-                let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    evaluate_one(task, patch, env, settings, repos, out)
-                }))
-                .unwrap_or_else(|_| {
-                    let mut r = InstanceReport::new(&task.instance_id, patch);
-                    r.error = Some(InfraError {
-                        kind: ErrorKind::Sandbox,
-                        message: "internal error (a bug in patchwright): see stderr".into(),
-                    });
-                    r
-                });
+                let report = evaluate_caught(task, patch, env, settings, repos, out);
                 on_done(&report);
                 reports
                     .lock()
@@ -244,6 +233,29 @@ fn needs_run(patch: Option<&str>, settings: &Settings) -> bool {
         None => false,
         Some(p) => settings.run_empty || !p.trim().is_empty(),
     }
+}
+
+/// [`evaluate_one`], with a panic (a bug) ending this task's grading as an
+/// error in its report, not the run.
+pub fn evaluate_caught(
+    task: &Task,
+    patch: Option<&str>,
+    env: Option<Result<&(Plan, Environment), &str>>,
+    settings: &Settings,
+    repos: &Repos,
+    out: &Path,
+) -> InstanceReport {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        evaluate_one(task, patch, env, settings, repos, out)
+    }))
+    .unwrap_or_else(|_| {
+        let mut r = InstanceReport::new(&task.instance_id, patch);
+        r.error = Some(InfraError {
+            kind: ErrorKind::Sandbox,
+            message: "internal error (a bug in patchwright): see stderr".into(),
+        });
+        r
+    })
 }
 
 /// Grades one task; never fails: what went wrong is in the report.
