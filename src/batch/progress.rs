@@ -74,6 +74,8 @@ struct State {
     resolved: Option<(usize, usize)>,
     /// (when, generated tokens) samples for the rate.
     samples: Vec<(Instant, u64)>,
+    /// The first sample.
+    first: Option<(Instant, u64)>,
 }
 
 impl Display {
@@ -113,6 +115,9 @@ impl Display {
                 started: Instant::now(),
                 resolved: None,
                 samples: Vec::new(),
+                first: meter
+                    .as_ref()
+                    .map(|m| (Instant::now(), m.load().generated_tokens)),
             }),
             meter,
             label: label.to_string(),
@@ -263,14 +268,22 @@ impl Display {
         if let Some(meter) = &self.meter {
             let now = Instant::now();
             let load = meter.load();
+            let first = *s.first.get_or_insert((now, load.generated_tokens));
             s.samples.push((now, load.generated_tokens));
             s.samples
                 .retain(|(t, _)| now.duration_since(*t) <= RATE_WINDOW);
-            if let (Some(first), Some(last)) = (s.samples.first(), s.samples.last()) {
-                let dt = last.0.duration_since(first.0).as_secs_f64();
-                if dt > 0.0 {
-                    parts.push(format!("{:.1} gen tok/s", (last.1 - first.1) as f64 / dt));
-                }
+            // Over the last window when the bar refreshes often enough to
+            // fill it, else (plain lines) since the display began.
+            let from = match s.samples.first() {
+                Some(&(t, n)) if now.duration_since(t) >= RATE_WINDOW / 2 => (t, n),
+                _ => first,
+            };
+            let dt = now.duration_since(from.0).as_secs_f64();
+            if dt > 0.0 {
+                parts.push(format!(
+                    "{:.1} gen tok/s",
+                    load.generated_tokens.saturating_sub(from.1) as f64 / dt
+                ));
             }
             parts.push(format!("model busy {:.0}%", 100.0 * load.busy_fraction));
         }
