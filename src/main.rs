@@ -397,7 +397,9 @@ struct SettingsArgs {
 struct RunnerArgs {
     /// Tasks in flight at once. They share the one loaded model, whose
     /// scheduler decodes their requests in one batch; tests in the sandbox
-    /// run beside it at a lower CPU priority.
+    /// run beside it at a lower CPU priority. Worth raising when the model
+    /// waits with one task (run.json's model_load.busy_fraction well below
+    /// 1).
     #[arg(long, short = 'j', value_name = "K", default_value_t = batch::DEFAULT_JOBS)]
     jobs: usize,
     /// Run the selected tasks again even when RUN_DIR holds their results
@@ -843,8 +845,14 @@ fn run_batch(
         shared,
         ids: ids.clone(),
     };
-    let before = backing.meter.as_ref().map(Meter::load);
-    let display = Display::new(tasks.len(), backing.meter.clone(), label);
+    // The first pipeline calls the engine directly, past the scheduler:
+    // its meter would read nothing.
+    let meter = match settings.pipeline.kind {
+        patchwright::pipeline::Kind::First => None,
+        patchwright::pipeline::Kind::Masai => backing.meter.clone(),
+    };
+    let before = meter.as_ref().map(Meter::load);
+    let display = Display::new(tasks.len(), meter.clone(), label);
     let outcome = batch.run_all(
         tasks,
         Options {
@@ -856,14 +864,19 @@ fn run_batch(
     );
     display.finish();
     let summary = batch.run_summary(cx.grader.is_some(), outcome?.elapsed_s)?;
-    let load = match (&backing.meter, &before) {
+    let load = match (&meter, &before) {
         (Some(m), Some(b)) => Some(m.load().since(b)),
         _ => None,
     };
     let metrics = batch.write_metrics()?;
+    let prefix = if label.is_empty() {
+        String::new()
+    } else {
+        format!("[{label}] ")
+    };
     if metrics.tasks > 0 {
         tracing::info!(
-            "{label}stage metrics over {} tasks: file hit {}, function hit {}, reproduced {} (valid {}), \
+            "{prefix}stage metrics over {} tasks: file hit {}, function hit {}, reproduced {} (valid {}), \
              candidates {} generated / {} applied / {} parse / {} distinct, any resolves {}, picked resolves {}",
             metrics.tasks,
             metrics.mean_file_hit.map_or("n/a".into(), |v| format!("{:.0}%", 100.0 * v)),
@@ -883,7 +896,7 @@ fn run_batch(
         &record(Some(&summary), load.as_ref(), Some(batch::now())),
     )?;
     tracing::info!(
-        "{label}{} tasks: {} patched, {} without a patch, {} errors{}{}{}",
+        "{prefix}{} tasks: {} patched, {} without a patch, {} errors{}{}{}",
         summary.tasks,
         summary.patched,
         summary.no_patch,
@@ -1051,7 +1064,7 @@ fn cmd_sweep(args: SweepArgs) -> Result<i32> {
                     &model,
                     backing,
                     &args.out.join(&point.dir),
-                    &format!("{} ", point.label),
+                    &point.label,
                     Some(shared.clone()),
                 )?;
                 rows[i] = Some(Row::new(

@@ -146,10 +146,11 @@ pub struct Batch<'a> {
     pub ids: Vec<String>,
 }
 
-/// Tasks in flight at once by default: measured on the 2-core machine of
-/// BENCHMARKS.md ("Scheduler"), where one task's tests and the model share
-/// the cores.
-pub const DEFAULT_JOBS: usize = 4;
+/// Tasks in flight at once by default. On the 2-core machine of
+/// BENCHMARKS.md ("Scheduler") the demo batch keeps the model 98.5% busy
+/// with one task, and four took 16% longer; more pay where the model waits
+/// (`model_load.busy_fraction` in run.json well below 1).
+pub const DEFAULT_JOBS: usize = 1;
 
 /// How a batch runs its tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
