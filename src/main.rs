@@ -157,16 +157,19 @@ struct TaskArgs {
     filter: Option<String>,
 }
 
+/// `--filter`, compiled.
+fn filter_regex(filter: Option<&str>) -> Result<Option<Regex>> {
+    filter
+        .map(Regex::new)
+        .transpose()
+        .context("--filter is not a valid regular expression")
+}
+
 impl TaskArgs {
     fn tasks(&self) -> Result<Vec<dataset::Task>> {
         let tasks = dataset::load(&self.dataset)?;
         let selection = Selection {
-            filter: self
-                .filter
-                .as_deref()
-                .map(Regex::new)
-                .transpose()
-                .context("--filter is not a valid regular expression")?,
+            filter: filter_regex(self.filter.as_deref())?,
             ..Selection::default()
         };
         let tasks = selection.apply(tasks);
@@ -583,12 +586,7 @@ impl SelectArgs {
         let all = dataset::load(&self.dataset)?;
         let in_file = all.len();
         let selection = Selection {
-            filter: self
-                .filter
-                .as_deref()
-                .map(Regex::new)
-                .transpose()
-                .context("--filter is not a valid regular expression")?,
+            filter: filter_regex(self.filter.as_deref())?,
             slice: self.slice,
             shard: self.shard,
         };
