@@ -1,0 +1,166 @@
+//! The OpenAI-compatible HTTP backend against a real server on loopback:
+//! llama-cpp-python's, serving the SmolLM2 test model. `scripts/test`
+//! installs it and names its interpreter in PATCHWRIGHT_TEST_SERVER_PYTHON.
+
+use crate::common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use patchwright::engine::http::HttpBackend;
+use patchwright::engine::{grammar, Backend, EngineError, Message, Request, Sampling, Stop};
+
+/// How long the server may take to load the model and start listening.
+const STARTUP: Duration = Duration::from_secs(90);
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn server() -> Server {
+    let python = std::env::var("PATCHWRIGHT_TEST_SERVER_PYTHON").unwrap_or_else(|_| {
+        panic!("PATCHWRIGHT_TEST_SERVER_PYTHON is not set: scripts/test installs llama-cpp-python[server] and sets it")
+    });
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(&python)
+        .args([
+            "-m",
+            "llama_cpp.server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--n_ctx",
+            "2048",
+            "--model",
+        ])
+        .arg(common::test_model())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {python} -m llama_cpp.server: {e}"));
+    let server = Server {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < STARTUP,
+            "the server did not start listening within {STARTUP:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    server
+}
+
+fn ask(text: &str) -> Vec<Message> {
+    vec![Message::user(text)]
+}
+
+#[test]
+fn round_trips_candidates_grammar_and_limits() {
+    let server = server();
+    let backend = HttpBackend::new(&server.url, "smollm2").unwrap();
+    let mut conversation = backend.conversation(4, 16).unwrap();
+
+    // Greedy: the same answer twice.
+    let msgs = ask("What is the capital of France? Answer in one word.");
+    let greedy = Sampling {
+        temperature: 0.0,
+        top_p: 1.0,
+        seed: 0,
+        max_tokens: 16,
+    };
+    let a = conversation
+        .generate(&Request::new(&msgs, greedy.clone()))
+        .unwrap();
+    let b = conversation
+        .generate(&Request::new(&msgs, greedy.clone()))
+        .unwrap();
+    assert_eq!(a.candidates[0].text, b.candidates[0].text);
+    assert!(
+        a.candidates[0].text.contains("Paris"),
+        "{:?}",
+        a.candidates[0].text
+    );
+    assert!(a.stats.prompt_tokens > 5);
+
+    // Four candidates under a grammar: every one follows it.
+    let yn = grammar::choice(&["yes", "no"]).unwrap();
+    let sampled = Sampling {
+        temperature: 1.2,
+        top_p: 1.0,
+        seed: 5,
+        max_tokens: 8,
+    };
+    let msgs = ask("Is the sky blue?");
+    let g = conversation
+        .generate(&Request {
+            n: 4,
+            grammar: Some(&yn),
+            ..Request::new(&msgs, sampled)
+        })
+        .unwrap();
+    assert_eq!(g.candidates.len(), 4);
+    assert!(
+        g.candidates
+            .iter()
+            .all(|c| c.text == "yes" || c.text == "no"),
+        "{:?}",
+        g.candidates
+    );
+    assert_eq!(g.stats.generated_tokens, vec![1, 1, 1, 1]);
+
+    // The token cap is reported as such.
+    let msgs = ask("Count from one to one hundred in words.");
+    let capped = conversation
+        .generate(&Request::new(
+            &msgs,
+            Sampling {
+                max_tokens: 3,
+                ..greedy
+            },
+        ))
+        .unwrap();
+    assert_eq!(capped.candidates[0].stop, Stop::MaxTokens);
+    assert_eq!(capped.stats.generated_tokens, vec![3]);
+}
+
+#[test]
+fn an_unreachable_server_is_a_clear_error() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let backend = HttpBackend::new(&format!("http://127.0.0.1:{port}/v1"), "m").unwrap();
+    let msgs = ask("hi");
+    let err = backend
+        .conversation(1, 8)
+        .unwrap()
+        .generate(&Request::new(&msgs, Sampling::default()));
+    match err {
+        Err(EngineError::Http { url, message }) => {
+            assert_eq!(url, format!("http://127.0.0.1:{port}/v1/chat/completions"));
+            assert!(message.contains("is the server running?"), "{message}");
+        }
+        other => panic!("expected an HTTP error, got {:?}", other.map(|g| g.stats)),
+    }
+    assert!(
+        HttpBackend::new("https://example.invalid", "m").is_err(),
+        "only http://"
+    );
+}

@@ -1,0 +1,21 @@
+//! The integration tests: one binary, so llama.cpp is linked once (ripgrep's
+//! layout). Each module tests one command or concept end to end.
+
+mod common;
+
+mod aci;
+mod batch;
+mod engine;
+mod eval;
+mod generate_cli;
+mod http_backend;
+mod masai;
+mod pipeline;
+mod react;
+mod replay;
+mod report;
+mod resume;
+mod sandbox_cli;
+mod scheduler;
+mod session;
+mod sweep;

@@ -1,0 +1,266 @@
+//! The MASAI pipeline end to end on a demo task: all five stages with a
+//! scripted model (recorded, then replayed from the trajectory to the same
+//! outcome), the ranking order, and the fallback without a reproduction
+//! test, where agreement and then the model's comparison decide.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+
+use common::Scripted;
+use patchwright::config::Settings;
+use patchwright::dataset::Task;
+use patchwright::engine::replay::ReplayBackend;
+use patchwright::engine::Backend;
+use patchwright::env::Environment;
+use patchwright::pipeline::{masai, metrics};
+use patchwright::repo::{Repos, Workspace};
+use patchwright::trajectory::{Step, Trajectory};
+
+fn task(id: &str) -> Task {
+    common::demo_task(id)
+}
+
+/// The virtualenv with pytest that `scripts/test` makes for the demo
+/// repositories' tests.
+fn environment() -> Environment {
+    let dir = std::env::var_os("PATCHWRIGHT_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| {
+        panic!("PATCHWRIGHT_TEST_VENV is not set: run the suite with scripts/test, which makes a virtualenv with pytest")
+    });
+    Environment::open(&dir).unwrap()
+}
+
+const TEMPLATE: &[&str] = &[
+    "I write a small passing test.\n\n```\ncreate tests/test_template.py\n```",
+    "It checks that memoize returns the result.\n\n```\nedit 1:1\nfrom cachekit import memoize\n\n\ndef test_memoize_returns_the_result():\n    @memoize\n    def double(x):\n        return 2 * x\n\n    assert double(3) == 6\nend_of_edit\n```",
+    "I hand it in.\n\n```\nsubmit_test tests/test_template.py python -m pytest -q tests/test_template.py\n```",
+];
+
+const REPRODUCER: &[&str] = &[
+    "I write a test with two memoized functions.\n\n```\ncreate tests/test_issue.py\n```",
+    "Each function must keep its own results.\n\n```\nedit 1:1\nfrom cachekit import memoize\n\n\ndef test_functions_keep_their_own_results():\n    @memoize\n    def one(x):\n        return 1\n\n    @memoize\n    def two(x):\n        return 2\n\n    assert one(7) == 1\n    assert two(7) == 2\nend_of_edit\n```",
+    "It should fail on this code.\n\n```\nsubmit_test tests/test_issue.py python -m pytest -q tests/test_issue.py\n```",
+];
+
+const LOCALIZER: &[&str] = &[
+    "I look at the decorators.\n\n```\nview_skeleton cachekit/decorators.py\n```",
+    "memoize holds the shared default.\n\n```\nlocate cachekit/decorators.py::memoize\n```",
+    "That is the place.\n\n```\nsubmit\n```",
+];
+
+const GOLD: &str = "Reasoning: the default cache dict is shared by every decorated function.\n\ncachekit/decorators.py\n<<<<<<< SEARCH\ndef memoize(func=None, *, cache={}, key=make_key, typed=False):\n=======\ndef memoize(func=None, *, cache=None, key=make_key, typed=False):\n>>>>>>> REPLACE\ncachekit/decorators.py\n<<<<<<< SEARCH\n        store = cache\n=======\n        store = {} if cache is None else cache\n>>>>>>> REPLACE\n";
+const WRONG: &str = "Reasoning: the key ignores types.\n\ncachekit/decorators.py\n<<<<<<< SEARCH\ndef memoize(func=None, *, cache={}, key=make_key, typed=False):\n=======\ndef memoize(func=None, *, cache={}, key=make_key, typed=True):\n>>>>>>> REPLACE\n";
+const MISSES: &str = "Reasoning: a guess.\n\ncachekit/decorators.py\n<<<<<<< SEARCH\n    return nothing_like_this\n=======\n    return None\n>>>>>>> REPLACE\n";
+
+fn settings(reproduce: bool, candidates: usize) -> Settings {
+    let mut s = Settings::defaults("unused");
+    s.pipeline.reproduce = reproduce;
+    s.pipeline.template = reproduce;
+    s.fixer.candidates = candidates;
+    s.ranker.test_timeout_s = 120;
+    s
+}
+
+struct Run {
+    _dir: tempfile::TempDir,
+    ws: Workspace,
+    outcome: masai::Outcome,
+    trajectory: Trajectory,
+    artifacts: PathBuf,
+}
+
+fn run(task: &Task, settings: &Settings, backend: &dyn Backend) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let repos = Repos::new(&common::root().join("datasets/demo/repos")).unwrap();
+    let source = repos.locate(&task.repo).unwrap();
+    let ws = Workspace::create(&source, &task.base_commit, &dir.path().join("ws")).unwrap();
+    let artifacts = dir.path().join("artifacts");
+    let mut trajectory = Trajectory::new(&task.instance_id);
+    let env = environment();
+    let outcome = masai::run(
+        backend,
+        settings,
+        task,
+        &ws,
+        Some(&env),
+        &masai::Dirs {
+            artifacts: artifacts.clone(),
+            scratch: dir.path().join("scratch"),
+            shared: None,
+        },
+        &mut trajectory,
+    )
+    .unwrap();
+    Run {
+        _dir: dir,
+        ws,
+        outcome,
+        trajectory,
+        artifacts,
+    }
+}
+
+fn model_calls(t: &Trajectory) -> Vec<(String, usize)> {
+    t.steps
+        .iter()
+        .filter_map(|s| match &s.step {
+            Step::ModelCall(c) => Some((c.purpose.clone(), c.candidates.len().max(1))),
+            _ => None,
+        })
+        .collect()
+}
+
+fn clean(ws: &Path) -> bool {
+    patchwright::repo::diff_against(ws, &patchwright::repo::head_commit(ws).unwrap())
+        .unwrap()
+        .is_empty()
+}
+
+#[test]
+fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
+    let task = task("demo__cachekit-1");
+    let mut calls: Vec<Vec<&str>> = Vec::new();
+    calls.extend(TEMPLATE.iter().map(|t| vec![*t]));
+    calls.extend(REPRODUCER.iter().map(|t| vec![*t]));
+    calls.extend(LOCALIZER.iter().map(|t| vec![*t]));
+    calls.push(vec![WRONG, GOLD, MISSES, GOLD]);
+    let scripted = Scripted::new(calls);
+    let settings = settings(true, 4);
+    let r = run(&task, &settings, &scripted);
+    let o = &r.outcome;
+
+    // Stages 1-3 and their artifacts.
+    let template = o.template.as_ref().unwrap();
+    assert_eq!(
+        template.test.as_ref().unwrap().path,
+        "tests/test_template.py"
+    );
+    let repro = o.reproduction.as_ref().unwrap().test.as_ref().unwrap();
+    assert_eq!(repro.command, "python -m pytest -q tests/test_issue.py");
+    assert!(repro.output.contains("1 failed"), "{}", repro.output);
+    assert_eq!(o.locations.source, "localizer");
+    assert_eq!(o.locations.locations[0].symbol, "memoize");
+    for name in ["template", "reproduction", "locations", "fixes", "ranking"] {
+        assert!(
+            r.artifacts.join(format!("{name}.json")).is_file(),
+            "{name}.json"
+        );
+    }
+    // No agent's file leaks into the workspace or the patch.
+    assert!(clean(r.ws.path()));
+
+    // Stage 4: one call for four candidates; one misses, two agree.
+    assert_eq!(
+        model_calls(&r.trajectory),
+        [("test_template", 1); 3]
+            .into_iter()
+            .chain([("reproducer", 1); 3])
+            .chain([("localizer", 1); 3])
+            .chain([("fixer", 4)])
+            .map(|(p, n)| (p.to_string(), n))
+            .collect::<Vec<_>>()
+    );
+    let f = &o.fixes;
+    assert_eq!(
+        (f.generated(), f.applied(), f.parsed(), f.distinct.len()),
+        (4, 3, 3, 2)
+    );
+    assert_eq!(f.distinct[0].members, [0]);
+    assert_eq!(f.distinct[1].members, [1, 3]);
+
+    // Stage 5: the candidate passing the reproduction test comes first.
+    let ranking = o.ranking.as_ref().unwrap();
+    assert_eq!(ranking.order, [1, 0]);
+    assert_eq!(ranking.evaluations[1].reproduction, Some(true));
+    assert_eq!(ranking.evaluations[0].reproduction, Some(false));
+    assert_eq!(ranking.regression_files, ["tests/test_decorators.py"]);
+    assert!(ranking.base_passing > 0);
+    assert!(ranking.comparison.is_none());
+    assert_eq!(o.patch, task.patch);
+
+    // Metrics, from the gold patch, after the run.
+    let m = metrics::compute(
+        &task,
+        &r.ws,
+        Some(&environment()),
+        o,
+        &r.artifacts.join("m"),
+    );
+    assert_eq!(m.gold_files, ["cachekit/decorators.py"]);
+    assert_eq!(
+        m.gold_functions,
+        [
+            "cachekit/decorators.py::memoize",
+            "cachekit/decorators.py::memoize.decorator"
+        ]
+    );
+    assert_eq!((m.file_hit, m.function_hit), (Some(1.0), Some(1.0)));
+    assert_eq!(
+        (
+            m.reproduction_fails_on_base,
+            m.reproduction_passes_with_gold
+        ),
+        (Some(true), Some(true))
+    );
+    assert_eq!(m.resolving, Some(vec![1]), "{:?}", m.notes);
+    assert_eq!(
+        (m.any_resolves, m.picked_resolves),
+        (Some(true), Some(true))
+    );
+
+    // Replayed from the trajectory, the run is the same.
+    let file = r.artifacts.join("trajectory.json");
+    std::fs::write(&file, serde_json::to_string(&r.trajectory).unwrap()).unwrap();
+    let replay = ReplayBackend::from_trajectory(&file).unwrap();
+    let again = run(&task, &settings, &replay);
+    assert_eq!(replay.remaining(), 0);
+    assert_eq!(again.outcome.patch, o.patch);
+    assert_eq!(again.outcome.ranking.as_ref().unwrap().order, ranking.order);
+}
+
+#[test]
+fn without_a_reproduction_test_agreement_then_the_model_decide() {
+    let task = task("demo__cachekit-1");
+    // Agreement: the wrong patch twice beats the right one once.
+    let scripted = Scripted::new(
+        LOCALIZER
+            .iter()
+            .map(|t| vec![*t])
+            .chain([vec![GOLD, WRONG, WRONG]])
+            .collect(),
+    );
+    let r = run(&task, &settings(false, 3), &scripted);
+    assert!(r.outcome.template.is_none() && r.outcome.reproduction.is_none());
+    let ranking = r.outcome.ranking.as_ref().unwrap();
+    assert_eq!(ranking.evaluations[0].reproduction, None);
+    assert_eq!(ranking.order, [1, 0]);
+    assert!(ranking.comparison.is_none());
+
+    // A tie: the model's comparison picks (here, candidate 2 of 2).
+    let scripted = Scripted::new(
+        LOCALIZER
+            .iter()
+            .map(|t| vec![*t])
+            .chain([
+                vec![WRONG, GOLD],
+                vec!["Reasoning: only the second gives each function its own dict.\nBest: 2"],
+            ])
+            .collect(),
+    );
+    let r = run(&task, &settings(false, 2), &scripted);
+    let ranking = r.outcome.ranking.as_ref().unwrap();
+    let c = ranking.comparison.as_ref().unwrap();
+    assert_eq!((c.tied.as_slice(), c.chosen), (&[0, 1][..], 1));
+    assert_eq!(ranking.order, [1, 0]);
+    assert_eq!(r.outcome.patch, task.patch);
+    assert_eq!(model_calls(&r.trajectory).last().unwrap().0, "ranker");
+
+    // The fallback replays exactly too, the comparison included.
+    let file = r.artifacts.join("trajectory.json");
+    std::fs::write(&file, serde_json::to_string(&r.trajectory).unwrap()).unwrap();
+    let replay = ReplayBackend::from_trajectory(&file).unwrap();
+    let again = run(&task, &settings(false, 2), &replay);
+    assert_eq!(replay.remaining(), 0);
+    assert_eq!(again.outcome.ranking, r.outcome.ranking);
+    assert_eq!(again.outcome.patch, task.patch);
+}
