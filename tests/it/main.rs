@@ -4,6 +4,7 @@
 mod common;
 
 mod aci;
+mod architecture;
 mod batch;
 mod engine;
 mod eval;

@@ -1,0 +1,742 @@
+//! No import circles: the crate's modules form layers. Every `src/**/*.rs`
+//! (not `src/main.rs`, the binary) is read, mapped to its module path, and
+//! the modules it references are extracted: `use crate::…` trees, `crate::…`
+//! paths in code, and `super::…`/`self::…` resolved relative to the file
+//! (and to any inline `mod` in it), comments and string literals skipped.
+//!
+//! Two rules, one check: the top-level modules form a DAG (X → Y when a
+//! file under X references anything under Y), and inside every directory
+//! module its children do (a child using its parent's `mod.rs` items is no
+//! edge, nor is the parent declaring or using its children). A failure
+//! prints every circle as a path with the file and line of each edge.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
+
+/// A module path from the crate root: `[]` is the root, `["batch",
+/// "rundir"]` is `crate::batch::rundir`.
+type ModPath = Vec<String>;
+
+/// One referenced path, absolute from the crate root, and its line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Reference {
+    path: ModPath,
+    line: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tok {
+    Ident(String),
+    /// `::`
+    PathSep,
+    Punct(char),
+}
+
+/// Tokens of Rust source with their lines, without comments, string and
+/// character literals (lifetimes are dropped too; numbers become idents
+/// that never match a keyword).
+fn tokens(src: &str) -> Vec<(Tok, usize)> {
+    let chars: Vec<char> = src.chars().collect();
+    let mut out = Vec::new();
+    let mut line = 1;
+    let mut i = 0;
+    let at = |i: usize| chars.get(i).copied().unwrap_or('\0');
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\n' {
+            line += 1;
+            i += 1;
+        } else if c.is_whitespace() {
+            i += 1;
+        } else if c == '/' && at(i + 1) == '/' {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && at(i + 1) == '*' {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && at(i + 1) == '*' {
+                    depth += 1;
+                    i += 2;
+                } else if chars[i] == '*' && at(i + 1) == '/' {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    if chars[i] == '\n' {
+                        line += 1;
+                    }
+                    i += 1;
+                }
+            }
+        } else if c == '"' {
+            i = skip_string(&chars, i + 1, &mut line);
+        } else if c == '\'' {
+            if at(i + 1) == '\\' {
+                // An escaped character literal: up to the closing quote.
+                i += 2;
+                while i < chars.len() && chars[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if at(i + 2) == '\'' {
+                i += 3;
+            } else {
+                // A lifetime or label: skip the quote, its name follows.
+                i += 1;
+                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                    i += 1;
+                }
+            }
+        } else if c.is_alphanumeric() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            let raw_prefix = matches!(word.as_str(), "r" | "br" | "cr");
+            let str_prefix = matches!(word.as_str(), "b" | "c");
+            let hashes_then_quote = {
+                let mut k = i;
+                while at(k) == '#' {
+                    k += 1;
+                }
+                at(k) == '"'
+            };
+            if raw_prefix && hashes_then_quote {
+                // A raw string: r"…", r#"…"#, with as many hashes.
+                let mut hashes = 0;
+                while at(i) == '#' {
+                    hashes += 1;
+                    i += 1;
+                }
+                i += 1;
+                loop {
+                    if i >= chars.len() {
+                        break;
+                    }
+                    if chars[i] == '"' && (1..=hashes).all(|k| at(i + k) == '#') {
+                        i += 1 + hashes;
+                        break;
+                    }
+                    if chars[i] == '\n' {
+                        line += 1;
+                    }
+                    i += 1;
+                }
+            } else if word == "r" && at(i) == '#' {
+                // A raw identifier: r#type.
+                i += 1;
+                let start = i;
+                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                    i += 1;
+                }
+                out.push((Tok::Ident(chars[start..i].iter().collect()), line));
+            } else if str_prefix && at(i) == '"' {
+                i = skip_string(&chars, i + 1, &mut line);
+            } else if word == "b" && at(i) == '\'' {
+                i += 1;
+                if at(i) == '\\' {
+                    i += 1;
+                }
+                i += 1;
+                while i < chars.len() && chars[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else {
+                out.push((Tok::Ident(word), line));
+            }
+        } else if c == ':' && at(i + 1) == ':' {
+            out.push((Tok::PathSep, line));
+            i += 2;
+        } else {
+            out.push((Tok::Punct(c), line));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Skips a string literal's body from after its opening quote; returns the
+/// index after the closing quote.
+fn skip_string(chars: &[char], mut i: usize, line: &mut usize) -> usize {
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => {
+                if chars.get(i + 1) == Some(&'\n') {
+                    *line += 1;
+                }
+                i += 2;
+            }
+            '"' => return i + 1,
+            '\n' => {
+                *line += 1;
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    i
+}
+
+fn ident(tok: Option<&(Tok, usize)>) -> Option<&str> {
+    match tok {
+        Some((Tok::Ident(s), _)) => Some(s),
+        _ => None,
+    }
+}
+
+fn is(tok: Option<&(Tok, usize)>, want: &Tok) -> bool {
+    tok.is_some_and(|(t, _)| t == want)
+}
+
+/// A path as written (`crate`/`super`/`self` first) made absolute from
+/// `module`; `None` for paths of other crates or out of the root.
+fn resolve(segments: &[String], module: &[String]) -> Option<ModPath> {
+    let first = segments.first()?;
+    match first.as_str() {
+        "crate" | "$crate" => Some(segments[1..].to_vec()),
+        "self" => {
+            let mut path = module.to_vec();
+            path.extend(segments[1..].iter().cloned());
+            Some(path)
+        }
+        "super" => {
+            let ups = segments.iter().take_while(|s| *s == "super").count();
+            let mut path = module.get(..module.len().checked_sub(ups)?)?.to_vec();
+            path.extend(segments[ups..].iter().filter(|s| *s != "self").cloned());
+            Some(path)
+        }
+        _ => None,
+    }
+}
+
+/// The leaves of the `use` tree starting at `*i` (after `use`), each as
+/// the path written; `*i` ends after the tree.
+fn use_tree(
+    toks: &[(Tok, usize)],
+    i: &mut usize,
+    prefix: &[String],
+    out: &mut Vec<(Vec<String>, usize)>,
+) {
+    let mut path = prefix.to_vec();
+    let line = toks.get(*i).map_or(0, |t| t.1);
+    if is(toks.get(*i), &Tok::PathSep) {
+        // `use ::extern_crate::…`
+        path.push("::".into());
+        *i += 1;
+    }
+    loop {
+        match toks.get(*i) {
+            Some((Tok::Ident(s), _)) => {
+                path.push(s.clone());
+                *i += 1;
+                if is(toks.get(*i), &Tok::PathSep) {
+                    *i += 1;
+                    continue;
+                }
+                break;
+            }
+            Some((Tok::Punct('{'), _)) => {
+                *i += 1;
+                while *i < toks.len() && !is(toks.get(*i), &Tok::Punct('}')) {
+                    use_tree(toks, i, &path, out);
+                    if is(toks.get(*i), &Tok::Punct(',')) {
+                        *i += 1;
+                    }
+                }
+                *i += 1;
+                return;
+            }
+            Some((Tok::Punct('*'), _)) => {
+                *i += 1;
+                break;
+            }
+            _ => break,
+        }
+    }
+    if ident(toks.get(*i)) == Some("as") {
+        *i += 2;
+    }
+    if path.last().is_some_and(|s| s == "self") {
+        path.pop();
+    }
+    out.push((path, line));
+}
+
+/// The references of one file whose module is `module`.
+fn references(src: &str, module: &[String]) -> Vec<Reference> {
+    let toks = tokens(src);
+    let mut refs = Vec::new();
+    // Inline modules open here: (name, brace depth inside them).
+    let mut scopes: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0;
+    let mut pending_mod: Option<String> = None;
+    let current = |scopes: &[(String, usize)]| -> ModPath {
+        let mut m = module.to_vec();
+        m.extend(scopes.iter().map(|(name, _)| name.clone()));
+        m
+    };
+    let mut i = 0;
+    while i < toks.len() {
+        let (tok, line) = &toks[i];
+        match tok {
+            Tok::Punct('{') => {
+                depth += 1;
+                if let Some(name) = pending_mod.take() {
+                    scopes.push((name, depth));
+                }
+                i += 1;
+            }
+            Tok::Punct('}') => {
+                if scopes.last().is_some_and(|(_, d)| *d == depth) {
+                    scopes.pop();
+                }
+                depth -= 1;
+                i += 1;
+            }
+            Tok::Punct(';') => {
+                pending_mod = None;
+                i += 1;
+            }
+            Tok::Ident(word) if word == "mod" => {
+                pending_mod = ident(toks.get(i + 1)).map(str::to_string);
+                i += 2;
+            }
+            Tok::Ident(word) if word == "use" => {
+                i += 1;
+                let mut leaves = Vec::new();
+                use_tree(&toks, &mut i, &[], &mut leaves);
+                let here = current(&scopes);
+                for (path, line) in leaves {
+                    if let Some(path) = resolve(&path, &here) {
+                        refs.push(Reference { path, line });
+                    }
+                }
+            }
+            Tok::Ident(word)
+                if matches!(word.as_str(), "crate" | "super" | "self")
+                    && is(toks.get(i + 1), &Tok::PathSep)
+                    && !(i > 0 && is(toks.get(i - 1), &Tok::PathSep)) =>
+            {
+                let dollar = i > 0 && is(toks.get(i - 1), &Tok::Punct('$'));
+                let mut path = vec![if dollar {
+                    format!("${word}")
+                } else {
+                    word.clone()
+                }];
+                i += 1;
+                while is(toks.get(i), &Tok::PathSep) {
+                    match ident(toks.get(i + 1)) {
+                        Some(s) => {
+                            path.push(s.to_string());
+                            i += 2;
+                        }
+                        None => break,
+                    }
+                }
+                if let Some(path) = resolve(&path, &current(&scopes)) {
+                    refs.push(Reference { path, line: *line });
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    refs
+}
+
+/// The module path of a file under `src/`, `None` for the binary.
+fn module_of(relative: &Path) -> Option<ModPath> {
+    let mut parts: Vec<String> = relative
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop()?;
+    let stem = last.strip_suffix(".rs")?;
+    match (parts.is_empty(), stem) {
+        (true, "main") => None,
+        (true, "lib") => Some(Vec::new()),
+        (_, "mod") => Some(parts),
+        _ => {
+            parts.push(stem.to_string());
+            Some(parts)
+        }
+    }
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Where an edge comes from: a file (relative to the crate) and a line.
+type Site = (String, usize);
+
+/// Edges between the children of every directory module, keyed by that
+/// module: child → child → the first site that makes the edge.
+type Layers = BTreeMap<ModPath, BTreeMap<String, BTreeMap<String, Site>>>;
+
+/// Each file's module and references → the sibling edges at every level.
+fn layers(files: &[(String, ModPath, Vec<Reference>)]) -> Layers {
+    let modules: BTreeSet<ModPath> = files.iter().map(|(_, m, _)| m.clone()).collect();
+    let mut out = Layers::new();
+    for m in &modules {
+        if modules
+            .iter()
+            .any(|c| c.len() == m.len() + 1 && c.starts_with(m))
+        {
+            out.insert(m.clone(), BTreeMap::new());
+        }
+    }
+    for (file, from, refs) in files {
+        for r in refs {
+            // The deepest known module the path names.
+            let Some(target) = (0..=r.path.len())
+                .rev()
+                .map(|n| &r.path[..n])
+                .find(|p| modules.contains(*p))
+            else {
+                continue;
+            };
+            // Their deepest common ancestor is the level where they are
+            // siblings; a module using its ancestor (or its descendant) is
+            // no sibling edge.
+            let common = from.iter().zip(target).take_while(|(a, b)| a == b).count();
+            if common == from.len() || common == target.len() {
+                continue;
+            }
+            let level = from[..common].to_vec();
+            let edges = out.entry(level).or_default();
+            let site = (file.clone(), r.line);
+            let to = edges
+                .entry(from[common].clone())
+                .or_default()
+                .entry(target[common].clone())
+                .or_insert_with(|| site.clone());
+            if site < *to {
+                *to = site;
+            }
+        }
+    }
+    out
+}
+
+/// Every circle among `edges`, as node paths starting and ending at the
+/// same node: for each edge inside a circle, the shortest circle through
+/// it, each circle once.
+fn circles(edges: &BTreeMap<String, BTreeMap<String, Site>>) -> Vec<Vec<String>> {
+    let shortest = |from: &str, to: &str| -> Option<Vec<String>> {
+        let mut prev: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut queue = VecDeque::from([from]);
+        let mut seen = BTreeSet::from([from]);
+        while let Some(node) = queue.pop_front() {
+            if node == to {
+                let mut path = vec![to.to_string()];
+                let mut at = to;
+                while let Some(p) = prev.get(at) {
+                    path.push(p.to_string());
+                    at = p;
+                }
+                path.reverse();
+                return Some(path);
+            }
+            for next in edges.get(node).into_iter().flat_map(|e| e.keys()) {
+                if seen.insert(next) {
+                    prev.insert(next, node);
+                    queue.push_back(next);
+                }
+            }
+        }
+        None
+    };
+    let mut found: BTreeSet<Vec<String>> = BTreeSet::new();
+    for (a, targets) in edges {
+        for b in targets.keys() {
+            if let Some(back) = shortest(b, a) {
+                // a → b → … → a, rotated to start at its least node.
+                let mut cycle = vec![a.clone()];
+                cycle.extend(back[..back.len() - 1].iter().cloned());
+                let start = (0..cycle.len()).min_by_key(|&k| &cycle[k]).unwrap_or(0);
+                cycle.rotate_left(start);
+                cycle.push(cycle[0].clone());
+                found.insert(cycle);
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// The nodes in topological order (lowest first: a node after everything
+/// it references), ties by name; `None` when there is a circle.
+fn topological(
+    nodes: &BTreeSet<String>,
+    edges: &BTreeMap<String, BTreeMap<String, Site>>,
+) -> Option<Vec<String>> {
+    let mut order = Vec::new();
+    let mut done: BTreeSet<&String> = BTreeSet::new();
+    while done.len() < nodes.len() {
+        let next = nodes.iter().find(|n| {
+            !done.contains(n)
+                && edges
+                    .get(*n)
+                    .is_none_or(|e| e.keys().all(|t| done.contains(t) || !nodes.contains(t)))
+        })?;
+        done.insert(next);
+        order.push(next.clone());
+    }
+    Some(order)
+}
+
+fn crate_files() -> Vec<(String, ModPath, Vec<Reference>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut paths = Vec::new();
+    rust_files(&root.join("src"), &mut paths);
+    let mut files = Vec::new();
+    for path in paths {
+        let relative = path.strip_prefix(root.join("src")).unwrap();
+        let Some(module) = module_of(relative) else {
+            continue;
+        };
+        let src = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let refs = references(&src, &module);
+        let shown = path.strip_prefix(root).unwrap().display().to_string();
+        files.push((shown, module, refs));
+    }
+    files
+}
+
+#[test]
+fn modules_form_layers_without_circles() {
+    let files = crate_files();
+    assert!(files.len() > 10, "too few modules found: {}", files.len());
+    let mut report = String::new();
+    for (level, edges) in layers(&files) {
+        let level_name = if level.is_empty() {
+            "crate".to_string()
+        } else {
+            format!("crate::{}", level.join("::"))
+        };
+        for cycle in circles(&edges) {
+            report.push_str(&format!("circle in {level_name}: {}\n", cycle.join(" → ")));
+            for pair in cycle.windows(2) {
+                let (file, line) = &edges[&pair[0]][&pair[1]];
+                report.push_str(&format!("    {} → {}: {file}:{line}\n", pair[0], pair[1]));
+            }
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "import circles (a lower layer must not import a higher one):\n{report}"
+    );
+}
+
+/// The top-level modules from lowest to highest, for ARCHITECTURE.md's
+/// "Layers" (`cargo test --test it -- architecture::layer_order --nocapture`).
+#[test]
+fn layer_order() {
+    let files = crate_files();
+    let layers = layers(&files);
+    let top = layers.get(&Vec::new()).cloned().unwrap_or_default();
+    let nodes: BTreeSet<String> = files
+        .iter()
+        .filter_map(|(_, m, _)| m.first().cloned())
+        .collect();
+    match topological(&nodes, &top) {
+        Some(order) => println!("layers, lowest first: {}", order.join(", ")),
+        None => println!("no layer order: the top-level modules have circles"),
+    }
+}
+
+/// The parser, snippet by snippet: (module of the file, source, expected
+/// references as `path@line`).
+#[test]
+fn references_are_extracted() {
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "batch",
+            "use crate::eval::grade::Grade;",
+            &["eval::grade::Grade@1"],
+        ),
+        (
+            "batch",
+            "use crate::{a::b, c::{d, e::{self, f as g}}, *};",
+            &["a::b@1", "c::d@1", "c::e@1", "c::e::f@1", "@1"],
+        ),
+        (
+            "batch::rundir",
+            "use super::TaskResult;",
+            &["batch::TaskResult@1"],
+        ),
+        ("batch::rundir", "use super::super::eval;", &["eval@1"]),
+        (
+            "batch::rundir",
+            "use super::{self, x};",
+            &["batch@1", "batch::x@1"],
+        ),
+        (
+            "batch",
+            "use self::rundir::RunDir;",
+            &["batch::rundir::RunDir@1"],
+        ),
+        ("batch", "use std::path::Path;\nuse serde::Serialize;", &[]),
+        ("batch", "use ::std::path;", &[]),
+        (
+            "batch",
+            "fn f() {\n    crate::report::write(x);\n}",
+            &["report::write@2"],
+        ),
+        (
+            "eval::log",
+            "let a = super::grade::Grade::new();",
+            &["eval::grade::Grade::new@1"],
+        ),
+        (
+            "eval",
+            "let a = self::log::parse();",
+            &["eval::log::parse@1"],
+        ),
+        (
+            "eval",
+            "let x: Vec<crate::a::B<T>> = crate::c::f::<u8>();",
+            &["a::B@1", "c::f@1"],
+        ),
+        // Comments and strings name nothing.
+        (
+            "x",
+            "// use crate::a;\n/// crate::b::c\n//! crate::d\n",
+            &[],
+        ),
+        (
+            "x",
+            "/* crate::a /* nested crate::b */ crate::c */ use crate::d;",
+            &["d@1"],
+        ),
+        ("x", r#"let s = "use crate::a; \" crate::b";"#, &[]),
+        (
+            "x",
+            "let s = r#\"crate::a \" crate::b\"#; crate::c::d;",
+            &["c::d@1"],
+        ),
+        (
+            "x",
+            "let s = b\"crate::a\"; let c = '\"'; let d = b'\"'; crate::e;",
+            &["e@1"],
+        ),
+        (
+            "x",
+            "fn f<'a>(x: &'a str) -> &'a str { crate::g::h(x) }",
+            &["g::h@1"],
+        ),
+        ("x", "let s = \"line\nline\";\ncrate::a;", &["a@3"]),
+        // Inline modules move `super` and `self`.
+        (
+            "eval::log",
+            "mod tests {\n    use super::*;\n    use super::super::grade;\n}\nuse super::x;",
+            &["eval::log@2", "eval::grade@3", "eval::x@5"],
+        ),
+        ("a", "mod inner;\nuse self::inner::X;", &["a::inner::X@2"]),
+        // Visibility and `Self` are not paths to modules.
+        (
+            "a::b",
+            "pub(crate) fn f() {} pub(super) fn g() { Self::h(); self.i(); }",
+            &[],
+        ),
+        // A macro's $crate is the crate.
+        (
+            "a",
+            "macro_rules! m { () => { $crate::b::c() } }",
+            &["b::c@1"],
+        ),
+        // A path after another segment is not a new path.
+        ("a", "x::crate::y; ", &[]),
+        // Multi-line use trees keep each leaf's line.
+        (
+            "a",
+            "use crate::{\n    b,\n    c::d,\n};",
+            &["b@2", "c::d@3"],
+        ),
+    ];
+    for (module, src, expected) in cases {
+        let module: ModPath = module.split("::").map(str::to_string).collect();
+        let got: Vec<String> = references(src, &module)
+            .into_iter()
+            .map(|r| format!("{}@{}", r.path.join("::"), r.line))
+            .collect();
+        assert_eq!(&got, expected, "references of {src:?} in {module:?}");
+    }
+}
+
+#[test]
+fn files_map_to_modules() {
+    let cases: &[(&str, Option<&str>)] = &[
+        ("lib.rs", Some("")),
+        ("main.rs", None),
+        ("batch/mod.rs", Some("batch")),
+        ("batch/rundir.rs", Some("batch::rundir")),
+        ("config.rs", Some("config")),
+        ("env/build/layer.rs", Some("env::build::layer")),
+    ];
+    for (file, expected) in cases {
+        let got = module_of(Path::new(file)).map(|m| m.join("::"));
+        assert_eq!(got.as_deref(), *expected, "{file}");
+    }
+}
+
+/// Sibling edges at each level, and their circles.
+#[test]
+fn circles_are_found_per_level() {
+    let r = |path: &str, line| Reference {
+        path: path.split("::").map(str::to_string).collect(),
+        line,
+    };
+    let m = |path: &str| -> ModPath {
+        if path.is_empty() {
+            vec![]
+        } else {
+            path.split("::").map(str::to_string).collect()
+        }
+    };
+    let files = vec![
+        ("lib.rs".to_string(), m(""), vec![]),
+        ("a/mod.rs".to_string(), m("a"), vec![r("a::x::F", 1)]),
+        (
+            "a/x.rs".to_string(),
+            m("a::x"),
+            vec![r("a::y::G", 2), r("a::H", 3)],
+        ),
+        (
+            "a/y.rs".to_string(),
+            m("a::y"),
+            vec![r("a::x::F", 4), r("b::K", 5)],
+        ),
+        ("b.rs".to_string(), m("b"), vec![r("c", 6)]),
+        ("c.rs".to_string(), m("c"), vec![r("a::y", 7)]),
+    ];
+    let layers = layers(&files);
+    let inner = &layers[&m("a")];
+    assert_eq!(
+        circles(inner),
+        vec![vec!["x".to_string(), "y".into(), "x".into()]]
+    );
+    assert_eq!(inner["x"]["y"], ("a/x.rs".to_string(), 2));
+    let top = &layers[&m("")];
+    assert_eq!(
+        circles(top),
+        vec![vec!["a".to_string(), "b".into(), "c".into(), "a".into()]]
+    );
+    assert_eq!(top["c"]["a"], ("c.rs".to_string(), 7));
+}
