@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::eval::log::LogFormat;
-
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     #[error("cannot read environment specs {path}: {source}")]
@@ -29,6 +27,28 @@ pub enum SpecError {
         version: String,
         known: String,
     },
+}
+
+/// Which test runner produced a log, i.e. which SWE-bench parser applies
+/// (`eval::log` holds the parsers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// pytest `-rA` short summary lines: `STATUS test_id [- message]`.
+    Pytest,
+    /// As `Pytest`, but a parameter that is an absolute path is shortened to
+    /// its last component (`test[/a/b/c.txt]` becomes `test[/c.txt]`).
+    PytestOptions,
+    /// As `Pytest` after stripping colour codes, plus `test_id STATUS` lines.
+    PytestV2,
+    /// Django's `runtests.py --verbosity 2` output.
+    Django,
+    /// sympy's `bin/test -C --verbose` output.
+    Sympy,
+    /// pytest `-rA -v` output as read by SWE-bench's seaborn parser.
+    Seaborn,
+    /// As `Pytest`, with `MouseButton.LEFT`/`RIGHT` ids renamed to `1`/`3`.
+    Matplotlib,
 }
 
 /// How the test files of a test patch become the test command's arguments.

@@ -30,26 +30,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-/// Which test runner produced a log, i.e. which SWE-bench parser applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LogFormat {
-    /// pytest `-rA` short summary lines: `STATUS test_id [- message]`.
-    Pytest,
-    /// As `Pytest`, but a parameter that is an absolute path is shortened to
-    /// its last component (`test[/a/b/c.txt]` becomes `test[/c.txt]`).
-    PytestOptions,
-    /// As `Pytest` after stripping colour codes, plus `test_id STATUS` lines.
-    PytestV2,
-    /// Django's `runtests.py --verbosity 2` output.
-    Django,
-    /// sympy's `bin/test -C --verbose` output.
-    Sympy,
-    /// pytest `-rA -v` output as read by SWE-bench's seaborn parser.
-    Seaborn,
-    /// As `Pytest`, with `MouseButton.LEFT`/`RIGHT` ids renamed to `1`/`3`.
-    Matplotlib,
-}
+use crate::env::spec::LogFormat;
 
 /// Outcome of one test. The derived order runs from best to worst.
 #[derive(
