@@ -1,5 +1,5 @@
-//! The report page: sections, tables, the per-task drill-down, and the
-//! script that measures the plots.
+//! The report page: its skeleton (style, sections, the script that
+//! measures the plots) and the per-task drill-down.
 
 use std::fmt::Write;
 use std::path::Path;
@@ -7,8 +7,9 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::load::{number, Report, Run, Task};
-use super::svg::{self, Bar, Point, TaskCost};
-use super::{ReportError, MARK_COLOUR};
+use super::overview::{configurations, costs, funnels, results};
+use super::text::{boundary, cut, cut_middle, esc, seconds, slug, thousands, w};
+use super::ReportError;
 
 /// A patch longer than this is cut.
 const PATCH_CUT: usize = 60_000;
@@ -23,153 +24,18 @@ const ARTIFACT_CUT: usize = 6_000;
 const STEPS_BUDGET: usize = 80_000;
 /// Failing tests listed per grade.
 const TESTS_LISTED: usize = 20;
-/// Parameters shown as columns of the configurations table; the rest
-/// share one column.
-const PARAM_COLUMNS: usize = 8;
-/// Rate plots drawn (sweep grid keys come first).
-const PARAM_PLOTS: usize = 12;
 /// Past this page size, tasks' drill-downs keep only their summary line.
 const PAGE_BUDGET: usize = 40_000_000;
 
-macro_rules! w {
-    ($out:expr, $($arg:tt)*) => {
-        let _ = write!($out, $($arg)*);
-    };
-}
+/// The page's style sheet.
+const CSS: &str = include_str!("assets/report.css");
+/// Sets `data-plots-rendered` (plots whose marks have non-empty geometry)
+/// and `data-plot-boxes` (each plot's page rectangle) on `<body>`.
+const SCRIPT: &str = include_str!("assets/report.js");
 
 pub(crate) struct Page {
     pub html: String,
     pub plots: usize,
-}
-
-/// Escapes text for HTML content and attribute values.
-pub(crate) fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// `1234567` as `1,234,567`.
-pub(crate) fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// A duration: `4.2 s`, `3m 07s`, `2h 03m`.
-pub(crate) fn seconds(s: f64) -> String {
-    if !s.is_finite() || s < 0.0 {
-        return "—".into();
-    }
-    if s < 60.0 {
-        return format!("{s:.1} s");
-    }
-    let total = s.round() as u64;
-    if total < 3600 {
-        format!("{}m {:02}s", total / 60, total % 60)
-    } else {
-        format!("{}h {:02}m", total / 3600, (total % 3600) / 60)
-    }
-}
-
-fn percent(n: usize, of: usize) -> String {
-    if of == 0 {
-        "—".into()
-    } else {
-        format!("{:.1}%", n as f64 * 100.0 / of as f64)
-    }
-}
-
-/// The largest char boundary at or below `at`.
-fn boundary(s: &str, mut at: usize) -> usize {
-    if at >= s.len() {
-        return s.len();
-    }
-    while !s.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
-}
-
-/// `s` cut to `max` bytes, with a note saying how much was cut.
-fn cut(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return esc(s);
-    }
-    let end = boundary(s, max);
-    format!(
-        "{}<span class=\"cut\">\n… cut: {} more bytes not shown</span>",
-        esc(&s[..end]),
-        s.len() - end
-    )
-}
-
-/// `s` keeping its first `head` and last `tail` bytes, with a note.
-fn cut_middle(s: &str, head: usize, tail: usize) -> String {
-    if s.len() <= head + tail {
-        return esc(s);
-    }
-    let a = boundary(s, head);
-    let mut b = s.len() - tail;
-    while !s.is_char_boundary(b) {
-        b += 1;
-    }
-    format!(
-        "{}<span class=\"cut\">\n… cut: {} bytes in the middle not shown …\n</span>{}",
-        esc(&s[..a]),
-        b - a,
-        esc(&s[b..])
-    )
-}
-
-fn slug(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect()
-}
-
-fn status_class(status: &str) -> String {
-    format!("st st-{}", slug(status))
-}
-
-/// What the rate plots show: the resolve rate when every run was graded.
-fn rate_of(report: &Report) -> (&'static str, bool) {
-    if report.runs.iter().all(|r| r.graded) {
-        ("resolve rate", true)
-    } else if report.runs.iter().any(|r| r.graded) {
-        ("patched rate (not every run graded)", false)
-    } else {
-        ("patched rate (not graded)", false)
-    }
-}
-
-fn patched(run: &Run) -> usize {
-    run.tasks
-        .iter()
-        .filter(|t| t.result.status == "patched")
-        .count()
-}
-
-fn count_status(run: &Run, status: &str) -> usize {
-    run.tasks
-        .iter()
-        .filter(|t| t.result.status == status)
-        .count()
 }
 
 pub(crate) fn render(report: &Report) -> Result<Page, ReportError> {
@@ -216,351 +82,10 @@ pub(crate) fn render(report: &Report) -> Result<Page, ReportError> {
         html,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>patchwright report</title><style>{CSS}</style></head>\n\
-         <body data-plots=\"{plots}\">\n{body}\n<script>{SCRIPT}</script>\n</body></html>\n"
+         <title>patchwright report</title><style>\n{CSS}</style></head>\n\
+         <body data-plots=\"{plots}\">\n{body}\n<script>\n{SCRIPT}</script>\n</body></html>\n"
     );
     Ok(Page { html, plots })
-}
-
-const CSS: &str = "
-body{font-family:sans-serif;margin:16px 24px;color:#222;background:#fff;font-size:14px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:22px 0 8px;border-bottom:1px solid #ddd}
-h3{font-size:15px;margin:16px 0 6px}h4{font-size:13px;margin:10px 0 4px}
-a{color:#0b5394}code{font-size:12px}
-table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
-th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.plots{display:flex;flex-wrap:wrap;gap:14px}
-figure{margin:0;border:1px solid #e3e3e3;padding:6px 8px;max-width:100%}
-figcaption{font-size:13px;font-weight:bold;margin-bottom:4px;max-width:420px;overflow-wrap:anywhere}
-.scroll{overflow-x:auto}.legend{font-size:12px;color:#444;margin-top:3px}
-.key{margin-right:12px}.sw{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
-.note{color:#555;font-size:12px}
-pre{background:#f7f7f7;border:1px solid #e5e5e5;padding:6px;overflow-x:auto;white-space:pre-wrap;word-break:break-word;font-size:12px;max-height:480px;overflow-y:auto}
-.cut{color:#a33;font-style:italic}
-.add{color:#116611}.del{color:#aa1111}.hunk{color:#6a3d9a}
-details.task{border:1px solid #ddd;margin:4px 0;padding:3px 8px}details.task>summary{cursor:pointer}
-details.task[open]{background:#fcfcfc}
-.st{display:inline-block;padding:0 6px;border-radius:3px;font-size:12px;background:#eee}
-.st-patched{background:#d9ead3}.st-no-patch{background:#eeeeee}.st-error{background:#f4cccc}
-.res-yes{color:#116611;font-weight:bold}.res-no{color:#aa1111}
-ol.steps{padding-left:26px}ol.steps>li{margin:6px 0}
-.kind{font-weight:bold}.meta{color:#666;font-size:12px}
-";
-
-/// Sets `data-plots-rendered` (plots whose marks have non-empty geometry)
-/// and `data-plot-boxes` (each plot's page rectangle) on `<body>`.
-const SCRIPT: &str = "
-(function () {
-  function measure() {
-    var plots = document.querySelectorAll('svg.plot');
-    var rendered = 0, boxes = [];
-    for (var i = 0; i < plots.length; i++) {
-      var marks = plots[i].querySelectorAll('.mark');
-      var x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
-      for (var j = 0; j < marks.length; j++) {
-        var b = marks[j].getBBox();
-        if (b.width <= 0 && b.height <= 0) continue;
-        x0 = Math.min(x0, b.x); y0 = Math.min(y0, b.y);
-        x1 = Math.max(x1, b.x + b.width); y1 = Math.max(y1, b.y + b.height);
-      }
-      if (x1 - x0 > 0 && y1 - y0 > 0) rendered++;
-      var r = plots[i].getBoundingClientRect();
-      boxes.push([Math.round(r.left + window.scrollX), Math.round(r.top + window.scrollY),
-                  Math.round(r.width), Math.round(r.height)].join(','));
-    }
-    document.body.setAttribute('data-plots-rendered', String(rendered));
-    document.body.setAttribute('data-plot-boxes', boxes.join(';'));
-  }
-  measure();
-  window.addEventListener('load', measure);
-})();
-";
-
-fn configurations(out: &mut String, report: &Report) {
-    out.push_str("<section id=\"configurations\"><h2>Configurations</h2><table><thead><tr><th>#</th><th>run</th>");
-    let (columns, rest) = report
-        .params
-        .split_at(report.params.len().min(PARAM_COLUMNS));
-    for p in columns {
-        w!(out, "<th><code>{}</code></th>", esc(p));
-    }
-    if !rest.is_empty() {
-        out.push_str("<th>other differing settings</th>");
-    }
-    out.push_str(
-        "<th>tasks</th><th>patched</th><th>resolved</th><th>errors</th>\
-         <th>tokens (prompt + completion)</th><th>wall time</th></tr></thead><tbody>",
-    );
-    for (i, run) in report.runs.iter().enumerate() {
-        let n = run.tasks.len();
-        let p = patched(run);
-        w!(
-            out,
-            "<tr><td class=\"n\">{}</td><td><a href=\"#run-{}\">{}</a></td>",
-            i + 1,
-            i + 1,
-            esc(&run.label)
-        );
-        for key in columns {
-            w!(
-                out,
-                "<td>{}</td>",
-                esc(run.settings.get(key).map_or("—", String::as_str))
-            );
-        }
-        if !rest.is_empty() {
-            let pairs: Vec<String> = rest
-                .iter()
-                .map(|k| {
-                    format!(
-                        "<code>{}={}</code>",
-                        esc(k),
-                        esc(run.settings.get(k).map_or("—", String::as_str))
-                    )
-                })
-                .collect();
-            w!(out, "<td>{}</td>", pairs.join("<br>"));
-        }
-        let resolved = match run.resolved {
-            Some(r) => format!("{r} / {n} ({})", percent(r, n)),
-            None if run.graded => "graded, no count".into(),
-            None => "not graded".into(),
-        };
-        w!(
-            out,
-            "<td class=\"n\">{n}{}</td><td class=\"n\">{p} ({})</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td><td class=\"n\">{} ({} + {})</td><td class=\"n\">{}</td></tr>",
-            if run.unfinished.is_empty() {
-                String::new()
-            } else {
-                format!(" (+{} unfinished)", run.unfinished.len())
-            },
-            percent(p, n),
-            resolved,
-            count_status(run, "error"),
-            thousands(run.prompt_tokens + run.completion_tokens),
-            thousands(run.prompt_tokens),
-            thousands(run.completion_tokens),
-            seconds(run.elapsed_s)
-        );
-    }
-    out.push_str("</tbody></table>");
-    if report.params.is_empty() && report.runs.len() > 1 {
-        out.push_str("<p class=\"note\">The runs' settings do not differ.</p>");
-    }
-    out.push_str("</section>\n");
-}
-
-/// The outcomes chart and a rate plot per differing parameter.
-fn results(out: &mut String, report: &Report) -> usize {
-    let (rate_name, graded) = rate_of(report);
-    let mut plots = 0;
-    out.push_str("<section id=\"results\"><h2>Results</h2><div class=\"plots\">");
-    let any_graded = report.runs.iter().any(|r| r.graded);
-    let groups: Vec<(String, String, Vec<Bar>)> = report
-        .runs
-        .iter()
-        .enumerate()
-        .map(|(i, run)| {
-            let mut bars = vec![
-                Bar {
-                    name: "patched",
-                    value: patched(run),
-                    colour: MARK_COLOUR,
-                },
-                Bar {
-                    name: "no patch",
-                    value: count_status(run, "no_patch"),
-                    colour: svg::NO_PATCH,
-                },
-                Bar {
-                    name: "error",
-                    value: count_status(run, "error"),
-                    colour: svg::ERROR,
-                },
-            ];
-            if any_graded {
-                bars.push(Bar {
-                    name: "resolved",
-                    value: run.resolved.unwrap_or(0),
-                    colour: svg::RESOLVED,
-                });
-            }
-            (format!("#{}", i + 1), run.label.clone(), bars)
-        })
-        .collect();
-    let mut legend = vec![
-        svg::swatch(MARK_COLOUR, "patched"),
-        svg::swatch(svg::NO_PATCH, "no patch"),
-        svg::swatch(svg::ERROR, "error"),
-    ];
-    if any_graded {
-        legend.push(svg::swatch(svg::RESOLVED, "resolved"));
-    }
-    w!(
-        out,
-        "<figure><figcaption>Outcomes per run (tasks)</figcaption><div class=\"scroll\">{}</div>\
-         <div class=\"legend\">{}</div></figure>",
-        svg::grouped_bars("tasks", &groups),
-        legend.join("")
-    );
-    plots += 1;
-    for param in report.params.iter().take(PARAM_PLOTS) {
-        let points: Vec<Point> = report
-            .runs
-            .iter()
-            .enumerate()
-            .map(|(i, run)| {
-                let n = run.tasks.len();
-                let hits = if graded {
-                    run.resolved.unwrap_or(0)
-                } else {
-                    patched(run)
-                };
-                let y = if n == 0 { 0.0 } else { hits as f64 / n as f64 };
-                Point {
-                    x: run
-                        .settings
-                        .get(param)
-                        .cloned()
-                        .unwrap_or_else(|| "—".into()),
-                    y,
-                    note: format!(
-                        "#{} {}: {hits} / {n} ({})",
-                        i + 1,
-                        run.label,
-                        percent(hits, n)
-                    ),
-                }
-            })
-            .collect();
-        w!(
-            out,
-            "<figure><figcaption>{} against <code>{}</code></figcaption>{}\
-             <div class=\"legend\">a point per run; the line joins the mean at each value</div>\
-             </figure>",
-            esc(rate_name),
-            esc(param),
-            svg::rate_plot(param, rate_name, &points)
-        );
-        plots += 1;
-    }
-    out.push_str("</div>");
-    if report.params.len() > PARAM_PLOTS {
-        w!(
-            out,
-            "<p class=\"note\">{} more parameters differ; plotted are the first {PARAM_PLOTS} \
-             (the table lists them all).</p>",
-            report.params.len() - PARAM_PLOTS
-        );
-    }
-    if report.params.is_empty() {
-        out.push_str(
-            "<p class=\"note\">No parameter differs among the runs, so there is no rate plot.</p>",
-        );
-    }
-    out.push_str("</section>\n");
-    plots
-}
-
-fn funnel_stages(run: &Run) -> Vec<(String, Option<usize>)> {
-    let n = run.tasks.len();
-    let metrics: Vec<_> = run
-        .tasks
-        .iter()
-        .filter_map(|t| t.result.metrics.as_ref())
-        .collect();
-    let known = !metrics.is_empty();
-    let count = |f: &dyn Fn(&super::load::TaskMetrics) -> bool| {
-        known.then(|| metrics.iter().filter(|m| f(m)).count())
-    };
-    let last = if run.graded {
-        ("resolved (graded)".to_string(), run.resolved)
-    } else if known {
-        (
-            "picked resolves (metrics)".to_string(),
-            count(&|m| m.picked_resolves == Some(true)),
-        )
-    } else {
-        ("resolved".to_string(), None)
-    };
-    vec![
-        ("tasks".into(), Some(n)),
-        (
-            "localised (file hit > 0)".into(),
-            count(&|m| m.file_hit.is_some_and(|h| h > 0.0)),
-        ),
-        (
-            "reproduced (fails on base)".into(),
-            count(&|m| m.reproduction_fails_on_base == Some(true)),
-        ),
-        (
-            "candidates applied (> 0)".into(),
-            count(&|m| m.candidates_applied > 0),
-        ),
-        last,
-    ]
-}
-
-fn funnels(out: &mut String, report: &Report) -> usize {
-    out.push_str(
-        "<section id=\"funnels\"><h2>Stage funnels</h2><p class=\"note\">Each stage counts \
-         the run's tasks that reached it, from the stage metrics (a stage is n/a when the run \
-         has none, as with the first pipeline); the last is the graded result when the run was \
-         graded, else whether the ranker's pick resolves according to the metrics.</p>\
-         <div class=\"plots\">",
-    );
-    for (i, run) in report.runs.iter().enumerate() {
-        let title = format!("#{} {}", i + 1, run.label);
-        w!(
-            out,
-            "<figure><figcaption>{}</figcaption>{}</figure>",
-            esc(&title),
-            svg::funnel(&title, &funnel_stages(run), run.tasks.len())
-        );
-    }
-    out.push_str("</div></section>\n");
-    report.runs.len()
-}
-
-fn costs(out: &mut String, report: &Report) -> usize {
-    out.push_str(
-        "<section id=\"costs\"><h2>Tokens and time per task</h2><p class=\"note\">One \
-         scale for every run.</p>",
-    );
-    let all = report.runs.iter().flat_map(|r| r.tasks.iter());
-    let scale = (
-        all.clone()
-            .map(|t| t.result.prompt_tokens + t.result.completion_tokens)
-            .max()
-            .unwrap_or(0),
-        all.map(|t| t.result.elapsed_s).fold(0.0, f64::max),
-    );
-    for (i, run) in report.runs.iter().enumerate() {
-        let rows: Vec<TaskCost> = run
-            .tasks
-            .iter()
-            .map(|t| TaskCost {
-                id: t.id.clone(),
-                prompt: t.result.prompt_tokens,
-                completion: t.result.completion_tokens,
-                seconds: t.result.elapsed_s,
-            })
-            .collect();
-        let title = format!("#{} {}", i + 1, run.label);
-        w!(
-            out,
-            "<figure><figcaption>{}</figcaption><div class=\"scroll\">{}</div>\
-             <div class=\"legend\">{}{}{}</div></figure>",
-            esc(&title),
-            svg::per_task(&title, &rows, scale),
-            svg::swatch(MARK_COLOUR, "prompt tokens"),
-            svg::swatch(svg::light(), "completion tokens"),
-            svg::swatch(svg::time(), "seconds")
-        );
-    }
-    out.push_str("</section>\n");
-    report.runs.len()
 }
 
 fn drill_down(out: &mut String, report: &Report) -> Result<(), ReportError> {
@@ -608,6 +133,10 @@ fn drill_down(out: &mut String, report: &Report) -> Result<(), ReportError> {
     }
     out.push_str("</section>\n");
     Ok(())
+}
+
+fn status_class(status: &str) -> String {
+    format!("st st-{}", slug(status))
 }
 
 fn task_details(
@@ -1141,47 +670,4 @@ fn step_html(out: &mut String, s: &Value) {
         }
     }
     out.push_str("</li>");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escaping_covers_markup_and_quotes() {
-        assert_eq!(
-            esc("<script>alert('x') & \"y\"</script>"),
-            "&lt;script&gt;alert(&#39;x&#39;) &amp; &quot;y&quot;&lt;/script&gt;"
-        );
-    }
-
-    #[test]
-    fn cuts_keep_char_boundaries_and_say_so() {
-        let s = "é".repeat(10);
-        let c = cut(&s, 5);
-        assert!(c.starts_with("éé<span"), "{c}");
-        assert!(c.contains("16 more bytes"), "{c}");
-        let m = cut_middle(&s, 3, 3);
-        assert!(m.starts_with("é<span"), "{m}");
-        assert!(
-            m.ends_with("</span>é") && m.contains("16 bytes in the middle"),
-            "{m}"
-        );
-        assert_eq!(cut("short", 100), "short");
-    }
-
-    #[test]
-    fn numbers_and_durations_read_well() {
-        for (n, want) in [
-            (0, "0"),
-            (999, "999"),
-            (1000, "1,000"),
-            (1234567, "1,234,567"),
-        ] {
-            assert_eq!(thousands(n), want);
-        }
-        for (s, want) in [(4.24, "4.2 s"), (187.0, "3m 07s"), (7380.0, "2h 03m")] {
-            assert_eq!(seconds(s), want);
-        }
-    }
 }

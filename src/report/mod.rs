@@ -34,7 +34,9 @@
 
 mod html;
 mod load;
+mod overview;
 mod svg;
+mod text;
 
 use std::path::{Path, PathBuf};
 

@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use super::html::esc;
 use super::load::number;
+use super::text::{esc, seconds, thousands, w};
 use super::MARK_COLOUR;
 
 /// Completion tokens (stacked on the prompt's).
@@ -18,12 +18,6 @@ pub(crate) const ERROR: &str = "#d62728";
 const AXIS: &str = "#444";
 const GRID: &str = "#e6e6e6";
 const FONT: &str = "font-family=\"sans-serif\" font-size=\"11\"";
-
-macro_rules! w {
-    ($out:expr, $($arg:tt)*) => {
-        let _ = write!($out, $($arg)*);
-    };
-}
 
 fn open(out: &mut String, width: f64, height: f64, data: &str, title: &str) {
     w!(
@@ -429,11 +423,11 @@ pub(crate) fn per_task(title: &str, rows: &[TaskCost], scale: (u64, f64)) -> Str
             r.completion,
             tx + p + c + 4.0,
             y + 10.0,
-            super::html::thousands(r.prompt + r.completion),
+            thousands(r.prompt + r.completion),
             number((r.seconds * 10.0).round() / 10.0),
             sx + s + 4.0,
             y + 10.0,
-            super::html::seconds(r.seconds)
+            seconds(r.seconds)
         );
     }
     out.push_str("</svg>");
