@@ -467,11 +467,15 @@ impl Batch<'_> {
         .map_err(|e| e.to_string())?;
         let outcome = match self.settings.pipeline.kind {
             Kind::First => match self.engine {
-                Some(engine) => {
-                    pipeline::first::run(engine, self.settings, task, &workspace, trajectory)
-                        .map(|patch| (patch, None))
-                        .map_err(|e| e.to_string())
-                }
+                Some(engine) => pipeline::first::run(
+                    engine,
+                    self.settings,
+                    &task.issue(),
+                    &workspace,
+                    trajectory,
+                )
+                .map(|patch| (patch, None))
+                .map_err(|e| e.to_string()),
                 None => Err("the first pipeline needs the embedded model, not a server".into()),
             },
             Kind::Masai => self.masai(task, &workspace, trajectory),
@@ -504,7 +508,7 @@ impl Batch<'_> {
         let outcome = pipeline::masai::run(
             self.backend,
             self.settings,
-            task,
+            &task.issue(),
             workspace,
             env.as_ref(),
             &dirs,

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::config::Settings;
-use crate::dataset::Task;
+use crate::dataset::Issue;
 use crate::edit;
 use crate::engine::{Engine, EngineError, Message};
 use crate::index::{self, IndexError, RankedFile};
@@ -47,17 +47,17 @@ def mean(values):
 
 Copy the SEARCH lines exactly, indentation included. Only edit the files shown above.";
 
-/// Runs the pipeline on `task` in `workspace` and returns the patch (empty
+/// Runs the pipeline on `issue` in `workspace` and returns the patch (empty
 /// when no edit applied).
 pub fn run(
     engine: &Engine,
     settings: &Settings,
-    task: &Task,
+    issue: &Issue,
     workspace: &Workspace,
     trajectory: &mut Trajectory,
 ) -> Result<String, PipelineError> {
-    let ranked = index::rank_files(workspace.path(), &task.problem_statement)?;
-    let (messages, shown, truncated) = build_prompt(engine, settings, task, &ranked)?;
+    let ranked = index::rank_files(workspace.path(), &issue.problem_statement)?;
+    let (messages, shown, truncated) = build_prompt(engine, settings, issue, &ranked)?;
     let shown_paths = shown.clone();
     trajectory.record(Step::Retrieve {
         ranked: ranked
@@ -145,13 +145,13 @@ fn file_section(path: &str, text: &str, note: &str) -> String {
     )
 }
 
-fn messages(task: &Task, files: &str) -> Vec<Message> {
+fn messages(issue: &Issue, files: &str) -> Vec<Message> {
     vec![
         Message::system(SYSTEM),
         Message::user(format!(
             "Issue in the repository {}:\n\n<issue>\n{}\n</issue>\n\nThe files most related to the issue:\n\n{files}{INSTRUCTIONS}",
-            task.repo,
-            task.problem_statement.trim()
+            issue.repo,
+            issue.problem_statement.trim()
         )),
     ]
 }
@@ -162,12 +162,12 @@ fn messages(task: &Task, files: &str) -> Vec<Message> {
 fn build_prompt(
     engine: &Engine,
     settings: &Settings,
-    task: &Task,
+    issue: &Issue,
     ranked: &[RankedFile],
 ) -> Result<(Vec<Message>, Vec<String>, Vec<String>), EngineError> {
     let reserved = settings.sampling.max_tokens as usize;
     let fits = |files: &str| -> Result<bool, EngineError> {
-        Ok(engine.count_tokens(&messages(task, files))? + reserved <= engine.context_size())
+        Ok(engine.count_tokens(&messages(issue, files))? + reserved <= engine.context_size())
     };
     let mut files = String::new();
     let mut shown = Vec::new();
@@ -206,7 +206,7 @@ fn build_prompt(
         }
         break;
     }
-    let messages = messages(task, &files);
+    let messages = messages(issue, &files);
     // Even with no file the issue itself may be too long: say by how much.
     engine.check_fits(engine.count_tokens(&messages)?, reserved)?;
     Ok((messages, shown, truncated))
