@@ -13,7 +13,10 @@ use std::str::FromStr;
 use regex::Regex;
 use serde::{Deserialize, Deserializer, Serialize};
 
-/// One SWE-bench task. Unknown fields (`created_at`, ...) are ignored.
+/// One SWE-bench task, the answer included (the gold patch, the test patch,
+/// FAIL_TO_PASS, PASS_TO_PASS): only grading and the metrics computed after
+/// a run read it. What a solver may see is its [`Issue`]. Unknown fields are
+/// ignored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
     pub instance_id: String,
@@ -36,6 +39,60 @@ pub struct Task {
     pub pass_to_pass: Vec<String>,
     #[serde(default)]
     pub environment_setup_commit: String,
+    /// When the issue was opened, as SWE-bench writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+}
+
+/// What a solver may see of a task: the issue and where it applies. It has
+/// no field for the answer, so an agent or a pipeline given an `Issue`
+/// cannot name the gold patch or the tests that check it:
+///
+/// ```
+/// # let task: patchwright::dataset::Task = serde_json::from_str(
+/// #     r#"{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "c0ffee",
+/// #         "problem_statement": "It breaks.", "patch": "diff --git ..."}"#).unwrap();
+/// let issue = task.issue();
+/// assert_eq!(issue.problem_statement, "It breaks.");
+/// ```
+///
+/// ```compile_fail,E0609
+/// # let task: patchwright::dataset::Task = serde_json::from_str(
+/// #     r#"{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "c0ffee",
+/// #         "problem_statement": "It breaks.", "patch": "diff --git ..."}"#).unwrap();
+/// let issue = task.issue();
+/// let _gold = issue.patch; // no field `patch` on type `Issue`
+/// ```
+///
+/// ```compile_fail,E0609
+/// # let task: patchwright::dataset::Task = serde_json::from_str(
+/// #     r#"{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "c0ffee",
+/// #         "problem_statement": "It breaks.", "FAIL_TO_PASS": "[]"}"#).unwrap();
+/// let issue = task.issue();
+/// let _tests = issue.fail_to_pass; // no field `fail_to_pass` on type `Issue`
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Issue {
+    pub instance_id: String,
+    /// `owner/name` on GitHub.
+    pub repo: String,
+    pub base_commit: String,
+    pub problem_statement: String,
+    /// When the issue was opened, where the task file says.
+    pub created_at: Option<String>,
+}
+
+impl Task {
+    /// The part of the task a solver may see.
+    pub fn issue(&self) -> Issue {
+        Issue {
+            instance_id: self.instance_id.clone(),
+            repo: self.repo.clone(),
+            base_commit: self.base_commit.clone(),
+            problem_statement: self.problem_statement.clone(),
+            created_at: self.created_at.clone(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

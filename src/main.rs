@@ -703,7 +703,6 @@ impl ModelRef {
 /// engine, or a server.
 struct Backing<'a> {
     backend: &'a dyn patchwright::engine::Backend,
-    engine: Option<&'a Engine>,
     meter: Option<Meter>,
 }
 
@@ -719,7 +718,6 @@ fn with_model<T>(
         let http = patchwright::engine::http::HttpBackend::new(&model.location, &settings.model)?;
         return body(&Backing {
             backend: &http,
-            engine: None,
             meter: None,
         });
     };
@@ -732,7 +730,6 @@ fn with_model<T>(
     patchwright::engine::serve(&engine, slots, |scheduler| {
         body(&Backing {
             backend: scheduler,
-            engine: Some(scheduler.engine()),
             meter: Some(scheduler.meter()),
         })
     })?
@@ -834,7 +831,6 @@ fn run_batch(
     batch::write_json(&run.run_json(), &record(None, None, None))?;
     let batch = Batch {
         backend: backing.backend,
-        engine: backing.engine,
         settings,
         repos: cx.repos,
         run: &run,
@@ -843,12 +839,7 @@ fn run_batch(
         shared,
         ids: ids.clone(),
     };
-    // The first pipeline calls the engine directly, past the scheduler:
-    // its meter would read nothing.
-    let meter = match settings.pipeline.kind {
-        patchwright::pipeline::Kind::First => None,
-        patchwright::pipeline::Kind::Masai => backing.meter.clone(),
-    };
+    let meter = backing.meter.clone();
     let before = meter.as_ref().map(Meter::load);
     let display = Display::new(tasks.len(), meter.clone(), label);
     let outcome = batch.run_all(

@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::aci::Location;
-use crate::dataset::Task;
+use crate::dataset::Issue;
 use crate::edit;
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
 use crate::index::symbols;
@@ -156,13 +156,13 @@ pub fn code_sections(root: &Path, locations: &[Location]) -> Vec<(String, String
 }
 
 /// The prompt of the Fixer.
-pub fn messages(task: &Task, sections: &[(String, String)]) -> Vec<Message> {
+pub fn messages(issue: &Issue, sections: &[(String, String)]) -> Vec<Message> {
     let code: Vec<&str> = sections.iter().map(|(_, s)| s.as_str()).collect();
     vec![
         Message::system(SYSTEM),
         Message::user(format!(
             "ISSUE:\n{}\n\nTHE CODE TO FIX:\n\n{}\n\n{INSTRUCTIONS}",
-            task.problem_statement.trim(),
+            issue.problem_statement.trim(),
             code.join("\n\n")
         )),
     ]
@@ -185,7 +185,7 @@ pub fn run(
     conversation: &mut dyn Conversation,
     root: &Path,
     base: &str,
-    task: &Task,
+    issue: &Issue,
     locations: &[Location],
     settings: &FixerSettings,
     sampling: &Sampling,
@@ -199,7 +199,7 @@ pub fn run(
     if paths.is_empty() {
         return Err(FixError::NoLocations);
     }
-    let msgs = messages(task, &sections);
+    let msgs = messages(issue, &sections);
     let g = grammar::search_replace_with_reasoning(&paths)?;
     let n = settings.candidates.max(1);
     let temperatures: Vec<f32> = (0..n)

@@ -8,7 +8,7 @@ pub mod ranker;
 pub mod react;
 
 use crate::aci::command::{EXPLORE, NAMES};
-use crate::dataset::Task;
+use crate::dataset::Issue;
 use react::Agent;
 
 /// A worked example of the reply format for an agent that edits, on a made-up
@@ -64,7 +64,7 @@ submit
 
 /// An agent that resolves an issue on its own with every command: the
 /// SWE-agent setting, used to drive the interface end to end.
-pub fn solver(task: &Task) -> Agent<'static> {
+pub fn solver(issue: &Issue) -> Agent<'static> {
     Agent {
         name: "solver",
         role: "You are an expert Python developer. You fix the issue described below by \
@@ -74,7 +74,7 @@ pub fn solver(task: &Task) -> Agent<'static> {
         task: format!(
             "ISSUE:\n{}\n\nFind the code that causes the issue, edit it to fix the issue, \
              then submit.",
-            task.problem_statement.trim()
+            issue.problem_statement.trim()
         ),
     }
 }
@@ -141,7 +141,7 @@ submit_test tests/test_issue.py python -m pytest -q tests/test_issue.py
 
 /// MASAI's Test Template Generator: a minimal passing test in the
 /// repository's style, and the command that runs it.
-pub fn test_template(task: &Task) -> Agent<'static> {
+pub fn test_template(issue: &Issue) -> Agent<'static> {
     Agent {
         name: "test_template",
         role: "You are an expert Python developer. You find out how this repository's tests are \
@@ -154,14 +154,14 @@ pub fn test_template(task: &Task) -> Agent<'static> {
              Write a new minimal test file that imports the package and PASSES, in the style of \
              the existing tests, then hand it in with submit_test PATH COMMAND (for example \
              python -m pytest -q PATH).",
-            task.problem_statement.trim()
+            issue.problem_statement.trim()
         ),
     }
 }
 
 /// MASAI's Issue Reproducer: a test that fails on the base commit because
 /// of the issue.
-pub fn reproducer(task: &Task, template: Option<&crate::aci::SubmittedTest>) -> Agent<'static> {
+pub fn reproducer(issue: &Issue, template: Option<&crate::aci::SubmittedTest>) -> Agent<'static> {
     let template = match template {
         Some(t) => format!(
             "\n\nA test that passes in this repository, run with `{}`:\n{}:\n{}",
@@ -182,7 +182,7 @@ pub fn reproducer(task: &Task, template: Option<&crate::aci::SubmittedTest>) -> 
             "ISSUE:\n{}{template}\n\nWrite a new test file whose test fails because of the issue, \
              then hand it in with submit_test PATH COMMAND. It is checked: it must run, and fail \
              (not crash on an import or a typo).",
-            task.problem_statement.trim()
+            issue.problem_statement.trim()
         ),
     }
 }
@@ -230,7 +230,7 @@ submit
 
 /// MASAI's Edit Localizer: the functions, methods or classes to edit,
 /// chosen among those that exist.
-pub fn localizer(task: &Task) -> Agent<'static> {
+pub fn localizer(issue: &Issue) -> Agent<'static> {
     static COMMANDS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
     let commands = COMMANDS.get_or_init(|| {
         let mut c = EXPLORE.to_vec();
@@ -246,8 +246,77 @@ pub fn localizer(task: &Task) -> Agent<'static> {
         task: format!(
             "ISSUE:\n{}\n\nFind the functions or methods that must change to fix the issue. \
              Record each with locate PATH::NAME (at most {}), then submit.",
-            task.problem_statement.trim(),
+            issue.problem_statement.trim(),
             crate::aci::MAX_LOCATIONS
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The sources that solve a task: every agent, and the pipelines that
+    /// drive them. They take a `dataset::Issue`, which has no answer in it.
+    const SOLVERS: [(&str, &str); 7] = [
+        ("src/agents/mod.rs", include_str!("mod.rs")),
+        ("src/agents/fixer.rs", include_str!("fixer.rs")),
+        ("src/agents/history.rs", include_str!("history.rs")),
+        ("src/agents/ranker.rs", include_str!("ranker.rs")),
+        ("src/agents/react.rs", include_str!("react.rs")),
+        (
+            "src/pipeline/masai.rs",
+            include_str!("../pipeline/masai.rs"),
+        ),
+        (
+            "src/pipeline/first.rs",
+            include_str!("../pipeline/first.rs"),
+        ),
+    ];
+
+    /// `source` without its comments (`//` to the end of the line, and
+    /// `/* ... */`). A `//` inside a string literal cuts the line short,
+    /// which only hides code from the check below; none of these files has
+    /// one before a name that matters.
+    fn code(source: &str) -> String {
+        let mut out = String::new();
+        let mut rest = source;
+        while let Some(start) = rest.find("/*") {
+            out.push_str(&rest[..start]);
+            rest = rest[start..]
+                .find("*/")
+                .map_or("", |end| &rest[start + end + 2..]);
+        }
+        out.push_str(rest);
+        out.lines()
+            .map(|line| line.find("//").map_or(line, |i| &line[..i]))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn no_solver_names_the_task_with_its_answer() {
+        // Spelled in two halves so that this test does not name it either.
+        let task = concat!("Ta", "sk");
+        for (path, source) in SOLVERS {
+            for (n, line) in code(source).lines().enumerate() {
+                let named = line
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .any(|word| word == task);
+                assert!(
+                    !named,
+                    "{path}:{}: names `{task}`, which holds the gold patch and the tests; \
+                     take a `dataset::Issue` instead: {line}",
+                    n + 1
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn comments_are_not_code() {
+        let task = concat!("Ta", "sk");
+        let source = format!("/// the {task}\nlet a = 1; // a {task}\n/* {task} */ let b = 2;\n");
+        let code = code(&source);
+        assert!(!code.contains(task), "{code}");
+        assert!(code.contains("let a = 1;") && code.contains("let b = 2;"));
     }
 }

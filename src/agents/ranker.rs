@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fixer::Fixes;
 use crate::aci::{check, SubmittedTest};
-use crate::dataset::Task;
+use crate::dataset::Issue;
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
 use crate::env::{self, Environment};
 use crate::repo::{RepoError, Workspace};
@@ -165,7 +165,7 @@ fn place_test(dir: &Path, test: &SubmittedTest) -> Result<(), String> {
 pub fn rank(
     conversation: &mut dyn Conversation,
     ws: &Workspace,
-    task: &Task,
+    issue: &Issue,
     fixes: &Fixes,
     reproduction: Option<&SubmittedTest>,
     environment: Option<&Environment>,
@@ -276,7 +276,7 @@ pub fn rank(
             .take_while(|&i| key(&evaluations[i]) == key(&evaluations[best]))
             .collect();
         if settings.compare && tied.len() > 1 {
-            let c = compare(conversation, task, fixes, &tied, sampling, trajectory)?;
+            let c = compare(conversation, issue, fixes, &tied, sampling, trajectory)?;
             order.retain(|&i| i != c.chosen);
             order.insert(0, c.chosen);
             comparison = Some(c);
@@ -296,7 +296,7 @@ const COMPARE_TOKENS: u32 = 192;
 
 fn compare(
     conversation: &mut dyn Conversation,
-    task: &Task,
+    issue: &Issue,
     fixes: &Fixes,
     tied: &[usize],
     sampling: &Sampling,
@@ -318,7 +318,7 @@ fn compare(
         Message::user(format!(
             "ISSUE:\n{}\n\n{}\n\nWhich candidate fixes the issue best? Start with `Reasoning:` \
              and one line comparing them, then `Best:` and the candidate's number.",
-            task.problem_statement.trim(),
+            issue.problem_statement.trim(),
             listed.join("\n\n")
         )),
     ];

@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
 use crate::dataset::Task;
-use crate::engine::{Backend, Engine};
+use crate::engine::Backend;
 use crate::env::Environment;
 use crate::eval::{self, grade::InstanceReport};
 use crate::pipeline::{self, metrics::Metrics, metrics::Summary as MetricsSummary, Kind};
@@ -125,11 +125,8 @@ pub struct Summary {
 
 /// What a batch needs besides its tasks.
 pub struct Batch<'a> {
-    /// Answers every model call of the MASAI pipeline.
+    /// Answers every model call of the pipeline.
     pub backend: &'a dyn Backend,
-    /// The embedded engine, for the first pipeline (it calls the engine
-    /// directly); `None` with a server.
-    pub engine: Option<&'a Engine>,
     pub settings: &'a Settings,
     pub repos: &'a Repos,
     pub run: &'a RunDir,
@@ -466,14 +463,15 @@ impl Batch<'_> {
         )
         .map_err(|e| e.to_string())?;
         let outcome = match self.settings.pipeline.kind {
-            Kind::First => match self.engine {
-                Some(engine) => {
-                    pipeline::first::run(engine, self.settings, task, &workspace, trajectory)
-                        .map(|patch| (patch, None))
-                        .map_err(|e| e.to_string())
-                }
-                None => Err("the first pipeline needs the embedded model, not a server".into()),
-            },
+            Kind::First => pipeline::first::run(
+                self.backend,
+                self.settings,
+                &task.issue(),
+                &workspace,
+                trajectory,
+            )
+            .map(|patch| (patch, None))
+            .map_err(|e| e.to_string()),
             Kind::Masai => self.masai(task, &workspace, trajectory),
         };
         if !self.settings.keep_workspaces {
@@ -504,7 +502,7 @@ impl Batch<'_> {
         let outcome = pipeline::masai::run(
             self.backend,
             self.settings,
-            task,
+            &task.issue(),
             workspace,
             env.as_ref(),
             &dirs,

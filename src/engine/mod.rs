@@ -69,6 +69,8 @@ pub enum EngineError {
     },
     #[error("request to {url} failed: {message}")]
     Http { url: String, message: String },
+    #[error("this backend cannot {what}: it needs the model in this process (--model with a GGUF file, not a server or a replay)")]
+    Unsupported { what: &'static str },
     #[error("llama.cpp failed to {action}: {message}")]
     Llama {
         action: &'static str,
@@ -221,6 +223,21 @@ pub trait Conversation {
     fn render(&self, _messages: &[Message]) -> Option<String> {
         None
     }
+
+    /// The context a prompt and its reply must fit in, in tokens; `None`
+    /// when the backend does not know (a server, a replay).
+    fn context_size(&self) -> Option<usize> {
+        None
+    }
+
+    /// Tokens of `messages` once rendered with the chat template; an
+    /// [`EngineError::Unsupported`] error when the backend cannot count them
+    /// (a server, a replay).
+    fn count_tokens(&self, _messages: &[Message]) -> Result<usize, EngineError> {
+        Err(EngineError::Unsupported {
+            what: "count a prompt's tokens",
+        })
+    }
 }
 
 impl Backend for Engine {
@@ -241,6 +258,30 @@ impl Conversation for Session<'_> {
     fn render(&self, messages: &[Message]) -> Option<String> {
         self.engine().render(messages).ok()
     }
+
+    fn context_size(&self) -> Option<usize> {
+        Some(self.engine().context_size())
+    }
+
+    fn count_tokens(&self, messages: &[Message]) -> Result<usize, EngineError> {
+        self.engine().count_tokens(messages)
+    }
+}
+
+/// Checks that a prompt of `prompt` tokens leaves room for `reserved` in a
+/// context of `context` tokens.
+pub fn check_fits(prompt: usize, reserved: usize, context: usize) -> Result<(), EngineError> {
+    let needed = prompt + reserved;
+    if needed > context {
+        return Err(EngineError::TooLong {
+            prompt,
+            reserved,
+            needed,
+            context,
+            over: needed - context,
+        });
+    }
+    Ok(())
 }
 
 /// llama.cpp's backend may be initialised once per process.
@@ -400,18 +441,7 @@ impl Engine {
 
     /// Checks that a prompt of `prompt` tokens leaves room for `reserved`.
     pub fn check_fits(&self, prompt: usize, reserved: usize) -> Result<(), EngineError> {
-        let context = self.context_size();
-        let needed = prompt + reserved;
-        if needed > context {
-            return Err(EngineError::TooLong {
-                prompt,
-                reserved,
-                needed,
-                context,
-                over: needed - context,
-            });
-        }
-        Ok(())
+        check_fits(prompt, reserved, self.context_size())
     }
 
     /// Generates the assistant's reply to `messages`.

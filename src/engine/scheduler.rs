@@ -336,6 +336,14 @@ impl Conversation for Shared<'_, '_> {
     fn render(&self, messages: &[Message]) -> Option<String> {
         self.scheduler.engine.render(messages).ok()
     }
+
+    fn context_size(&self) -> Option<usize> {
+        Some(self.scheduler.engine.context_size())
+    }
+
+    fn count_tokens(&self, messages: &[Message]) -> Result<usize, EngineError> {
+        self.scheduler.engine.count_tokens(messages)
+    }
 }
 
 impl Drop for Shared<'_, '_> {

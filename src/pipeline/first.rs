@@ -6,9 +6,9 @@
 use std::path::Path;
 
 use crate::config::Settings;
-use crate::dataset::Task;
+use crate::dataset::Issue;
 use crate::edit;
-use crate::engine::{Engine, EngineError, Message};
+use crate::engine::{self, Backend, Conversation, EngineError, Message, Request};
 use crate::index::{self, IndexError, RankedFile};
 use crate::repo::{RepoError, Workspace};
 use crate::trajectory::{EditOutcome, ModelCall, RankedEntry, Step, Trajectory};
@@ -24,6 +24,8 @@ pub enum PipelineError {
     Index(#[from] IndexError),
     #[error(transparent)]
     Repo(#[from] RepoError),
+    #[error("the first pipeline needs the embedded model, not a server: it counts the prompt's tokens to fit the files it shows (use --model with a GGUF file, or the MASAI pipeline)")]
+    NeedsModel,
 }
 
 const SYSTEM: &str =
@@ -47,17 +49,20 @@ def mean(values):
 
 Copy the SEARCH lines exactly, indentation included. Only edit the files shown above.";
 
-/// Runs the pipeline on `task` in `workspace` and returns the patch (empty
-/// when no edit applied).
+/// Runs the pipeline on `issue` in `workspace` and returns the patch (empty
+/// when no edit applied). The backend must count tokens (the embedded
+/// model): a server is refused with [`PipelineError::NeedsModel`].
 pub fn run(
-    engine: &Engine,
+    backend: &dyn Backend,
     settings: &Settings,
-    task: &Task,
+    issue: &Issue,
     workspace: &Workspace,
     trajectory: &mut Trajectory,
 ) -> Result<String, PipelineError> {
-    let ranked = index::rank_files(workspace.path(), &task.problem_statement)?;
-    let (messages, shown, truncated) = build_prompt(engine, settings, task, &ranked)?;
+    let ranked = index::rank_files(workspace.path(), &issue.problem_statement)?;
+    let mut conversation = backend.conversation(1, settings.sampling.max_tokens as usize)?;
+    let (messages, shown, truncated) =
+        build_prompt(conversation.as_ref(), settings, issue, &ranked)?;
     let shown_paths = shown.clone();
     trajectory.record(Step::Retrieve {
         ranked: ranked
@@ -72,15 +77,19 @@ pub fn run(
         truncated,
     });
 
-    let completion = engine.complete(&messages, &settings.sampling)?;
-    let reply = completion.text.clone();
-    let prompt = engine.render(&messages)?;
-    trajectory.record(Step::ModelCall(Box::new(ModelCall::new(
+    let generation = conversation.generate(&Request::new(&messages, settings.sampling.clone()))?;
+    let reply = generation
+        .candidates
+        .first()
+        .map(|c| c.text.clone())
+        .unwrap_or_default();
+    let prompt = conversation.render(&messages);
+    trajectory.record(Step::ModelCall(Box::new(ModelCall::from_generation(
         "edit",
         messages,
         prompt,
         settings.sampling.clone(),
-        completion,
+        &generation,
     ))));
 
     trajectory.record(apply_reply(workspace.path(), &reply, &shown_paths));
@@ -145,13 +154,13 @@ fn file_section(path: &str, text: &str, note: &str) -> String {
     )
 }
 
-fn messages(task: &Task, files: &str) -> Vec<Message> {
+fn messages(issue: &Issue, files: &str) -> Vec<Message> {
     vec![
         Message::system(SYSTEM),
         Message::user(format!(
             "Issue in the repository {}:\n\n<issue>\n{}\n</issue>\n\nThe files most related to the issue:\n\n{files}{INSTRUCTIONS}",
-            task.repo,
-            task.problem_statement.trim()
+            issue.repo,
+            issue.problem_statement.trim()
         )),
     ]
 }
@@ -160,14 +169,17 @@ fn messages(task: &Task, files: &str) -> Vec<Message> {
 /// reserving the reply's tokens). If even the best file does not fit, its
 /// head is shown, cut at a line boundary.
 fn build_prompt(
-    engine: &Engine,
+    conversation: &dyn Conversation,
     settings: &Settings,
-    task: &Task,
+    issue: &Issue,
     ranked: &[RankedFile],
-) -> Result<(Vec<Message>, Vec<String>, Vec<String>), EngineError> {
+) -> Result<(Vec<Message>, Vec<String>, Vec<String>), PipelineError> {
+    let context = conversation
+        .context_size()
+        .ok_or(PipelineError::NeedsModel)?;
     let reserved = settings.sampling.max_tokens as usize;
     let fits = |files: &str| -> Result<bool, EngineError> {
-        Ok(engine.count_tokens(&messages(task, files))? + reserved <= engine.context_size())
+        Ok(conversation.count_tokens(&messages(issue, files))? + reserved <= context)
     };
     let mut files = String::new();
     let mut shown = Vec::new();
@@ -206,8 +218,8 @@ fn build_prompt(
         }
         break;
     }
-    let messages = messages(task, &files);
+    let messages = messages(issue, &files);
     // Even with no file the issue itself may be too long: say by how much.
-    engine.check_fits(engine.count_tokens(&messages)?, reserved)?;
+    engine::check_fits(conversation.count_tokens(&messages)?, reserved, context)?;
     Ok((messages, shown, truncated))
 }

@@ -14,7 +14,7 @@ use crate::agents::ranker::{self, Ranking};
 use crate::agents::react::{self, Agent, EpisodeSummary};
 use crate::agents::{self as agent_defs};
 use crate::config::Settings;
-use crate::dataset::Task;
+use crate::dataset::Issue;
 use crate::engine::{Backend, EngineError, Sampling};
 use crate::env::Environment;
 use crate::index::symbols::CodeIndex;
@@ -230,20 +230,20 @@ impl Context<'_> {
     }
 }
 
-/// Runs the pipeline on `task` in `ws`; artifacts go to `artifacts`,
+/// Runs the pipeline on `issue` in `ws`; artifacts go to `artifacts`,
 /// scratch worktrees under `scratch`. Returns the outcome (its `patch` is
 /// empty when no candidate survived).
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     backend: &dyn Backend,
     settings: &Settings,
-    task: &Task,
+    issue: &Issue,
     ws: &Workspace,
     env: Option<&Environment>,
     dirs: &Dirs,
     trajectory: &mut Trajectory,
 ) -> Result<Outcome, MasaiError> {
-    let id = &task.instance_id;
+    let id = &issue.instance_id;
     let artifacts = dirs.artifacts.as_path();
     let scratch = dirs.scratch.as_path();
     let shared = dirs
@@ -279,7 +279,7 @@ pub fn run(
         }};
     }
     let (index, cached) =
-        CodeIndex::load_or_build(ws.path(), &index_cache_dir(), &task.repo, ws.base_commit())?;
+        CodeIndex::load_or_build(ws.path(), &index_cache_dir(), &issue.repo, ws.base_commit())?;
     tracing::info!(
         "{id}: code index {} ({} files, {} symbols)",
         if cached { "from cache" } else { "built" },
@@ -304,7 +304,7 @@ pub fn run(
             &agents.test_template,
             None::<&()>,
             cx.test_stage(
-                &agent_defs::test_template(task),
+                &agent_defs::test_template(issue),
                 TestCheck::Passes,
                 &agents.test_template,
                 trajectory,
@@ -325,7 +325,7 @@ pub fn run(
             &agents.reproducer,
             Some(&t),
             cx.test_stage(
-                &agent_defs::reproducer(task, t),
+                &agent_defs::reproducer(issue, t),
                 TestCheck::Fails,
                 &agents.reproducer,
                 trajectory,
@@ -342,7 +342,7 @@ pub fn run(
     let locations: LocationsArtifact = shared_stage!("localize", &agents.localizer, None::<&()>, {
         let mut aci = cx.interface()?;
         let episode = cx.episode(
-            &agent_defs::localizer(task),
+            &agent_defs::localizer(issue),
             &mut aci,
             &agents.localizer,
             trajectory,
@@ -354,7 +354,8 @@ pub fn run(
         };
         if locations.locations.is_empty() {
             locations.source = "bm25".into();
-            locations.locations = fallback_locations(&cx.index, ws.path(), &task.problem_statement);
+            locations.locations =
+                fallback_locations(&cx.index, ws.path(), &issue.problem_statement);
         }
         locations
     });
@@ -375,7 +376,7 @@ pub fn run(
             conversation.as_mut(),
             ws.path(),
             ws.base_commit(),
-            task,
+            issue,
             &locations.locations,
             &settings.fixer,
             &settings.sampling,
@@ -404,7 +405,7 @@ pub fn run(
         let r = ranker::rank(
             conversation.as_mut(),
             ws,
-            task,
+            issue,
             &fixes,
             reproduction.as_ref().and_then(|a| a.test.as_ref()),
             env,

@@ -80,7 +80,7 @@ fn run(task: &Task, settings: &Settings, backend: &dyn Backend) -> Run {
     let outcome = masai::run(
         backend,
         settings,
-        task,
+        &task.issue(),
         &ws,
         Some(&env),
         &masai::Dirs {

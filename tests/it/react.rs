@@ -80,7 +80,7 @@ const EPISODE: &[&str] = &[
 #[test]
 fn a_recorded_episode_replays_to_the_same_patch() {
     let task = task("demo__cachekit-1");
-    let agent = agents::solver(&task);
+    let agent = agents::solver(&task.issue());
     let settings = react::ReactSettings::default();
 
     // Record: the scripted backend plays the model.
@@ -136,7 +136,7 @@ fn format_errors_are_told_to_the_model_and_end_the_episode() {
     let settings = react::ReactSettings::default();
     let (_dir, _ws, summary, trajectory) = episode(
         &task,
-        &agents::solver(&task),
+        &agents::solver(&task.issue()),
         conversation.as_mut(),
         100,
         &settings,
@@ -166,7 +166,7 @@ fn step_limit_ends_the_episode() {
     };
     let (_dir, _ws, summary, trajectory) = episode(
         &task,
-        &agents::solver(&task),
+        &agents::solver(&task.issue()),
         conversation.as_mut(),
         100,
         &settings,
@@ -206,7 +206,7 @@ fn a_real_model_makes_no_malformed_action_in_30_steps() {
         .collect();
     let agent = react::Agent {
         commands: &explore,
-        ..agents::solver(&task)
+        ..agents::solver(&task.issue())
     };
     // A small window and history keep the context, and the test, short.
     let settings = react::ReactSettings {
