@@ -61,6 +61,8 @@ pub enum ReportError {
     },
     #[error("{path}: {problem}")]
     Invalid { path: PathBuf, problem: String },
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
     #[error(
         "{path} is neither a run directory (no run.json) nor a sweep directory (no sweep.json)"
     )]

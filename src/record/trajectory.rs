@@ -1,9 +1,11 @@
-//! Trajectories: the record of one task's run — every model call (messages,
+//! `trajectories/<id>.json`: the record of one task's run — every model call (messages,
 //! rendered prompt, reply, generated token ids, token counts, time) and every
 //! other step — written as one JSON file per task: enough to inspect a run,
-//! and to replay it without the model (`engine::replay`).
+//! and to replay it without the model (`trajectory::replay`).
 //!
-//! The file is `{"instance_id": ..., "steps": [...]}`; each step has `kind`
+//! The file is the task's result (`results/<id>.json`) with `model` and
+//! `steps` added (a recorder's own file has only `instance_id` and
+//! `steps`); each step has `kind`
 //! and `at_s` (seconds since the task began) and the fields of its kind:
 //!
 //! - `retrieve`: `ranked` [{path, score}], `shown`, `truncated` (paths).
@@ -26,20 +28,98 @@
 //!   error}], `unterminated`.
 //! - `diff`: `files`, `bytes` of the final patch.
 
-use std::time::Instant;
+use serde::{Deserialize, Serialize};
 
-use serde::Serialize;
+use super::result::TaskResult;
+use crate::engine::{Candidate, Completion, Generation, Message, Sampling, Stop};
 
-use crate::engine::{Completion, Generation, Message, Sampling};
+/// A trajectory file: the task's result, the model, and the steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrajectoryFile {
+    /// The task's result (absent from a recorder's own file, which has
+    /// only `instance_id` and `steps`).
+    #[serde(flatten)]
+    pub result: Option<TaskResult>,
+    /// The model file or server.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model: String,
+    #[serde(default)]
+    pub steps: Vec<TimedStep>,
+}
+
+impl TrajectoryFile {
+    /// Reads a trajectory file.
+    pub fn read(path: &std::path::Path) -> Result<TrajectoryFile, super::RecordError> {
+        super::read_json(path)
+    }
+
+    /// The recorded model calls, in order.
+    pub fn model_calls(&self) -> impl Iterator<Item = &ModelCall> {
+        self.steps.iter().filter_map(|s| match &s.step {
+            Step::ModelCall(c) => Some(c.as_ref()),
+            _ => None,
+        })
+    }
+}
+
+/// A step as a reader finds it: of a kind this version knows, or of
+/// another (a newer version's), kept as JSON.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum ReadStep {
+    Known(TimedStep),
+    Other(serde_json::Value),
+}
+
+impl ReadStep {
+    /// The step's `kind` (empty when an unknown step names none).
+    pub fn kind(&self) -> String {
+        match self {
+            ReadStep::Known(t) => serde_json::to_value(&t.step)
+                .ok()
+                .and_then(|v| v.get("kind").and_then(|k| k.as_str().map(String::from)))
+                .unwrap_or_default(),
+            ReadStep::Other(v) => v
+                .get("kind")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+        }
+    }
+}
+
+/// Reads the steps of a trajectory file, keeping steps of unknown kinds.
+pub fn read_steps(path: &std::path::Path) -> Result<Vec<ReadStep>, super::RecordError> {
+    /// The steps of [`TrajectoryFile`], each read on its own.
+    #[derive(Deserialize)]
+    struct Steps {
+        #[serde(default)]
+        steps: Vec<ReadStep>,
+    }
+    Ok(super::read_json::<Steps>(path)?.steps)
+}
+
+/// A step and when it happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimedStep {
+    /// Seconds since the task began.
+    #[serde(default)]
+    pub at_s: f64,
+    #[serde(flatten)]
+    pub step: Step,
+}
 
 /// One recorded step.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Step {
     /// Files ranked against the issue, and which of them the model saw.
     Retrieve {
+        #[serde(default)]
         ranked: Vec<RankedEntry>,
+        #[serde(default)]
         shown: Vec<String>,
+        #[serde(default)]
         truncated: Vec<String>,
     },
     /// One call of the model.
@@ -47,8 +127,11 @@ pub enum Step {
     /// Edit blocks parsed from a reply and what became of each; when no
     /// block applied, the whole definitions found in code fences.
     Edit {
+        #[serde(default)]
         blocks: Vec<EditOutcome>,
+        #[serde(default)]
         definitions: Vec<EditOutcome>,
+        #[serde(default)]
         unterminated: usize,
     },
     /// The final patch.
@@ -57,14 +140,15 @@ pub enum Step {
     /// what it was shown.
     Action(Box<ActionStep>),
     /// How a ReAct episode ended.
-    Episode(Box<crate::agents::react::EpisodeSummary>),
+    Episode(Box<EpisodeSummary>),
     /// A pipeline stage begins.
     Stage { name: String },
     /// A stage's output was taken from shared stages instead of run.
     Reused { stage: String, from: String },
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// One ReAct turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActionStep {
     pub agent: String,
     pub step: usize,
@@ -76,40 +160,55 @@ pub struct ActionStep {
     pub exec_s: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// A file and its retrieval score.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RankedEntry {
     pub path: String,
     pub score: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// One call of the model: what it was asked, what it answered, and what
+/// that cost. Fields older or hand-written files lack read as defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelCall {
+    /// What the call was for (`fix`, `localizer`, ...).
+    #[serde(default)]
     pub purpose: String,
     pub messages: Vec<Message>,
     /// The messages rendered with the model's chat template: the text the
     /// model actually read (absent when a server renders it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
+    #[serde(default)]
     pub sampling: Sampling,
+    #[serde(default)]
     pub response: String,
     /// Generated token ids, so a replay can check it matches exactly.
+    #[serde(default)]
     pub tokens: Vec<i32>,
+    #[serde(default)]
     pub prompt_tokens: usize,
     /// Prompt tokens the model evaluated for this call.
+    #[serde(default)]
     pub prompt_tokens_evaluated: usize,
     /// Prompt tokens whose KV entries were reused from the previous call.
+    #[serde(default)]
     pub prompt_tokens_reused: usize,
+    #[serde(default)]
     pub completion_tokens: usize,
-    pub stop: crate::engine::Stop,
+    pub stop: Stop,
+    #[serde(default)]
     pub prompt_s: f64,
+    #[serde(default)]
     pub decode_s: f64,
     /// With N > 1 candidates from one evaluated prompt: every candidate
     /// (the first is `response`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub candidates: Vec<crate::engine::Candidate>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<Candidate>,
 }
 
 impl ModelCall {
+    /// The record of a plain one-reply call.
     pub fn new(
         purpose: &str,
         messages: Vec<Message>,
@@ -157,7 +256,7 @@ impl ModelCall {
             prompt_tokens_evaluated: s.prompt_tokens_evaluated,
             prompt_tokens_reused: s.prompt_tokens_reused,
             completion_tokens: s.generated_tokens.first().copied().unwrap_or(0),
-            stop: first.map_or(crate::engine::Stop::MaxTokens, |c| c.stop),
+            stop: first.map_or(Stop::MaxTokens, |c| c.stop),
             prompt_s: s.prompt_s,
             decode_s: s.decode_s,
             candidates: if generation.candidates.len() > 1 {
@@ -169,7 +268,8 @@ impl ModelCall {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// What became of one edit block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EditOutcome {
     /// The path the block named.
     pub path: String,
@@ -182,65 +282,59 @@ pub struct EditOutcome {
     pub error: Option<String>,
 }
 
-/// A trajectory being recorded: steps with the seconds since the task began.
-#[derive(Debug, Serialize)]
-pub struct Trajectory {
-    pub instance_id: String,
-    pub steps: Vec<TimedStep>,
-    #[serde(skip)]
-    started: Option<Instant>,
-    #[serde(skip)]
-    on_stage: Option<StageObserver>,
+/// How an episode ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitStatus {
+    Submitted,
+    ExitStepLimit,
+    ExitContext,
+    ExitTime,
+    ExitTokenLimit,
+    ExitError,
 }
 
-/// Told the name of each stage as it begins (a progress display).
-pub struct StageObserver(pub Box<dyn Fn(&str) + Send + Sync>);
-
-impl std::fmt::Debug for StageObserver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("StageObserver")
-    }
-}
-
-#[derive(Debug, Serialize)]
-pub struct TimedStep {
-    pub at_s: f64,
-    #[serde(flatten)]
-    pub step: Step,
-}
-
-impl Trajectory {
-    pub fn new(instance_id: &str) -> Self {
-        Trajectory {
-            instance_id: instance_id.into(),
-            steps: Vec::new(),
-            started: Some(Instant::now()),
-            on_stage: None,
+impl ExitStatus {
+    /// The status as stored (`exit_step_limit`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ExitStatus::Submitted => "submitted",
+            ExitStatus::ExitStepLimit => "exit_step_limit",
+            ExitStatus::ExitContext => "exit_context",
+            ExitStatus::ExitTime => "exit_time",
+            ExitStatus::ExitTokenLimit => "exit_token_limit",
+            ExitStatus::ExitError => "exit_error",
         }
     }
+}
 
-    /// Calls `observer` with each stage's name as it begins.
-    pub fn observe_stages(&mut self, observer: StageObserver) {
-        self.on_stage = Some(observer);
-    }
+/// The end of an episode, as recorded in the trajectory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeSummary {
+    pub agent: String,
+    pub status: ExitStatus,
+    pub steps: usize,
+    /// Replies that were not a command of the agent's set (impossible
+    /// under the grammar; possible with a backend that ignores it).
+    pub format_errors: usize,
+    /// Replies cut off by the token cap before their command ended.
+    pub truncated: usize,
+    pub tokens_evaluated: u64,
+    pub tokens_reused: u64,
+    pub tokens_generated: u64,
+    pub wall_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
 
-    /// Records that stage `name` begins, and tells the observer.
-    pub fn stage(&mut self, name: &str) {
-        if let Some(o) = &self.on_stage {
-            (o.0)(name);
+impl EpisodeSummary {
+    /// Reused prompt tokens over all prompt tokens.
+    pub fn kv_reuse(&self) -> f64 {
+        let all = self.tokens_evaluated + self.tokens_reused;
+        if all == 0 {
+            0.0
+        } else {
+            self.tokens_reused as f64 / all as f64
         }
-        self.record(Step::Stage { name: name.into() });
-    }
-
-    pub fn record(&mut self, step: Step) {
-        let at_s = self.started.map_or(0.0, |s| s.elapsed().as_secs_f64());
-        self.steps.push(TimedStep { at_s, step });
-    }
-
-    pub fn model_calls(&self) -> impl Iterator<Item = &ModelCall> {
-        self.steps.iter().filter_map(|s| match &s.step {
-            Step::ModelCall(c) => Some(c.as_ref()),
-            _ => None,
-        })
     }
 }
