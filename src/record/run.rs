@@ -137,7 +137,7 @@ pub struct ShardInfo {
 
 /// The dataset and selection parts of `run.json`, as one object.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Selected {
+pub struct RunSelection {
     pub dataset: Option<DatasetInfo>,
     pub selection: Option<SelectionInfo>,
 }
