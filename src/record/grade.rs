@@ -11,6 +11,7 @@ use super::RecordError;
 
 /// Tests of one list that passed and failed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Outcomes {
     pub success: Vec<String>,
     pub failure: Vec<String>,
@@ -18,6 +19,7 @@ pub struct Outcomes {
 
 /// SWE-bench's `tests_status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TestsStatus {
     #[serde(rename = "FAIL_TO_PASS")]
     pub fail_to_pass: Outcomes,
@@ -79,10 +81,13 @@ pub struct InfraError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InstanceReport {
     pub instance_id: String,
-    #[serde(rename = "patch_is_None")]
+    #[serde(rename = "patch_is_None", default)]
     pub patch_is_none: bool,
+    #[serde(default)]
     pub patch_exists: bool,
+    #[serde(default)]
     pub patch_successfully_applied: bool,
+    #[serde(default)]
     pub resolved: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tests_status: Option<TestsStatus>,
@@ -97,7 +102,9 @@ pub struct InstanceReport {
     pub untrusted_log: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_exit_code: Option<i32>,
+    #[serde(default)]
     pub test_seconds: f64,
+    #[serde(default)]
     pub total_seconds: f64,
 }
 
@@ -127,6 +134,7 @@ impl InstanceReport {
 
 /// SWE-bench's run summary.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Summary {
     pub total_instances: usize,
     pub submitted_instances: usize,

@@ -179,7 +179,8 @@ pub struct ModelCall {
     /// model actually read (absent when a server renders it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
-    #[serde(default)]
+    /// Missing settings (older or hand-written files) read as defaults.
+    #[serde(default, deserialize_with = "partial_sampling")]
     pub sampling: Sampling,
     #[serde(default)]
     pub response: String,
@@ -337,4 +338,15 @@ impl EpisodeSummary {
             self.tokens_reused as f64 / all as f64
         }
     }
+}
+
+/// Sampling settings of which some may be missing: the defaults fill in.
+fn partial_sampling<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Sampling, D::Error> {
+    use serde::de::Error;
+    let given = serde_json::Value::deserialize(d)?;
+    let mut full = serde_json::to_value(Sampling::default()).map_err(D::Error::custom)?;
+    if let (Some(full), serde_json::Value::Object(given)) = (full.as_object_mut(), given) {
+        full.extend(given);
+    }
+    serde_json::from_value(full).map_err(D::Error::custom)
 }
