@@ -13,6 +13,7 @@ pub mod eval;
 pub mod index;
 pub mod models;
 pub mod pipeline;
+pub mod record;
 pub mod repo;
 pub mod report;
 pub mod trajectory;

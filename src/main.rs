@@ -19,6 +19,7 @@ use patchwright::env::build::{Index, Pythons};
 use patchwright::env::spec::Specs;
 use patchwright::eval;
 use patchwright::models;
+use patchwright::record::run::{ModelInfo, RunRecord, RunSelection};
 use patchwright::repo::Repos;
 use patchwright_sandbox as sandbox;
 
@@ -765,70 +766,55 @@ fn run_batch(
     let tasks = &cx.selected.tasks;
     let identity = model.identity(settings);
     let (run, opened) = RunDir::open(out, &identity)?;
-    let previous: Option<serde_json::Value> = match opened {
-        Opened::Resumed => std::fs::read_to_string(run.run_json())
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok()),
+    let previous: Option<RunRecord> = match opened {
+        // An unreadable run.json was refused by `open`.
+        Opened::Resumed => run.record().ok().flatten(),
         Opened::Created => None,
     };
     let started_at = previous
         .as_ref()
-        .and_then(|p| p.get("started_at").cloned())
-        .unwrap_or_else(|| batch::now().into());
-    let mut resumed_at: Vec<serde_json::Value> = previous
+        .and_then(|p| p.started_at.clone())
+        .unwrap_or_else(batch::now);
+    let mut resumed_at = previous
         .as_ref()
-        .and_then(|p| p.get("resumed_at"))
-        .and_then(|r| r.as_array().cloned())
+        .map(|p| p.resumed_at.clone())
         .unwrap_or_default();
     if opened == Opened::Resumed {
-        resumed_at.push(batch::now().into());
+        resumed_at.push(batch::now());
     }
     // The run's tasks: those of earlier runs into this directory, then
     // this selection's new ones.
     let mut ids: Vec<String> = previous
         .as_ref()
-        .and_then(|p| p.pointer("/selection/instance_ids"))
-        .and_then(|v| v.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
+        .map(|p| p.instance_ids().to_vec())
         .unwrap_or_default();
     for t in tasks {
         if !ids.contains(&t.instance_id) {
             ids.push(t.instance_id.clone());
         }
     }
-    let record = |summary: Option<&Summary>,
-                  load: Option<&Load>,
-                  finished_at: Option<String>|
-     -> serde_json::Value {
-        let mut v = serde_json::json!({
-            "command": std::env::args().collect::<Vec<_>>(),
-            "versions": patchwright::versions(),
-            "repos": cx.repos_dir,
-            "settings": settings,
-            "model": model.json,
-            "identity": identity,
-            "jobs": cx.runner.jobs,
-            "started_at": started_at,
-            "resumed_at": resumed_at,
-            "finished_at": finished_at,
-            "summary": summary,
-            "model_load": load,
-        });
-        if let (Some(v), serde_json::Value::Object(sel)) =
-            (v.as_object_mut(), cx.select.json(cx.selected))
-        {
-            v.extend(sel);
-        }
-        if let Some(sel) = v.get_mut("selection").and_then(|s| s.as_object_mut()) {
-            sel.insert("instance_ids".into(), serde_json::json!(ids));
-        }
-        v
+    let selected: RunSelection = serde_json::from_value(cx.select.json(cx.selected))?;
+    let mut record = RunRecord {
+        command: std::env::args().collect(),
+        dataset: selected.dataset,
+        finished_at: None,
+        identity: identity.clone(),
+        jobs: Some(cx.runner.jobs),
+        merged_from: None,
+        model: Some(serde_json::from_value::<ModelInfo>(model.json.clone())?),
+        model_load: None,
+        repos: Some(cx.repos_dir.to_path_buf()),
+        resumed_at,
+        selection: selected.selection.map(|mut s| {
+            s.instance_ids = ids.clone();
+            s
+        }),
+        settings: serde_json::to_value(settings)?,
+        started_at: Some(started_at),
+        summary: None,
+        versions: patchwright::versions(),
     };
-    batch::write_json(&run.run_json(), &record(None, None, None))?;
+    record.write(&run.run_json())?;
     let batch = Batch {
         backend: backing.backend,
         settings,
@@ -880,10 +866,10 @@ fn run_batch(
             metrics.picked_resolves
         );
     }
-    batch::write_json(
-        &run.run_json(),
-        &record(Some(&summary), load.as_ref(), Some(batch::now())),
-    )?;
+    record.summary = Some(summary.clone());
+    record.model_load = load.clone();
+    record.finished_at = Some(batch::now());
+    record.write(&run.run_json())?;
     tracing::info!(
         "{prefix}{} tasks: {} patched, {} without a patch, {} errors{}{}{}",
         summary.tasks,

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::history::{self, History, HistorySettings};
 use crate::aci::{command, Aci, Command};
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling, Stop};
+pub use crate::record::trajectory::{EpisodeSummary, ExitStatus};
 use crate::trajectory::{ActionStep, ModelCall, Step, Trajectory};
 
 /// Format errors in a row after which the episode ends: the model is not
@@ -51,31 +52,6 @@ impl Default for ReactSettings {
     }
 }
 
-/// How an episode ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExitStatus {
-    Submitted,
-    ExitStepLimit,
-    ExitContext,
-    ExitTime,
-    ExitTokenLimit,
-    ExitError,
-}
-
-impl ExitStatus {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            ExitStatus::Submitted => "submitted",
-            ExitStatus::ExitStepLimit => "exit_step_limit",
-            ExitStatus::ExitContext => "exit_context",
-            ExitStatus::ExitTime => "exit_time",
-            ExitStatus::ExitTokenLimit => "exit_token_limit",
-            ExitStatus::ExitError => "exit_error",
-        }
-    }
-}
-
 /// What an agent is: its role, the commands it may use, a demonstration of
 /// the format on another repository, and its task.
 #[derive(Debug, Clone)]
@@ -90,37 +66,6 @@ pub struct Agent<'a> {
     pub demonstration: &'a str,
     /// The first user message: the issue and what to do about it.
     pub task: String,
-}
-
-/// The end of an episode, as recorded in the trajectory.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EpisodeSummary {
-    pub agent: String,
-    pub status: ExitStatus,
-    pub steps: usize,
-    /// Replies that were not a command of the agent's set (impossible
-    /// under the grammar; possible with a backend that ignores it).
-    pub format_errors: usize,
-    /// Replies cut off by the token cap before their command ended.
-    pub truncated: usize,
-    pub tokens_evaluated: u64,
-    pub tokens_reused: u64,
-    pub tokens_generated: u64,
-    pub wall_s: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-impl EpisodeSummary {
-    /// Reused prompt tokens over all prompt tokens.
-    pub fn kv_reuse(&self) -> f64 {
-        let all = self.tokens_evaluated + self.tokens_reused;
-        if all == 0 {
-            0.0
-        } else {
-            self.tokens_reused as f64 / all as f64
-        }
-    }
 }
 
 /// The system prompt of `agent`.

@@ -9,11 +9,11 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
 use super::rundir::first_difference;
-use super::{write_json, BatchError, Grader, RunDir, Summary};
-use crate::eval::grade::{InstanceReport, Summary as GradeSummary};
+use super::{BatchError, RunDir, Summary};
+use crate::record::grade::{self as grades, InstanceReport, Summary as GradeSummary};
+use crate::record::run::RunRecord;
+use crate::record::write_atomic;
 
 /// What a merge produced.
 #[derive(Debug, Clone)]
@@ -21,18 +21,6 @@ pub struct Merged {
     pub summary: Summary,
     /// Tasks copied from the shards by this merge (not already there).
     pub copied: usize,
-}
-
-fn read_json(path: &Path) -> Result<Value, BatchError> {
-    let text = std::fs::read_to_string(path).map_err(|source| BatchError::Io {
-        action: "read",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    serde_json::from_str(&text).map_err(|source| BatchError::Json {
-        what: path.display().to_string(),
-        source,
-    })
 }
 
 /// Copies `from` (a file or directory) to `to`, replacing what is there.
@@ -57,7 +45,7 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), BatchError> {
         if let Some(parent) = to.parent() {
             std::fs::create_dir_all(parent).map_err(io("create", parent))?;
         }
-        super::write_atomic(to, &bytes)
+        Ok(write_atomic(to, &bytes)?)
     }
 }
 
@@ -66,11 +54,11 @@ pub fn merge(shards: &[PathBuf], out: &Path) -> Result<Merged, BatchError> {
     let Some(first) = shards.first() else {
         return Err(BatchError::Invalid("no shard to merge".into()));
     };
-    let runs: Vec<Value> = shards
+    let runs: Vec<RunRecord> = shards
         .iter()
-        .map(|s| read_json(&s.join("run.json")))
+        .map(|s| RunRecord::read(&s.join("run.json")))
         .collect::<Result<_, _>>()?;
-    let identity = runs[0].get("identity").cloned().unwrap_or_default();
+    let identity = runs[0].identity.clone();
     if identity.is_null() {
         return Err(BatchError::Invalid(format!(
             "{}: run.json has no identity (written by an older patchwright?)",
@@ -78,8 +66,7 @@ pub fn merge(shards: &[PathBuf], out: &Path) -> Result<Merged, BatchError> {
         )));
     }
     for (shard, run) in shards.iter().zip(&runs).skip(1) {
-        let other = run.get("identity").cloned().unwrap_or_default();
-        if let Some(difference) = first_difference(&identity, &other, "") {
+        if let Some(difference) = first_difference(&identity, &run.identity, "") {
             return Err(BatchError::Different {
                 path: shard.clone(),
                 difference: format!("against {}: {difference}", first.display()),
@@ -89,13 +76,13 @@ pub fn merge(shards: &[PathBuf], out: &Path) -> Result<Merged, BatchError> {
     let (merged, _) = RunDir::open(out, &identity)?;
     // Task order: each shard's selection in turn, first seen first.
     let mut ids: Vec<String> = Vec::new();
-    if let Ok(old) = read_json(&merged.run_json()) {
-        ids.extend(instance_ids(&old));
+    if let Ok(Some(old)) = merged.record() {
+        ids.extend(old.instance_ids().iter().cloned());
     }
     for run in &runs {
-        for id in instance_ids(run) {
-            if !ids.contains(&id) {
-                ids.push(id);
+        for id in run.instance_ids() {
+            if !ids.contains(id) {
+                ids.push(id.clone());
             }
         }
     }
@@ -108,9 +95,7 @@ pub fn merge(shards: &[PathBuf], out: &Path) -> Result<Merged, BatchError> {
                 continue;
             };
             if let Some(existing) = merged.finished(id)? {
-                let same =
-                    serde_json::to_value(&existing).ok() == serde_json::to_value(&result).ok();
-                if !same {
+                if existing != result {
                     return Err(BatchError::Invalid(format!(
                         "task {id} finished with different results in {} and in {} (or in the merged run): \
                          merge shards of one run, each task in one shard",
@@ -138,11 +123,7 @@ pub fn merge(shards: &[PathBuf], out: &Path) -> Result<Merged, BatchError> {
         }
         graded |= out.join("eval").join("logs").join(id).exists();
     }
-    let model_name = runs[0]
-        .pointer("/model/name_or_path")
-        .and_then(Value::as_str)
-        .unwrap_or("patchwright")
-        .to_string();
+    let model_name = runs[0].model_name().unwrap_or("patchwright").to_string();
     merged.write_predictions(ids.iter().map(String::as_str), &model_name)?;
     merged.write_metrics(ids.iter().map(String::as_str))?;
 
@@ -153,43 +134,24 @@ pub fn merge(shards: &[PathBuf], out: &Path) -> Result<Merged, BatchError> {
             summary.add(&r);
             summary.elapsed_s += r.elapsed_s;
         }
-        if let Some(report) = Grader::stored_by_id(id, &out.join("eval")) {
+        if let Some(report) = grades::stored_report(&out.join("eval"), id) {
             reports.push(report);
         }
     }
     if graded {
         summary.resolved = Some(reports.iter().filter(|r| r.resolved).count());
-        write_json(
-            &out.join("eval").join("report.json"),
-            &GradeSummary::new(&ids, &reports),
-        )?;
+        grades::write_summary(&out.join("eval"), &GradeSummary::new(&ids, &reports))?;
     }
     let mut record = runs[0].clone();
-    if let Some(m) = record.as_object_mut() {
-        m.insert(
-            "command".into(),
-            serde_json::json!(std::env::args().collect::<Vec<_>>()),
-        );
-        m.insert("merged_from".into(), serde_json::json!(shards));
-        m.insert("summary".into(), serde_json::json!(summary));
-        m.insert("finished_at".into(), super::now().into());
-        m.remove("model_load");
-        if let Some(sel) = m.get_mut("selection").and_then(Value::as_object_mut) {
-            sel.insert("shard".into(), Value::Null);
-            sel.insert("instance_ids".into(), serde_json::json!(ids));
-        }
+    record.command = std::env::args().collect();
+    record.merged_from = Some(shards.to_vec());
+    record.summary = Some(summary.clone());
+    record.finished_at = Some(super::now());
+    record.model_load = None;
+    if let Some(selection) = record.selection.as_mut() {
+        selection.shard = None;
+        selection.instance_ids = ids;
     }
-    write_json(&merged.run_json(), &record)?;
+    record.write(&merged.run_json())?;
     Ok(Merged { summary, copied })
-}
-
-fn instance_ids(run: &Value) -> Vec<String> {
-    run.pointer("/selection/instance_ids")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
 }

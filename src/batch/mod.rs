@@ -29,22 +29,28 @@ pub mod progress;
 pub mod rundir;
 pub mod sweep;
 
-pub use rundir::{write_atomic, write_json, Opened, RunDir};
+pub use crate::record::result::{Prediction, Status, TaskError, TaskErrorKind, TaskResult};
+pub use crate::record::run::Summary;
+/// The atomic writes, for callers that reach them through `batch`.
+pub use crate::record::{write_atomic, write_json};
+pub use rundir::{Opened, RunDir};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime};
 
-use serde::{Deserialize, Serialize};
-
 use crate::config::Settings;
 use crate::dataset::Task;
-use crate::engine::Backend;
-use crate::env::Environment;
-use crate::eval::{self, grade::InstanceReport};
-use crate::pipeline::{self, metrics::Metrics, metrics::Summary as MetricsSummary, Kind};
-use crate::repo::{Repos, Workspace};
+use crate::engine::{Backend, EngineError};
+use crate::env::{EnvError, Environment};
+use crate::eval;
+use crate::pipeline::{self, masai::MasaiError, Kind};
+use crate::record::grade::{self as grades, InstanceReport};
+use crate::record::metrics::{Metrics, Summary as MetricsSummary};
+use crate::record::trajectory::TrajectoryFile;
+use crate::record::RecordError;
+use crate::repo::{RepoError, Repos, Workspace};
 use crate::trajectory::{StageObserver, Trajectory};
 
 #[derive(Debug, thiserror::Error)]
@@ -55,11 +61,8 @@ pub enum BatchError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot encode {what} as JSON: {source}")]
-    Json {
-        what: String,
-        source: serde_json::Error,
-    },
+    #[error(transparent)]
+    Record(#[from] RecordError),
     #[error(transparent)]
     Repo(#[from] crate::repo::RepoError),
     #[error(
@@ -68,59 +71,6 @@ pub enum BatchError {
     Different { path: PathBuf, difference: String },
     #[error("{0}")]
     Invalid(String),
-}
-
-/// How a task ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    /// The pipeline produced a non-empty patch.
-    Patched,
-    /// The pipeline ran but no edit applied.
-    NoPatch,
-    /// Something failed before the pipeline could finish (missing mirror,
-    /// prompt too long, ...): see `error`.
-    Error,
-}
-
-/// One task's outcome, as stored in `results/<id>.json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TaskResult {
-    pub instance_id: String,
-    pub status: Status,
-    pub error: Option<String>,
-    pub model_patch: String,
-    pub elapsed_s: f64,
-    pub model_calls: usize,
-    pub prompt_tokens: usize,
-    pub completion_tokens: usize,
-    /// Stage metrics (MASAI pipeline, gold patch known).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metrics: Option<Metrics>,
-}
-
-/// A line of `predictions.jsonl`, in SWE-bench's format.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Prediction {
-    pub instance_id: String,
-    pub model_name_or_path: String,
-    pub model_patch: String,
-}
-
-/// Counts over a finished batch.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Summary {
-    pub tasks: usize,
-    pub patched: usize,
-    pub no_patch: usize,
-    pub errors: usize,
-    pub error_ids: Vec<String>,
-    pub elapsed_s: f64,
-    pub prompt_tokens: usize,
-    pub completion_tokens: usize,
-    /// Tasks resolved, when the batch grades them (`--evaluate`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub resolved: Option<usize>,
 }
 
 /// What a batch needs besides its tasks.
@@ -236,11 +186,7 @@ impl<'a> Grader<'a> {
 
     /// The stored grade of task `id` under `out`, if it was graded.
     pub fn stored_by_id(id: &str, out: &Path) -> Option<InstanceReport> {
-        let path = out.join("logs").join(id).join("report.json");
-        let text = std::fs::read_to_string(path).ok()?;
-        let mut keyed: std::collections::BTreeMap<String, InstanceReport> =
-            serde_json::from_str(&text).ok()?;
-        keyed.remove(id)
+        grades::stored_report(out, id)
     }
 }
 
@@ -381,10 +327,7 @@ impl Batch<'_> {
                     reports.extend(Grader::stored_by_id(id, &eval_dir));
                 }
             }
-            write_json(
-                &eval_dir.join("report.json"),
-                &eval::grade::Summary::new(&self.ids, &reports),
-            )?;
+            grades::write_summary(&eval_dir, &grades::Summary::new(&self.ids, &reports))?;
         }
         let mut summary = progress.summary;
         summary.elapsed_s = started.elapsed().as_secs_f64();
@@ -412,12 +355,12 @@ impl Batch<'_> {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            Err(format!("internal error (a bug in patchwright): {what}"))
+            Err(Failure::Panic(what))
         });
         let (status, error, model_patch, metrics) = match outcome {
             Ok((patch, m)) if patch.is_empty() => (Status::NoPatch, None, patch, m),
             Ok((patch, m)) => (Status::Patched, None, patch, m),
-            Err(e) => (Status::Error, Some(e), String::new(), None),
+            Err(e) => (Status::Error, Some(e.task_error()), String::new(), None),
         };
         let result = TaskResult {
             instance_id: task.instance_id.clone(),
@@ -430,19 +373,12 @@ impl Batch<'_> {
             completion_tokens: trajectory.model_calls().map(|c| c.completion_tokens).sum(),
             metrics,
         };
-        #[derive(Serialize)]
-        struct Record<'a> {
-            #[serde(flatten)]
-            result: &'a TaskResult,
-            model: String,
-            steps: &'a [crate::trajectory::TimedStep],
-        }
         write_json(
             &self.run.trajectory(&task.instance_id),
-            &Record {
-                result: &result,
+            &TrajectoryFile {
+                result: Some(result.clone()),
                 model: self.model.clone(),
-                steps: &trajectory.steps,
+                steps: std::mem::take(&mut trajectory.steps),
             },
         )?;
         // The result is written last: its presence means the task finished.
@@ -454,14 +390,13 @@ impl Batch<'_> {
         &self,
         task: &Task,
         trajectory: &mut Trajectory,
-    ) -> Result<(String, Option<Metrics>), String> {
-        let source = self.repos.locate(&task.repo).map_err(|e| e.to_string())?;
+    ) -> Result<(String, Option<Metrics>), Failure> {
+        let source = self.repos.locate(&task.repo)?;
         let workspace = Workspace::create(
             &source,
             &task.base_commit,
             &self.run.workspace(&task.instance_id),
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         let outcome = match self.settings.pipeline.kind {
             Kind::First => pipeline::first::run(
                 self.backend,
@@ -471,7 +406,7 @@ impl Batch<'_> {
                 trajectory,
             )
             .map(|patch| (patch, None))
-            .map_err(|e| e.to_string()),
+            .map_err(Failure::First),
             Kind::Masai => self.masai(task, &workspace, trajectory),
         };
         if !self.settings.keep_workspaces {
@@ -487,10 +422,10 @@ impl Batch<'_> {
         task: &Task,
         workspace: &Workspace,
         trajectory: &mut Trajectory,
-    ) -> Result<(String, Option<Metrics>), String> {
+    ) -> Result<(String, Option<Metrics>), Failure> {
         let id = &task.instance_id;
         let env = match &self.settings.environment {
-            Some(dir) => Some(Environment::open(dir).map_err(|e| e.to_string())?),
+            Some(dir) => Some(Environment::open(dir)?),
             None => None,
         };
         let dirs = pipeline::masai::Dirs {
@@ -507,8 +442,7 @@ impl Batch<'_> {
             env.as_ref(),
             &dirs,
             trajectory,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         // Metrics need the gold patch; computed after the run, never shown
         // to the agents.
         let metrics = (!task.patch.trim().is_empty()).then(|| {
@@ -517,7 +451,7 @@ impl Batch<'_> {
             pipeline::metrics::compute(task, workspace, env.as_ref(), &outcome, scratch)
         });
         if let Some(m) = &metrics {
-            write_json(&artifacts.join("metrics.json"), m).map_err(|e| e.to_string())?;
+            write_json(&artifacts.join("metrics.json"), m)?;
         }
         // Scratch worktrees are disposable; a leftover is harmless.
         let _ = std::fs::remove_dir_all(scratch);
@@ -562,19 +496,69 @@ impl Batch<'_> {
     }
 }
 
-impl Summary {
-    pub fn add(&mut self, r: &TaskResult) {
-        self.tasks += 1;
-        match r.status {
-            Status::Patched => self.patched += 1,
-            Status::NoPatch => self.no_patch += 1,
-            Status::Error => {
-                self.errors += 1;
-                self.error_ids.push(r.instance_id.clone());
-            }
-        }
-        self.prompt_tokens += r.prompt_tokens;
-        self.completion_tokens += r.completion_tokens;
+/// Why a task failed, as far as the batch can tell.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    #[error(transparent)]
+    Environment(#[from] EnvError),
+    #[error(transparent)]
+    Masai(#[from] MasaiError),
+    #[error(transparent)]
+    First(pipeline::first::PipelineError),
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    #[error("internal error (a bug in patchwright): {0}")]
+    Panic(String),
+}
+
+impl Failure {
+    /// The stored error: the message, and the kind of failure (the one
+    /// place that maps failures to kinds).
+    fn task_error(&self) -> TaskError {
+        use pipeline::first::PipelineError;
+        use TaskErrorKind as K;
+        let engine = |e: &EngineError| match e {
+            EngineError::TooLong { .. } => K::PromptTooLong,
+            _ => K::Engine,
+        };
+        let env = |e: &EnvError| match e {
+            EnvError::Sandbox(_) => K::Sandbox,
+            EnvError::Invalid { .. } => K::Environment,
+        };
+        let kind = match self {
+            Failure::Repo(_) => K::Repository,
+            Failure::Environment(e) => env(e),
+            Failure::Masai(e) => match e {
+                MasaiError::Engine(e) => engine(e),
+                MasaiError::Index(_) => K::Index,
+                MasaiError::Repo(_) => K::Repository,
+                MasaiError::Env(e) => env(e),
+                MasaiError::Fix(e) => match e {
+                    crate::agents::fixer::FixError::Engine(e) => engine(e),
+                    crate::agents::fixer::FixError::Repo(_) => K::Repository,
+                    crate::agents::fixer::FixError::Grammar(_) => K::Engine,
+                    crate::agents::fixer::FixError::NoLocations => K::Unknown,
+                },
+                MasaiError::Rank(e) => match e {
+                    crate::agents::ranker::RankError::Engine(e) => engine(e),
+                    crate::agents::ranker::RankError::Repo(_) => K::Repository,
+                    crate::agents::ranker::RankError::Env(e) => env(e),
+                    crate::agents::ranker::RankError::Grammar(_) => K::Engine,
+                },
+                MasaiError::Artifact { .. } => K::Io,
+            },
+            Failure::First(e) => match e {
+                PipelineError::Engine(e) => engine(e),
+                PipelineError::Index(_) => K::Index,
+                PipelineError::Repo(_) => K::Repository,
+                PipelineError::NeedsModel => K::Engine,
+            },
+            Failure::Record(_) => K::Io,
+            Failure::Panic(_) => K::Internal,
+        };
+        TaskError::new(kind, self.to_string())
     }
 }
 

@@ -2,10 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-
-use super::{BatchError, Prediction, Status, TaskResult};
-use crate::pipeline::metrics::{Metrics, Summary as MetricsSummary};
+use super::BatchError;
+use crate::record::metrics::{Metrics, Summary as MetricsSummary};
+use crate::record::result::{self, Prediction, Status, TaskResult};
+use crate::record::run::RunRecord;
+use crate::record::{read_json_if_exists, write_json};
 
 /// Whether [`RunDir::open`] found a run to resume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,15 +30,9 @@ impl RunDir {
         let run = RunDir {
             root: root.to_path_buf(),
         };
-        let opened = match std::fs::read_to_string(run.run_json()) {
-            Ok(text) => {
-                let stored: serde_json::Value =
-                    serde_json::from_str(&text).map_err(|source| BatchError::Json {
-                        what: run.run_json().display().to_string(),
-                        source,
-                    })?;
-                let stored = stored.get("identity").cloned().unwrap_or_default();
-                if let Some(difference) = first_difference(&stored, identity, "") {
+        let opened = match run.record()? {
+            Some(stored) => {
+                if let Some(difference) = first_difference(&stored.identity, identity, "") {
                     return Err(BatchError::Different {
                         path: root.to_path_buf(),
                         difference,
@@ -45,14 +40,7 @@ impl RunDir {
                 }
                 Opened::Resumed
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Opened::Created,
-            Err(source) => {
-                return Err(BatchError::Io {
-                    action: "read",
-                    path: run.run_json(),
-                    source,
-                })
-            }
+            None => Opened::Created,
         };
         for sub in ["results", "trajectories"] {
             let dir = root.join(sub);
@@ -81,21 +69,16 @@ impl RunDir {
 
     /// The stored result of task `id`: `None` when it has not finished.
     pub fn finished(&self, id: &str) -> Result<Option<TaskResult>, BatchError> {
-        let path = self.result(id);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => serde_json::from_str(&text)
-                .map(Some)
-                .map_err(|source| BatchError::Json {
-                    what: path.display().to_string(),
-                    source,
-                }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(BatchError::Io {
-                action: "read",
-                path,
-                source,
-            }),
+        Ok(read_json_if_exists(&self.result(id))?)
+    }
+
+    /// The stored `run.json`: `None` when there is none yet.
+    pub fn record(&self) -> Result<Option<RunRecord>, BatchError> {
+        let path = self.run_json();
+        if !path.exists() {
+            return Ok(None);
         }
+        Ok(Some(RunRecord::read(&path)?))
     }
 
     pub fn root(&self) -> &Path {
@@ -134,40 +117,6 @@ impl RunDir {
     }
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same
-/// directory, flushed, then renamed over `path`.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), BatchError> {
-    let io = |action: &'static str| {
-        let path = path.to_path_buf();
-        move |source| BatchError::Io {
-            action,
-            path,
-            source,
-        }
-    };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp =
-        tempfile::NamedTempFile::new_in(dir).map_err(io("create a temporary file beside"))?;
-    std::io::Write::write_all(&mut tmp, bytes).map_err(io("write"))?;
-    tmp.as_file().sync_all().map_err(io("sync"))?;
-    tmp.persist(path).map_err(|e| BatchError::Io {
-        action: "rename into place",
-        path: path.to_path_buf(),
-        source: e.error,
-    })?;
-    Ok(())
-}
-
-/// Serialises `value` as pretty JSON and writes it atomically.
-pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), BatchError> {
-    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| BatchError::Json {
-        what: path.display().to_string(),
-        source,
-    })?;
-    bytes.push(b'\n');
-    write_atomic(path, &bytes)
-}
-
 impl RunDir {
     /// Sums the stage metrics of the tasks `ids` that have them into
     /// `metrics.json`.
@@ -194,8 +143,7 @@ impl RunDir {
         ids: impl Iterator<Item = &'a str>,
         model_name: &str,
     ) -> Result<usize, BatchError> {
-        let mut out = String::new();
-        let mut lines = 0;
+        let mut predictions = Vec::new();
         for id in ids {
             let Some(result) = self.finished(id)? else {
                 continue;
@@ -203,21 +151,14 @@ impl RunDir {
             if result.status == Status::Error {
                 continue;
             }
-            let line = serde_json::to_string(&Prediction {
+            predictions.push(Prediction {
                 instance_id: result.instance_id,
                 model_name_or_path: model_name.to_string(),
                 model_patch: result.model_patch,
-            })
-            .map_err(|source| BatchError::Json {
-                what: "a prediction".into(),
-                source,
-            })?;
-            out.push_str(&line);
-            out.push('\n');
-            lines += 1;
+            });
         }
-        write_atomic(&self.predictions(), out.as_bytes())?;
-        Ok(lines)
+        result::write_predictions(&self.predictions(), &predictions)?;
+        Ok(predictions.len())
     }
 }
 
@@ -297,7 +238,13 @@ mod tests {
         let identity = json!({"settings": {"window": 30}});
         let (run, opened) = RunDir::open(&root, &identity)?;
         assert_eq!(opened, Opened::Created);
-        write_json(&run.run_json(), &json!({"identity": identity}))?;
+        write_json(
+            &run.run_json(),
+            &RunRecord {
+                identity: identity.clone(),
+                ..RunRecord::default()
+            },
+        )?;
         std::fs::write(root.join("results/.tmpAbC"), "torn")?;
         let (run, opened) = RunDir::open(&root, &identity)?;
         assert_eq!(opened, Opened::Resumed);

@@ -16,12 +16,10 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+pub use crate::record::sweep::{Axis, Point, Row, SweepFile};
 
-use super::{BatchError, Summary};
+use super::BatchError;
 use crate::config::Settings;
-use crate::engine::Load;
-use crate::pipeline::metrics::Summary as MetricsSummary;
 
 /// Short names for the keys swept most.
 pub const ALIASES: &[(&str, &str)] = &[
@@ -32,14 +30,6 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("steps", "react.max_steps"),
     ("model", "model"),
 ];
-
-/// One axis of the grid.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Axis {
-    /// The dotted settings key.
-    pub key: String,
-    pub values: Vec<toml::Value>,
-}
 
 impl Axis {
     /// Parses `key=v1,v2,...`; values are TOML (`0.4`, `true`, `"all"`),
@@ -117,17 +107,6 @@ pub fn grid_from_config(path: &Path) -> Result<Vec<Axis>, BatchError> {
             })
         })
         .collect()
-}
-
-/// One point of the grid.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Point {
-    /// `key=value` pairs joined by commas.
-    pub label: String,
-    /// Its run directory, relative to the sweep directory.
-    pub dir: PathBuf,
-    /// The value of every axis.
-    pub values: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Every combination of the axes' values, first axis slowest.
@@ -214,96 +193,10 @@ impl Point {
     }
 }
 
-/// `SWEEP_DIR/sweep.json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SweepFile {
-    pub grid: Vec<Axis>,
-    pub points: Vec<Point>,
-    /// Stages shared between points, relative to the sweep directory.
-    pub shared: PathBuf,
-}
-
-impl SweepFile {
-    /// Reads `dir/sweep.json`.
-    pub fn read(dir: &Path) -> Result<SweepFile, BatchError> {
-        let path = dir.join("sweep.json");
-        let text = std::fs::read_to_string(&path).map_err(|source| BatchError::Io {
-            action: "read",
-            path: path.clone(),
-            source,
-        })?;
-        serde_json::from_str(&text).map_err(|source| BatchError::Json {
-            what: path.display().to_string(),
-            source,
-        })
-    }
-}
-
-/// One row of the sweep's table.
-#[derive(Debug, Clone, Serialize)]
-pub struct Row {
-    pub label: String,
-    pub dir: PathBuf,
-    pub values: serde_json::Map<String, serde_json::Value>,
-    pub tasks: usize,
-    pub patched: usize,
-    pub no_patch: usize,
-    pub errors: usize,
-    /// Resolved tasks, when graded.
-    pub resolved: Option<usize>,
-    pub resolve_rate: Option<f64>,
-    pub mean_file_hit: Option<f64>,
-    pub mean_function_hit: Option<f64>,
-    pub reproduced: usize,
-    pub candidates_generated: usize,
-    pub candidates_applied: usize,
-    pub any_resolves: usize,
-    pub picked_resolves: usize,
-    pub prompt_tokens: usize,
-    pub completion_tokens: usize,
-    pub elapsed_s: f64,
-    /// The model's busy fraction over the point's batch.
-    pub model_busy: Option<f64>,
-}
-
-impl Row {
-    pub fn new(
-        point: &Point,
-        summary: &Summary,
-        metrics: &MetricsSummary,
-        load: Option<&Load>,
-    ) -> Row {
-        Row {
-            label: point.label.clone(),
-            dir: point.dir.clone(),
-            values: point.values.clone(),
-            tasks: summary.tasks,
-            patched: summary.patched,
-            no_patch: summary.no_patch,
-            errors: summary.errors,
-            resolved: summary.resolved,
-            resolve_rate: summary
-                .resolved
-                .map(|r| r as f64 / summary.tasks.max(1) as f64),
-            mean_file_hit: metrics.mean_file_hit,
-            mean_function_hit: metrics.mean_function_hit,
-            reproduced: metrics.reproduced,
-            candidates_generated: metrics.candidates_generated,
-            candidates_applied: metrics.candidates_applied,
-            any_resolves: metrics.any_resolves,
-            picked_resolves: metrics.picked_resolves,
-            prompt_tokens: summary.prompt_tokens,
-            completion_tokens: summary.completion_tokens,
-            elapsed_s: summary.elapsed_s,
-            model_busy: load.map(|l| l.busy_fraction),
-        }
-    }
-}
-
 /// Writes `table.csv` and `table.json` into `dir`; the grid's keys are the
 /// first columns.
 pub fn write_table(dir: &Path, grid: &[Axis], rows: &[Row]) -> Result<(), BatchError> {
-    super::write_json(&dir.join("table.json"), &rows)?;
+    crate::record::write_json(&dir.join("table.json"), &rows)?;
     let mut header: Vec<String> = grid.iter().map(|a| a.key.clone()).collect();
     header.extend(
         [
@@ -361,7 +254,8 @@ pub fn write_table(dir: &Path, grid: &[Axis], rows: &[Row]) -> Result<(), BatchE
         ]);
         out.push_str(&csv_line(&cells));
     }
-    super::write_atomic(&dir.join("table.csv"), out.as_bytes())
+    crate::record::write_atomic(&dir.join("table.csv"), out.as_bytes())?;
+    Ok(())
 }
 
 /// One CSV line (RFC 4180 quoting).

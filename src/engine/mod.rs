@@ -9,7 +9,6 @@
 
 pub mod grammar;
 pub mod http;
-pub mod replay;
 pub mod scheduler;
 mod session;
 

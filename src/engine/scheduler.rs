@@ -32,7 +32,7 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::session::{sampler, shared_context};
 use super::{
@@ -51,7 +51,7 @@ pub struct Slots {
 }
 
 /// What the model did over the scheduler's life, read while it runs.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Load {
     /// Seconds since the scheduler started.
     pub wall_s: f64,

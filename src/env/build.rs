@@ -87,7 +87,7 @@ pub enum BuildError {
     #[error(transparent)]
     Repo(#[from] RepoError),
     #[error(transparent)]
-    Write(#[from] crate::batch::BatchError),
+    Write(#[from] crate::record::RecordError),
     #[error(transparent)]
     Sandbox(#[from] sandbox::SandboxError),
 }
@@ -211,7 +211,7 @@ impl Plan {
             "built_at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             "build_seconds": outcome.wall_time_secs,
         });
-        crate::batch::write_json(&self.marker(), &record)?;
+        crate::record::write_json(&self.marker(), &record)?;
         drop(lock);
         Ok(())
     }

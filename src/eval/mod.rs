@@ -18,13 +18,14 @@ use std::time::Instant;
 
 use patchwright_sandbox as sandbox;
 
-use crate::batch::write_json;
 use crate::dataset::Task;
 use crate::env::build::{self, git_safe, quote, Index, Layer, Plan, Pythons};
 use crate::env::spec::{Directives, Spec, Specs};
 use crate::env::Environment;
+use crate::record::grade::{self as graded, ErrorKind, InfraError, InstanceReport, Summary};
+/// Reading predictions files lives with the other run files.
+pub use crate::record::result::load_predictions;
 use crate::repo::{self, Repos, Workspace};
-use grade::{ErrorKind, InfraError, InstanceReport, Summary};
 
 /// SWE-bench's limit on one task's tests.
 pub const DEFAULT_TEST_TIMEOUT_S: u64 = 1800;
@@ -221,7 +222,7 @@ pub fn evaluate_all(
     let reports = reports.into_inner().unwrap_or_else(|e| e.into_inner());
     let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
     let summary = Summary::new(&ids, &reports);
-    write_json(&out.join("report.json"), &summary)?;
+    graded::write_summary(out, &summary)?;
     if !settings.keep_work {
         let _ = std::fs::remove_dir_all(&work);
     }
@@ -303,8 +304,7 @@ pub fn evaluate_one(
         }
         report.total_seconds = start.elapsed().as_secs_f64();
         let _ = std::fs::write(logdir.join("run_instance.log"), &log.text);
-        let keyed = serde_json::json!({ &task.instance_id: &report });
-        if let Err(e) = write_json(&logdir.join("report.json"), &keyed) {
+        if let Err(e) = graded::write_instance_report(&logdir, &report) {
             tracing::warn!("{}: {e}", task.instance_id);
         }
     }
@@ -603,37 +603,6 @@ pub fn test_directives(files: &[String], kind: Directives) -> Vec<String> {
             }
         })
         .collect()
-}
-
-/// Reads predictions (`.jsonl`, or a `.json` list) into patches by
-/// instance id. A line that is not a prediction is an error naming it.
-pub fn load_predictions(path: &Path) -> anyhow::Result<BTreeMap<String, String>> {
-    #[derive(serde::Deserialize)]
-    struct Line {
-        instance_id: String,
-        #[serde(default)]
-        model_patch: Option<String>,
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("cannot read predictions {}: {e}", path.display()))?;
-    let lines: Vec<Line> = if text.trim_start().starts_with('[') {
-        serde_json::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("predictions {}: {e}", path.display()))?
-    } else {
-        text.lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| {
-                serde_json::from_str(l).map_err(|e| {
-                    anyhow::anyhow!("predictions {} line {}: {e}", path.display(), i + 1)
-                })
-            })
-            .collect::<anyhow::Result<_>>()?
-    };
-    Ok(lines
-        .into_iter()
-        .map(|l| (l.instance_id, l.model_patch.unwrap_or_default()))
-        .collect())
 }
 
 #[cfg(test)]

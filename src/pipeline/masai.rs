@@ -153,7 +153,7 @@ pub(crate) fn write_artifact(
         message,
     };
     std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
-    crate::batch::write_json(&path, value).map_err(|e| err(e.to_string()))
+    crate::record::write_json(&path, value).map_err(|e| err(e.to_string()))
 }
 
 struct Context<'a> {

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+pub use crate::record::metrics::{Metrics, Summary};
 
 use super::masai::Outcome;
 use crate::aci::{check, SubmittedTest};
@@ -22,37 +22,6 @@ use patchwright_sandbox as sandbox;
 
 /// Wall-clock limit of one test run while computing metrics.
 pub const TEST_TIMEOUT_S: u64 = 300;
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Metrics {
-    pub gold_files: Vec<String>,
-    /// `path::Class.method` of the functions the gold patch changes.
-    pub gold_functions: Vec<String>,
-    pub located_files: Vec<String>,
-    pub located_functions: Vec<String>,
-    /// Share of the gold files among the located ones.
-    pub file_hit: Option<f64>,
-    /// Share of the gold functions among the located ones (a located class
-    /// covers its methods).
-    pub function_hit: Option<f64>,
-    /// The reproduction test fails on the base commit (it was accepted so).
-    pub reproduction_fails_on_base: Option<bool>,
-    /// … and passes with the gold patch.
-    pub reproduction_passes_with_gold: Option<bool>,
-    pub candidates_generated: usize,
-    pub candidates_applied: usize,
-    pub candidates_parsed: usize,
-    pub candidates_distinct: usize,
-    /// Distinct candidates that resolve the task (every FAIL_TO_PASS and
-    /// PASS_TO_PASS test passes); None when it could not be checked.
-    pub resolving: Option<Vec<usize>>,
-    pub any_resolves: Option<bool>,
-    pub picked_resolves: Option<bool>,
-    /// Why something could not be computed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub notes: Vec<String>,
-}
 
 /// The old-side line numbers a patch changes, per file: removed lines, and
 /// the line before each insertion.
@@ -262,54 +231,6 @@ pub fn compute(
         m.resolving = Some(resolving);
     }
     m
-}
-
-/// Metrics summed over a run's tasks.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Summary {
-    pub tasks: usize,
-    pub mean_file_hit: Option<f64>,
-    pub mean_function_hit: Option<f64>,
-    pub reproduced: usize,
-    pub reproduction_valid: usize,
-    pub candidates_generated: usize,
-    pub candidates_applied: usize,
-    pub candidates_parsed: usize,
-    pub candidates_distinct: usize,
-    pub any_resolves: usize,
-    pub picked_resolves: usize,
-}
-
-impl Summary {
-    pub fn of<'a>(all: impl IntoIterator<Item = &'a Metrics>) -> Summary {
-        let all: Vec<&Metrics> = all.into_iter().collect();
-        let mean = |f: &dyn Fn(&Metrics) -> Option<f64>| {
-            let v: Vec<f64> = all.iter().filter_map(|m| f(m)).collect();
-            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-        };
-        Summary {
-            tasks: all.len(),
-            mean_file_hit: mean(&|m| m.file_hit),
-            mean_function_hit: mean(&|m| m.function_hit),
-            reproduced: all
-                .iter()
-                .filter(|m| m.reproduction_fails_on_base == Some(true))
-                .count(),
-            reproduction_valid: all
-                .iter()
-                .filter(|m| m.reproduction_passes_with_gold == Some(true))
-                .count(),
-            candidates_generated: all.iter().map(|m| m.candidates_generated).sum(),
-            candidates_applied: all.iter().map(|m| m.candidates_applied).sum(),
-            candidates_parsed: all.iter().map(|m| m.candidates_parsed).sum(),
-            candidates_distinct: all.iter().map(|m| m.candidates_distinct).sum(),
-            any_resolves: all.iter().filter(|m| m.any_resolves == Some(true)).count(),
-            picked_resolves: all
-                .iter()
-                .filter(|m| m.picked_resolves == Some(true))
-                .count(),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,9 @@ use super::load::{number, Report, Run, Task};
 use super::overview::{configurations, costs, funnels, results};
 use super::text::{boundary, cut, cut_middle, esc, seconds, slug, thousands, w};
 use super::ReportError;
+use crate::record::grade::{InstanceReport, Outcomes};
+use crate::record::trajectory::{read_steps, ReadStep, Step, TimedStep};
+use crate::record::RecordError;
 
 /// A patch longer than this is cut.
 const PATCH_CUT: usize = 60_000;
@@ -119,6 +122,18 @@ fn drill_down(out: &mut String, report: &Report) -> Result<(), ReportError> {
                 esc(&run.unfinished.join(", "))
             );
         }
+        if !run.errors_by_kind.is_empty() {
+            let kinds: Vec<String> = run
+                .errors_by_kind
+                .iter()
+                .map(|(kind, n)| format!("{} <code>{}</code>", n, esc(kind.as_str())))
+                .collect();
+            w!(
+                out,
+                "<p class=\"meta\">Errors by kind: {}</p>",
+                kinds.join(", ")
+            );
+        }
         for task in &run.tasks {
             let full = out.len() < PAGE_BUDGET;
             if !full && !budget_note {
@@ -147,11 +162,7 @@ fn task_details(
     full: bool,
 ) -> Result<(), ReportError> {
     let r = &task.result;
-    let status = if r.status.is_empty() {
-        "unknown"
-    } else {
-        r.status.as_str()
-    };
+    let status = r.status.as_str();
     let resolved = match task.resolved {
         Some(true) => "<span class=\"res-yes\">resolved</span>",
         Some(false) => "<span class=\"res-no\">not resolved</span>",
@@ -167,7 +178,7 @@ fn task_details(
         esc(&task.id),
         status_class(status),
         esc(status),
-        thousands(r.prompt_tokens + r.completion_tokens),
+        thousands((r.prompt_tokens + r.completion_tokens) as u64),
         seconds(r.elapsed_s),
         r.model_calls
     );
@@ -176,7 +187,12 @@ fn task_details(
         return Ok(());
     }
     if let Some(e) = &r.error {
-        w!(out, "<h4>Error</h4><pre>{}</pre>", cut(e, TEXT_CUT));
+        w!(
+            out,
+            "<h4>Error <span class=\"meta\">({})</span></h4><pre>{}</pre>",
+            esc(e.kind.as_str()),
+            cut(&e.message, TEXT_CUT)
+        );
     }
     if let Some(m) = &r.metrics {
         metrics_table(out, m);
@@ -308,39 +324,36 @@ fn patch_html(patch: &str) -> String {
     out
 }
 
-fn grade_html(out: &mut String, g: &Value) {
-    let flag = |k: &str| yes_no(g.get(k).and_then(Value::as_bool));
+fn grade_html(out: &mut String, g: &InstanceReport) {
     w!(
         out,
         "<h4>Grade</h4><table><tr><th>resolved</th><td>{}</td></tr>\
          <tr><th>patch applied</th><td>{}{}</td></tr>",
-        flag("resolved"),
-        flag("patch_successfully_applied"),
-        g.get("applied_with")
-            .and_then(Value::as_str)
+        yes_no(Some(g.resolved)),
+        yes_no(Some(g.patch_successfully_applied)),
+        g.applied_with
+            .as_ref()
             .map(|s| format!(" <span class=\"meta\">({})</span>", esc(s)))
             .unwrap_or_default()
     );
-    if let Some(e) = g.get("error").filter(|e| !e.is_null()) {
+    if let Some(e) = &g.error {
+        let e = serde_json::to_value(e).unwrap_or_default();
         w!(
             out,
             "<tr><th>error</th><td><pre>{}</pre></td></tr>",
-            cut(&pretty(e), TEXT_CUT)
+            cut(&pretty(&e), TEXT_CUT)
         );
     }
-    if let Some(ts) = g.get("tests_status").and_then(Value::as_object) {
-        for (name, v) in ts {
-            let list = |k: &str| -> Vec<String> {
-                v.get(k)
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .map(|t| t.as_str().map_or_else(|| t.to_string(), String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            };
-            let (ok, failed) = (list("success"), list("failure"));
+    if let Some(ts) = &g.tests_status {
+        // In the order SWE-bench's keys sort.
+        let lists: [(&str, &Outcomes); 4] = [
+            ("FAIL_TO_FAIL", &ts.fail_to_fail),
+            ("FAIL_TO_PASS", &ts.fail_to_pass),
+            ("PASS_TO_FAIL", &ts.pass_to_fail),
+            ("PASS_TO_PASS", &ts.pass_to_pass),
+        ];
+        for (name, o) in lists {
+            let (ok, failed) = (&o.success, &o.failure);
             if ok.is_empty() && failed.is_empty() {
                 continue;
             }
@@ -420,46 +433,24 @@ fn artifacts_html(out: &mut String, dir: &Path) -> Result<(), ReportError> {
     Ok(())
 }
 
-fn field<'a>(v: &'a Value, key: &str) -> &'a str {
-    v.get(key).and_then(Value::as_str).unwrap_or("")
-}
-
-fn num(v: &Value, key: &str) -> String {
-    match v.get(key) {
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .map(thousands)
-            .or_else(|| n.as_f64().map(number))
-            .unwrap_or_else(|| n.to_string()),
-        Some(Value::Null) | None => "—".into(),
-        Some(other) => esc(&other.to_string()),
-    }
-}
-
 fn trajectory_html(out: &mut String, path: &Path) -> Result<(), ReportError> {
     if !path.is_file() {
         out.push_str("<h4>Trajectory</h4><p class=\"meta\">no trajectory file</p>");
         return Ok(());
     }
-    let bytes = std::fs::read(path).map_err(|source| ReportError::Io {
-        action: "read",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let v: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => {
+    let steps = match read_steps(path) {
+        Ok(steps) => steps,
+        Err(RecordError::Json { source, .. }) => {
             w!(
                 out,
                 "<h4>Trajectory</h4><p class=\"note\"><code>{}</code> is not valid JSON: {}</p>",
                 esc(&path.display().to_string()),
-                esc(&e.to_string())
+                esc(&source.to_string())
             );
             return Ok(());
         }
+        Err(e) => return Err(e.into()),
     };
-    let empty = Vec::new();
-    let steps = v.get("steps").and_then(Value::as_array).unwrap_or(&empty);
     w!(
         out,
         "<h4>Trajectory <span class=\"meta\">({} steps)</span></h4><ol class=\"steps\">",
@@ -478,194 +469,183 @@ fn trajectory_html(out: &mut String, path: &Path) -> Result<(), ReportError> {
             );
             return Ok(());
         }
-        step_html(out, step);
+        match step {
+            ReadStep::Known(s) => step_html(out, s),
+            ReadStep::Other(v) => other_step_html(out, step, v),
+        }
     }
     out.push_str("</ol>");
     Ok(())
 }
 
-fn step_html(out: &mut String, s: &Value) {
-    let kind = field(s, "kind");
-    let at = s
-        .get("at_s")
-        .and_then(Value::as_f64)
-        .map(|t| format!(" <span class=\"meta\">at {}</span>", seconds(t)))
-        .unwrap_or_default();
-    match kind {
-        "model_call" => {
-            let candidates = s
-                .get("candidates")
-                .and_then(Value::as_array)
-                .map_or(0, Vec::len);
-            let time = s.get("prompt_s").and_then(Value::as_f64).unwrap_or(0.0)
-                + s.get("decode_s").and_then(Value::as_f64).unwrap_or(0.0);
+/// A count as shown.
+fn count(n: usize) -> String {
+    thousands(n as u64)
+}
+
+/// A step of a kind this version does not know, as JSON.
+fn other_step_html(out: &mut String, step: &ReadStep, v: &Value) {
+    let kind = step.kind();
+    w!(
+        out,
+        "<li><span class=\"kind\">{}</span><pre>{}</pre></li>",
+        esc(if kind.is_empty() { "step" } else { &kind }),
+        cut(&pretty(v), TEXT_CUT)
+    );
+}
+
+fn step_html(out: &mut String, timed: &TimedStep) {
+    let at = format!(" <span class=\"meta\">at {}</span>", seconds(timed.at_s));
+    match &timed.step {
+        Step::ModelCall(c) => {
+            let stop = serde_json::to_value(c.stop).unwrap_or_default();
             w!(
                 out,
                 "<li><span class=\"kind\">model call</span> <code>{}</code>{at} \
                  <span class=\"meta\">· prompt {} tokens (evaluated {}, reused {}) · completion {} \
                  · stop {} · {}{}</span><pre>{}</pre>",
-                esc(field(s, "purpose")),
-                num(s, "prompt_tokens"),
-                num(s, "prompt_tokens_evaluated"),
-                num(s, "prompt_tokens_reused"),
-                num(s, "completion_tokens"),
-                esc(&s.get("stop").map_or(String::new(), |v| {
-                    v.as_str().map_or_else(|| v.to_string(), String::from)
-                })),
-                seconds(time),
-                if candidates > 1 {
-                    format!(" · {candidates} candidates, the first shown")
+                esc(&c.purpose),
+                count(c.prompt_tokens),
+                count(c.prompt_tokens_evaluated),
+                count(c.prompt_tokens_reused),
+                count(c.completion_tokens),
+                esc(&stop.as_str().map_or_else(|| stop.to_string(), String::from)),
+                seconds(c.prompt_s + c.decode_s),
+                if c.candidates.len() > 1 {
+                    format!(" · {} candidates, the first shown", c.candidates.len())
                 } else {
                     String::new()
                 },
-                cut(field(s, "response"), TEXT_CUT)
+                cut(&c.response, TEXT_CUT)
             );
         }
-        "action" => {
+        Step::Action(a) => {
             w!(
                 out,
                 "<li><span class=\"kind\">{} step {}</span>{at}",
-                esc(field(s, "agent")),
-                num(s, "step")
+                esc(&a.agent),
+                count(a.step)
             );
-            let thought = field(s, "thought");
-            if !thought.is_empty() {
-                w!(out, "<div>thought: {}</div>", cut(thought, TEXT_CUT));
+            if !a.thought.is_empty() {
+                w!(out, "<div>thought: {}</div>", cut(&a.thought, TEXT_CUT));
             }
             w!(
                 out,
                 "<div>action:</div><pre>{}</pre>",
-                cut(field(s, "action"), TEXT_CUT)
+                cut(&a.action, TEXT_CUT)
             );
-            if let Some(e) = s.get("format_error").and_then(Value::as_str) {
+            if let Some(e) = &a.format_error {
                 w!(
                     out,
                     "<div class=\"res-no\">format error: {}</div>",
                     cut(e, TEXT_CUT)
                 );
             }
-            let observation = field(s, "observation");
             w!(
                 out,
                 "<details class=\"obs\"><summary>observation <span class=\"meta\">({} lines)\
                  </span></summary><pre>{}</pre></details>",
-                observation.lines().count(),
-                cut(observation, TEXT_CUT)
+                a.observation.lines().count(),
+                cut(&a.observation, TEXT_CUT)
             );
         }
-        "episode" => {
+        Step::Episode(e) => {
             w!(
                 out,
                 "<li><span class=\"kind\">episode end</span> {} <code>{}</code>{at} \
                  <span class=\"meta\">· {} steps · {} format errors · tokens evaluated {}, \
                  reused {}, generated {} · {}</span>",
-                esc(field(s, "agent")),
-                esc(field(s, "status")),
-                num(s, "steps"),
-                num(s, "format_errors"),
-                num(s, "tokens_evaluated"),
-                num(s, "tokens_reused"),
-                num(s, "tokens_generated"),
-                seconds(s.get("wall_s").and_then(Value::as_f64).unwrap_or(0.0))
+                esc(&e.agent),
+                esc(e.status.as_str()),
+                count(e.steps),
+                count(e.format_errors),
+                thousands(e.tokens_evaluated),
+                thousands(e.tokens_reused),
+                thousands(e.tokens_generated),
+                seconds(e.wall_s)
             );
-            if let Some(e) = s.get("error").and_then(Value::as_str) {
+            if let Some(e) = &e.error {
                 w!(out, "<pre>{}</pre>", cut(e, TEXT_CUT));
             }
         }
-        "edit" => {
+        Step::Edit {
+            blocks,
+            definitions,
+            unterminated,
+        } => {
             w!(
                 out,
                 "<li><span class=\"kind\">edit</span>{at} <span class=\"meta\">· {} unterminated</span><ul>",
-                num(s, "unterminated")
+                count(*unterminated)
             );
-            for key in ["blocks", "definitions"] {
-                for b in s.get(key).and_then(Value::as_array).into_iter().flatten() {
-                    let result = match b.get("error").and_then(Value::as_str) {
+            for (what, list) in [("block", blocks), ("definition", definitions)] {
+                for b in list {
+                    let result = match &b.error {
                         Some(e) => format!("<span class=\"res-no\">{}</span>", cut(e, 400)),
                         None => format!(
                             "applied to <code>{}</code>",
-                            esc(b
-                                .get("applied_to")
-                                .and_then(Value::as_str)
-                                .unwrap_or(field(b, "path")))
+                            esc(b.applied_to.as_deref().unwrap_or(&b.path))
                         ),
                     };
                     w!(
                         out,
-                        "<li>{} <code>{}</code>: {result}</li>",
-                        if key == "blocks" {
-                            "block"
-                        } else {
-                            "definition"
-                        },
-                        esc(field(b, "path"))
+                        "<li>{what} <code>{}</code>: {result}</li>",
+                        esc(&b.path)
                     );
                 }
             }
             out.push_str("</ul>");
         }
-        "diff" => {
+        Step::Diff { files, bytes } => {
             w!(
                 out,
                 "<li><span class=\"kind\">diff</span>{at} <span class=\"meta\">· {} files, {} bytes</span>",
-                num(s, "files"),
-                num(s, "bytes")
+                count(*files),
+                count(*bytes)
             );
         }
-        "retrieve" => {
-            let paths = |k: &str| -> String {
-                let v: Vec<String> = s
-                    .get(k)
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .map(|p| format!("<code>{}</code>", esc(p)))
-                    .collect();
+        Step::Retrieve {
+            ranked,
+            shown,
+            truncated,
+        } => {
+            let paths = |v: &[String]| -> String {
                 if v.is_empty() {
                     "—".into()
                 } else {
-                    v.join(", ")
+                    v.iter()
+                        .map(|p| format!("<code>{}</code>", esc(p)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 }
             };
-            let ranked: Vec<String> = s
-                .get("ranked")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
+            let ranked: Vec<String> = ranked
+                .iter()
                 .take(10)
-                .map(|r| format!("<code>{}</code> {}", esc(field(r, "path")), num(r, "score")))
+                .map(|r| format!("<code>{}</code> {}", esc(&r.path), number(r.score)))
                 .collect();
             w!(
                 out,
                 "<li><span class=\"kind\">retrieve</span>{at}<div>shown: {}</div>\
                  <div>truncated: {}</div><div class=\"meta\">top ranked: {}</div>",
-                paths("shown"),
-                paths("truncated"),
+                paths(shown),
+                paths(truncated),
                 ranked.join(", ")
             );
         }
-        "stage" => {
+        Step::Stage { name } => {
             w!(
                 out,
                 "<li><span class=\"kind\">stage</span> <code>{}</code>{at}",
-                esc(field(s, "name"))
+                esc(name)
             );
         }
-        "reused" => {
+        Step::Reused { stage, from } => {
             w!(
                 out,
                 "<li><span class=\"kind\">reused</span> stage <code>{}</code> from <code>{}</code>{at}",
-                esc(field(s, "stage")),
-                esc(field(s, "from"))
-            );
-        }
-        other => {
-            w!(
-                out,
-                "<li><span class=\"kind\">{}</span>{at}<pre>{}</pre>",
-                esc(if other.is_empty() { "step" } else { other }),
-                cut(&pretty(s), TEXT_CUT)
+                esc(stage),
+                esc(from)
             );
         }
     }

@@ -1,14 +1,19 @@
 //! Reading run and sweep directories into what the report shows. Only
-//! `run.json`, `sweep.json` and `results/` are read here; trajectories,
-//! test logs and artifacts are read while rendering, one task at a time.
+//! `run.json`, `sweep.json`, `results/` and the grades are read here;
+//! trajectories, test logs and artifacts are read while rendering, one task
+//! at a time. Every file is read through its type in `record`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::ReportError;
+use crate::record::grade::{self as grades, InstanceReport};
+use crate::record::result::TaskErrorKind;
+pub(crate) use crate::record::result::TaskResult;
+use crate::record::run::RunRecord;
+use crate::record::sweep::SweepFile;
 
 /// Everything the report covers.
 pub(crate) struct Report {
@@ -40,55 +45,20 @@ pub(crate) struct Run {
     pub tasks: Vec<Task>,
     /// Instance ids selected but without a result (an unfinished run).
     pub unfinished: Vec<String>,
+    /// Tasks in error, by the kind of their error.
+    pub errors_by_kind: BTreeMap<TaskErrorKind, usize>,
 }
 
 pub(crate) struct Task {
     pub id: String,
     pub result: TaskResult,
     /// From `eval/logs/<id>/report.json`.
-    pub grade: Option<Value>,
+    pub grade: Option<InstanceReport>,
     pub resolved: Option<bool>,
 }
 
-/// `results/<id>.json`, read leniently.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub(crate) struct TaskResult {
-    pub instance_id: String,
-    pub status: String,
-    pub error: Option<String>,
-    pub model_patch: String,
-    pub elapsed_s: f64,
-    pub model_calls: u64,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    pub metrics: Option<TaskMetrics>,
-}
-
-/// The stage metrics of a task (`pipeline::metrics::Metrics`), read
-/// leniently.
 /// A task's stage metrics, as the batch stores them.
-pub(crate) type TaskMetrics = crate::pipeline::metrics::Metrics;
-
-#[derive(Deserialize)]
-struct SweepFile {
-    #[serde(default)]
-    grid: Vec<GridAxis>,
-    points: Vec<SweepPoint>,
-}
-
-#[derive(Deserialize)]
-struct GridAxis {
-    key: String,
-}
-
-#[derive(Deserialize)]
-struct SweepPoint {
-    label: String,
-    dir: PathBuf,
-    #[serde(default)]
-    values: BTreeMap<String, Value>,
-}
+pub(crate) type TaskMetrics = crate::record::metrics::Metrics;
 
 fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ReportError {
     let path = path.to_path_buf();
@@ -97,14 +67,6 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Repor
         path,
         source,
     }
-}
-
-pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ReportError> {
-    let bytes = std::fs::read(path).map_err(io("read", path))?;
-    serde_json::from_slice(&bytes).map_err(|source| ReportError::Json {
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
 pub(crate) fn load(inputs: &[PathBuf]) -> Result<Report, ReportError> {
@@ -116,7 +78,7 @@ pub(crate) fn load(inputs: &[PathBuf]) -> Result<Report, ReportError> {
             runs.push(load_run(input, None, &BTreeMap::new())?);
         } else if input.join("sweep.json").is_file() {
             let path = input.join("sweep.json");
-            let sweep: SweepFile = read_json(&path)?;
+            let sweep = SweepFile::read(input)?;
             if sweep.points.is_empty() {
                 return Err(ReportError::Invalid {
                     path,
@@ -131,7 +93,8 @@ pub(crate) fn load(inputs: &[PathBuf]) -> Result<Report, ReportError> {
             for point in sweep.points {
                 let dir = input.join(&point.dir);
                 if dir.join("run.json").is_file() {
-                    runs.push(load_run(&dir, Some(&point.label), &point.values)?);
+                    let values = point.values.into_iter().collect();
+                    runs.push(load_run(&dir, Some(&point.label), &values)?);
                 } else {
                     missing_points.push(dir);
                 }
@@ -200,61 +163,50 @@ fn load_run(
     label: Option<&str>,
     point_values: &BTreeMap<String, Value>,
 ) -> Result<Run, ReportError> {
-    let run_json = dir.join("run.json");
-    let run: Value = read_json(&run_json)?;
-    let Some(obj) = run.as_object() else {
-        return Err(ReportError::Invalid {
-            path: run_json,
-            problem: "run.json is not a JSON object".into(),
-        });
-    };
+    let run = RunRecord::read(&dir.join("run.json"))?;
     let mut settings = BTreeMap::new();
-    if let Some(s) = obj.get("settings") {
-        flatten("", s, &mut settings);
+    if !run.settings.is_null() {
+        flatten("", &run.settings, &mut settings);
     }
     for (k, v) in point_values {
         settings
             .entry(k.clone())
             .or_insert_with(|| display_value(v));
     }
-    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(String::from);
-    let model = obj
-        .get("model")
-        .and_then(|m| text(m.get("name_or_path")).or_else(|| m.as_str().map(String::from)));
-    let summary = obj.get("summary");
-    let num = |key: &str| summary.and_then(|s| s.get(key));
+    let model = run.model_name().map(String::from);
+    let summary = run.summary.as_ref();
 
     let tasks = load_tasks(dir)?;
     let have: BTreeSet<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
-    let unfinished = obj
-        .get("selection")
-        .and_then(|s| s.get("instance_ids"))
-        .and_then(Value::as_array)
-        .map(|ids| {
-            ids.iter()
-                .filter_map(Value::as_str)
-                .filter(|id| !have.contains(id))
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
+    let unfinished = run
+        .instance_ids()
+        .iter()
+        .filter(|id| !have.contains(id.as_str()))
+        .cloned()
+        .collect();
+    let mut errors_by_kind = BTreeMap::new();
+    for t in &tasks {
+        if let Some(e) = &t.result.error {
+            *errors_by_kind.entry(e.kind).or_default() += 1;
+        }
+    }
 
     let eval_summary = dir.join("eval").join("report.json");
     let graded = tasks.iter().any(|t| t.grade.is_some())
         || eval_summary.is_file()
-        || num("resolved").is_some_and(|v| !v.is_null());
+        || summary.is_some_and(|s| s.resolved.is_some());
     let resolved = if !graded {
         None
     } else if tasks.iter().any(|t| t.resolved.is_some()) {
         Some(tasks.iter().filter(|t| t.resolved == Some(true)).count())
-    } else if let Some(n) = num("resolved").and_then(Value::as_u64) {
-        Some(n as usize)
+    } else if let Some(n) = summary.and_then(|s| s.resolved) {
+        Some(n)
     } else {
-        let v: Option<Value> = read_json(&eval_summary).ok();
-        v.and_then(|v| v.get("resolved_instances").and_then(Value::as_u64))
-            .map(|n| n as usize)
+        crate::record::read_json::<grades::Summary>(&eval_summary)
+            .ok()
+            .map(|s| s.resolved_instances)
     };
-    let sum_tasks = |f: fn(&Task) -> u64| tasks.iter().map(f).sum::<u64>();
+    let sum_tasks = |f: fn(&Task) -> usize| tasks.iter().map(f).sum::<usize>() as u64;
     Ok(Run {
         label: label.map(String::from).unwrap_or_else(|| {
             dir.file_name()
@@ -264,21 +216,25 @@ fn load_run(
         dir: dir.to_path_buf(),
         settings,
         model,
-        started_at: text(obj.get("started_at")),
-        finished_at: text(obj.get("finished_at")),
-        elapsed_s: num("elapsed_s")
-            .and_then(Value::as_f64)
-            .unwrap_or_else(|| tasks.iter().map(|t| t.result.elapsed_s).sum()),
-        prompt_tokens: num("prompt_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or_else(|| sum_tasks(|t| t.result.prompt_tokens)),
-        completion_tokens: num("completion_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or_else(|| sum_tasks(|t| t.result.completion_tokens)),
+        started_at: run.started_at.clone(),
+        finished_at: run.finished_at.clone(),
+        elapsed_s: summary.map_or_else(
+            || tasks.iter().map(|t| t.result.elapsed_s).sum(),
+            |s| s.elapsed_s,
+        ),
+        prompt_tokens: summary.map_or_else(
+            || sum_tasks(|t| t.result.prompt_tokens),
+            |s| s.prompt_tokens as u64,
+        ),
+        completion_tokens: summary.map_or_else(
+            || sum_tasks(|t| t.result.completion_tokens),
+            |s| s.completion_tokens as u64,
+        ),
         graded,
         resolved,
         tasks,
         unfinished,
+        errors_by_kind,
     })
 }
 
@@ -296,7 +252,7 @@ fn load_tasks(dir: &Path) -> Result<Vec<Task>, ReportError> {
     files.sort();
     let mut tasks = Vec::new();
     for path in files {
-        let mut result: TaskResult = read_json(&path)?;
+        let mut result: TaskResult = crate::record::read_json(&path)?;
         if result.instance_id.is_empty() {
             result.instance_id = path
                 .file_stem()
@@ -304,18 +260,13 @@ fn load_tasks(dir: &Path) -> Result<Vec<Task>, ReportError> {
                 .unwrap_or_default();
         }
         let id = result.instance_id.clone();
-        let report = dir.join("eval").join("logs").join(&id).join("report.json");
+        let report = grades::instance_report_path(&dir.join("eval"), &id);
         let grade = if report.is_file() {
-            let v: Value = read_json(&report)?;
-            // SWE-bench's shape: {"<id>": {...}}; a bare report is accepted too.
-            Some(v.get(&id).cloned().unwrap_or(v))
+            Some(grades::read_instance_report(&report)?)
         } else {
             None
         };
-        let resolved = grade
-            .as_ref()
-            .and_then(|g| g.get("resolved"))
-            .and_then(Value::as_bool);
+        let resolved = grade.as_ref().map(|g| g.resolved);
         tasks.push(Task {
             id,
             result,
@@ -415,6 +366,7 @@ mod tests {
             resolved: None,
             tasks: Vec::new(),
             unfinished: Vec::new(),
+            errors_by_kind: BTreeMap::new(),
         }
     }
 

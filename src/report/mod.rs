@@ -26,8 +26,8 @@
 //! headless browser's DOM dump can prove the plots rendered. Nothing is
 //! fetched: the file opens from disk.
 //!
-//! Inputs: a directory holding `run.json` is a run (see [`crate::batch`]
-//! for its layout); one holding `sweep.json` is a sweep and stands for its
+//! Inputs: a directory holding `run.json` is a run (see [`crate::record`]
+//! for its files); one holding `sweep.json` is a sweep and stands for its
 //! points (`{"grid": [{"key", "values"}], "points": [{"label", "dir",
 //! "values"}]}`, `dir` relative to the sweep). Unknown fields are ignored
 //! and optional ones may be missing, so reports read older and newer runs.
@@ -63,6 +63,8 @@ pub enum ReportError {
     },
     #[error("{path}: {problem}")]
     Invalid { path: PathBuf, problem: String },
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
     #[error(
         "{path} is neither a run directory (no run.json) nor a sweep directory (no sweep.json)"
     )]

@@ -8,6 +8,7 @@ use super::load::{Report, Run};
 use super::svg::{self, Bar, Point, TaskCost};
 use super::text::{esc, percent, seconds, thousands, w};
 use super::MARK_COLOUR;
+use crate::record::result::Status;
 
 /// Parameters shown as columns of the configurations table; the rest
 /// share one column.
@@ -30,7 +31,7 @@ fn rate_of(report: &Report) -> (&'static str, bool) {
 fn patched(run: &Run) -> usize {
     run.tasks
         .iter()
-        .filter(|t| t.result.status == "patched")
+        .filter(|t| t.result.status == Status::Patched)
         .count()
 }
 
@@ -38,7 +39,7 @@ fn patched(run: &Run) -> usize {
 fn count_status(run: &Run, status: &str) -> usize {
     run.tasks
         .iter()
-        .filter(|t| t.result.status == status)
+        .filter(|t| t.result.status.as_str() == status)
         .count()
 }
 
@@ -302,7 +303,7 @@ pub(super) fn costs(out: &mut String, report: &Report) -> usize {
     let all = report.runs.iter().flat_map(|r| r.tasks.iter());
     let scale = (
         all.clone()
-            .map(|t| t.result.prompt_tokens + t.result.completion_tokens)
+            .map(|t| (t.result.prompt_tokens + t.result.completion_tokens) as u64)
             .max()
             .unwrap_or(0),
         all.map(|t| t.result.elapsed_s).fold(0.0, f64::max),
@@ -313,8 +314,8 @@ pub(super) fn costs(out: &mut String, report: &Report) -> usize {
             .iter()
             .map(|t| TaskCost {
                 id: t.id.clone(),
-                prompt: t.result.prompt_tokens,
-                completion: t.result.completion_tokens,
+                prompt: t.result.prompt_tokens as u64,
+                completion: t.result.completion_tokens as u64,
                 seconds: t.result.elapsed_s,
             })
             .collect();

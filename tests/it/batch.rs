@@ -168,8 +168,9 @@ fn a_batch_writes_predictions_trajectories_and_run_json() {
 
     let ghost = read_json(&out.join("results/ghost__repo-1.json"));
     assert_eq!(ghost["status"], "error");
+    assert_eq!(ghost["error"]["kind"], "repository");
     assert!(
-        ghost["error"]
+        ghost["error"]["message"]
             .as_str()
             .unwrap()
             .contains("no repository for `ghost/repo`"),

@@ -13,6 +13,7 @@ mod http_backend;
 mod masai;
 mod pipeline;
 mod react;
+mod records;
 mod replay;
 mod report;
 mod resume;

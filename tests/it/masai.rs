@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use common::Scripted;
 use patchwright::config::Settings;
 use patchwright::dataset::Task;
-use patchwright::engine::replay::ReplayBackend;
 use patchwright::engine::Backend;
 use patchwright::env::Environment;
 use patchwright::pipeline::{masai, metrics};
 use patchwright::repo::{Repos, Workspace};
+use patchwright::trajectory::replay::ReplayBackend;
 use patchwright::trajectory::{Step, Trajectory};
 
 fn task(id: &str) -> Task {

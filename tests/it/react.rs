@@ -10,10 +10,10 @@ use common::Scripted;
 use patchwright::aci::{Aci, AciSettings};
 use patchwright::agents::{self, history::Keep, react};
 use patchwright::dataset::Task;
-use patchwright::engine::replay::ReplayBackend;
 use patchwright::engine::{Backend, Conversation, Engine, EngineSettings, Request, Sampling};
 use patchwright::index::symbols::CodeIndex;
 use patchwright::repo::{Repos, Workspace};
+use patchwright::trajectory::replay::ReplayBackend;
 use patchwright::trajectory::{Step, Trajectory};
 
 fn task(id: &str) -> Task {

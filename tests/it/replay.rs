@@ -5,12 +5,12 @@ use crate::common;
 
 use std::process::Command;
 
-use patchwright::engine::replay::ReplayBackend;
 use patchwright::engine::{
     Backend, Engine, EngineError, EngineSettings, Message, Request, Sampling,
 };
 use patchwright::pipeline::apply_reply;
 use patchwright::repo::{Repos, Workspace};
+use patchwright::trajectory::replay::ReplayBackend;
 use serde_json::Value;
 
 #[test]

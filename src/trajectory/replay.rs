@@ -6,40 +6,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use serde::Deserialize;
-
-use super::{Candidate, Conversation, EngineError, Generation, Message, Request, Stats, Stop};
-
-/// One recorded model call, as `trajectory::ModelCall` writes it.
-#[derive(Debug, Clone, Deserialize)]
-struct Recorded {
-    messages: Vec<Message>,
-    response: String,
-    tokens: Vec<i32>,
-    prompt_tokens: usize,
-    completion_tokens: usize,
-    stop: Stop,
-    /// All candidates of a call that asked for more than one.
-    #[serde(default)]
-    candidates: Vec<Candidate>,
-}
-
-#[derive(Deserialize)]
-struct Step {
-    kind: String,
-    #[serde(flatten)]
-    rest: serde_json::Value,
-}
-
-#[derive(Deserialize)]
-struct TrajectoryFile {
-    steps: Vec<Step>,
-}
+use crate::engine::{Backend, Candidate, Conversation, EngineError, Generation, Request, Stats};
+use crate::record::trajectory::{ModelCall, TrajectoryFile};
+use crate::record::RecordError;
 
 /// The model calls of one trajectory file, answered in order.
 pub struct ReplayBackend {
     source: PathBuf,
-    calls: Vec<Recorded>,
+    calls: Vec<ModelCall>,
     next: Mutex<usize>,
 }
 
@@ -50,20 +24,12 @@ impl ReplayBackend {
             source_path: path.to_path_buf(),
             message,
         };
-        let text =
-            std::fs::read_to_string(path).map_err(|e| err(format!("cannot read it: {e}")))?;
-        let file: TrajectoryFile =
-            serde_json::from_str(&text).map_err(|e| err(format!("not a trajectory: {e}")))?;
-        let calls = file
-            .steps
-            .into_iter()
-            .filter(|s| s.kind == "model_call")
-            .enumerate()
-            .map(|(i, s)| {
-                serde_json::from_value(s.rest)
-                    .map_err(|e| err(format!("model call {}: {e}", i + 1)))
-            })
-            .collect::<Result<Vec<Recorded>, _>>()?;
+        let file = TrajectoryFile::read(path).map_err(|e| match e {
+            RecordError::Io { source, .. } => err(format!("cannot read it: {source}")),
+            RecordError::Json { source, .. } => err(format!("not a trajectory: {source}")),
+            other => err(other.to_string()),
+        })?;
+        let calls = file.model_calls().cloned().collect();
         Ok(ReplayBackend {
             source: path.to_path_buf(),
             calls,
@@ -148,7 +114,7 @@ impl Conversation for ReplayConversation<'_> {
     }
 }
 
-impl super::Backend for ReplayBackend {
+impl Backend for ReplayBackend {
     fn conversation(
         &self,
         _n_seq_max: usize,
