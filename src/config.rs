@@ -1,6 +1,10 @@
-//! Settings, resolved once: defaults, then the configuration file (TOML; it
-//! overrides only what it names), then command-line flags. The resolved
-//! settings are recorded in the run's `run.json`.
+//! Settings, resolved once, here: a run's [`Settings`] from defaults, then
+//! the configuration file (TOML; it overrides only what it names), then
+//! command-line flags ([`Overrides::resolve`]); the environments' and
+//! grading's [`EnvSettings`] from their flags ([`EnvOptions::resolve`]).
+//! The resolved settings are recorded in the run's `run.json`. This module
+//! sits below the pipelines: it holds their settings types, and imports
+//! only the settings of lower layers (aci, agents, engine, env, models).
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +14,10 @@ use crate::agents::fixer::FixerSettings;
 use crate::agents::ranker::RankerSettings;
 use crate::agents::react::ReactSettings;
 use crate::engine::{EngineSettings, Sampling};
-use crate::pipeline::{AgentsSettings, PipelineSettings};
+use crate::env::build::{Index, Pythons};
+use crate::env::spec::{SpecError, Specs};
+use crate::env::{EnvError, Environment};
+use crate::models::{self, ModelError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -21,6 +28,27 @@ pub enum ConfigError {
     },
     #[error("configuration file {path}: {message}")]
     Invalid { path: PathBuf, message: String },
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Environment(#[from] EnvError),
+    #[error(transparent)]
+    Specs(#[from] SpecError),
+    #[error("--wheels {path}: {source}")]
+    Wheels {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot resolve the environments directory {path}: {source}")]
+    EnvsDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// Everything a run can be told.
@@ -130,6 +158,206 @@ impl Settings {
                 format!("`{path}`: {}", e.inner())
             }
         })
+    }
+}
+
+/// What the command line says about a run's settings (`--model`,
+/// `--config`, `--keep-workspaces`, `--environment`).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// A model name or GGUF path; overrides the file's `model`.
+    pub model: Option<String>,
+    /// The configuration file (TOML).
+    pub config_file: Option<PathBuf>,
+    /// Keep workspaces even when the file says not to.
+    pub keep_workspaces: bool,
+    /// A virtualenv; overrides the file's `environment`.
+    pub environment: Option<PathBuf>,
+}
+
+impl Overrides {
+    /// The run's settings: defaults (the manifest's default model), then the
+    /// configuration file, then these flags. The environment, if any, must
+    /// be a usable virtualenv.
+    pub fn resolve(&self) -> Result<Settings, ConfigError> {
+        let mut settings = Settings::defaults(&models::default_model()?.name);
+        if let Some(path) = &self.config_file {
+            settings = Settings::with_file(&settings, path)?;
+        }
+        if let Some(model) = &self.model {
+            settings.model = model.clone();
+        }
+        settings.keep_workspaces |= self.keep_workspaces;
+        if let Some(env) = &self.environment {
+            settings.environment = Some(env.clone());
+        }
+        if let Some(env) = &settings.environment {
+            Environment::open(env)?;
+        }
+        Ok(settings)
+    }
+}
+
+/// Where Python environments come from, and how tasks are graded in them
+/// (`env build`, `eval`, and `--evaluate` of batch and sweep).
+pub struct EnvSettings {
+    pub specs: Specs,
+    pub pythons: Pythons,
+    pub envs_root: PathBuf,
+    pub index: Index,
+    pub jobs: usize,
+    pub test_timeout_s: u64,
+    /// Run the tests even when the patch is empty (`--empty`).
+    pub run_empty: bool,
+    /// Keep each task's worktree and layer under `OUT/.work/<id>` (to rerun
+    /// its tests by hand when an environment misbehaves).
+    pub keep_work: bool,
+}
+
+impl EnvSettings {
+    /// `$PATCHWRIGHT_ENVS_DIR`, else `~/.cache/patchwright/envs`.
+    pub fn default_envs_root() -> PathBuf {
+        if let Some(d) = std::env::var_os("PATCHWRIGHT_ENVS_DIR") {
+            return PathBuf::from(d);
+        }
+        std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir)
+            .join(".cache/patchwright/envs")
+    }
+}
+
+/// What the command line says about environments and grading; resolved by
+/// [`EnvOptions::resolve`].
+#[derive(Debug, Clone)]
+pub struct EnvOptions {
+    /// Directory of environment specs [default: `datasets/envs` of the
+    /// source tree].
+    pub specs: Option<PathBuf>,
+    /// Where environments are built [default:
+    /// [`EnvSettings::default_envs_root`]].
+    pub envs: Option<PathBuf>,
+    /// Python installation prefixes besides pyenv's.
+    pub pythons: Vec<PathBuf>,
+    /// Install only from this directory of wheels and sdists.
+    pub wheels: Option<PathBuf>,
+    /// Tasks graded at once [default: half the CPUs, at least 1].
+    pub jobs: Option<usize>,
+    /// Time limit of one task's tests, in seconds.
+    pub test_timeout_s: u64,
+    /// Run the tests even when the patch is empty.
+    pub run_empty: bool,
+    /// Keep each task's worktree and layer.
+    pub keep_work: bool,
+}
+
+impl EnvOptions {
+    /// The settings: specs loaded, interpreters found, the wheel directory
+    /// and the environments directory (created) made absolute.
+    pub fn resolve(&self) -> Result<EnvSettings, ConfigError> {
+        let dir = self.specs.clone().unwrap_or_else(Specs::default_dir);
+        let specs = Specs::load_dir(&dir)?;
+        let index =
+            match &self.wheels {
+                Some(w) => Index::Wheels(std::fs::canonicalize(w).map_err(|source| {
+                    ConfigError::Wheels {
+                        path: w.clone(),
+                        source,
+                    }
+                })?),
+                None => Index::Online,
+            };
+        let envs_root = self
+            .envs
+            .clone()
+            .unwrap_or_else(EnvSettings::default_envs_root);
+        std::fs::create_dir_all(&envs_root).map_err(|source| ConfigError::CreateDir {
+            path: envs_root.clone(),
+            source,
+        })?;
+        let jobs = self.jobs.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+        });
+        Ok(EnvSettings {
+            specs,
+            pythons: Pythons::discover(&self.pythons),
+            envs_root: std::fs::canonicalize(&envs_root).map_err(|source| {
+                ConfigError::EnvsDir {
+                    path: envs_root.clone(),
+                    source,
+                }
+            })?,
+            index,
+            jobs,
+            test_timeout_s: self.test_timeout_s,
+            run_empty: self.run_empty,
+            keep_work: self.keep_work,
+        })
+    }
+}
+
+/// Which pipeline, and which MASAI stages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSettings {
+    /// `masai` or `first`.
+    pub kind: Kind,
+    /// Run the Test Template Generator (its test guides the reproducer).
+    pub template: bool,
+    /// Run the Issue Reproducer (its test ranks the candidates).
+    pub reproduce: bool,
+    /// Rank the candidates by running tests; off, the first distinct
+    /// candidate (the greedy one when it applies) is taken.
+    pub rank: bool,
+}
+
+/// Which pipeline a task runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Masai,
+    First,
+}
+
+impl Default for PipelineSettings {
+    fn default() -> Self {
+        PipelineSettings {
+            kind: Kind::Masai,
+            template: true,
+            reproduce: true,
+            rank: true,
+        }
+    }
+}
+
+/// The limits and sampling of one ReAct sub-agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSettings {
+    pub max_steps: usize,
+    pub temperature: f32,
+}
+
+/// The ReAct sub-agents' settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsSettings {
+    pub test_template: AgentSettings,
+    pub reproducer: AgentSettings,
+    pub localizer: AgentSettings,
+}
+
+impl Default for AgentsSettings {
+    fn default() -> Self {
+        let greedy = |max_steps| AgentSettings {
+            max_steps,
+            temperature: 0.0,
+        };
+        AgentsSettings {
+            test_template: greedy(10),
+            reproducer: greedy(12),
+            localizer: greedy(12),
+        }
     }
 }
 

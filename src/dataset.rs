@@ -12,6 +12,7 @@ use std::str::FromStr;
 
 use regex::Regex;
 use serde::{Deserialize, Deserializer, Serialize};
+use sha2::{Digest, Sha256};
 
 /// One SWE-bench task, the answer included (the gold patch, the test patch,
 /// FAIL_TO_PASS, PASS_TO_PASS): only grading and the metrics computed after
@@ -418,6 +419,53 @@ impl Selection {
                 .collect(),
             None => sliced,
         }
+    }
+}
+
+/// The tasks a selection keeps of a task file, and what identifies the file.
+#[derive(Debug, Clone)]
+pub struct Selected {
+    /// The task file.
+    pub path: PathBuf,
+    /// The selected tasks, in file order.
+    pub tasks: Vec<Task>,
+    /// Tasks in the whole file.
+    pub in_file: usize,
+    /// The file's sha256, hex-encoded.
+    pub sha256: String,
+}
+
+impl Selection {
+    /// Loads the task file at `path` and keeps this selection of it.
+    pub fn select(&self, path: &Path) -> Result<Selected, DatasetError> {
+        let all = load(path)?;
+        let bytes = std::fs::read(path).map_err(|source| DatasetError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Selected {
+            path: path.to_path_buf(),
+            in_file: all.len(),
+            tasks: self.apply(all),
+            sha256: hex::encode(Sha256::digest(&bytes)),
+        })
+    }
+
+    /// What `run.json` records of the task file and this selection of it.
+    pub fn json(&self, selected: &Selected) -> serde_json::Value {
+        serde_json::json!({
+            "dataset": {
+                "path": selected.path,
+                "sha256": selected.sha256,
+                "tasks_in_file": selected.in_file,
+            },
+            "selection": {
+                "filter": self.filter.as_ref().map(Regex::as_str),
+                "slice": self.slice,
+                "shard": self.shard,
+                "instance_ids": selected.tasks.iter().map(|t| t.instance_id.as_str()).collect::<Vec<_>>(),
+            },
+        })
     }
 }
 

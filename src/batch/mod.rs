@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime};
 
-use crate::config::Settings;
+use crate::config::{EnvSettings, Settings};
 use crate::dataset::Task;
 use crate::engine::{Backend, EngineError};
 use crate::env::{EnvError, Environment};
@@ -139,7 +139,7 @@ pub type Sink = std::sync::Arc<dyn Fn(Event<'_>) + Send + Sync>;
 /// Grades patches as a batch makes them, sharing built environments
 /// between tasks (and between a sweep's runs).
 pub struct Grader<'a> {
-    pub settings: &'a eval::Settings,
+    pub settings: &'a EnvSettings,
     pub repos: &'a Repos,
     /// Environments by (repository, version), built on first use; the lock
     /// also keeps two tasks from building or preparing one at once.
@@ -147,7 +147,7 @@ pub struct Grader<'a> {
 }
 
 impl<'a> Grader<'a> {
-    pub fn new(settings: &'a eval::Settings, repos: &'a Repos) -> Self {
+    pub fn new(settings: &'a EnvSettings, repos: &'a Repos) -> Self {
         Grader {
             settings,
             repos,

@@ -20,6 +20,9 @@ pub use crate::record::sweep::{Axis, Point, Row, SweepFile};
 
 use super::BatchError;
 use crate::config::Settings;
+use crate::engine::backing::{with_model, Backing};
+use crate::engine::{EngineError, EngineSettings, Slots};
+use crate::models::{ModelError, ModelRef};
 
 /// Short names for the keys swept most.
 pub const ALIASES: &[(&str, &str)] = &[
@@ -356,4 +359,116 @@ mod tests {
         let line = csv_line(&["a".into(), "b,c".into(), "say \"hi\"".into()]);
         assert_eq!(line, "a,\"b,c\",\"say \"\"hi\"\"\"\n");
     }
+}
+
+/// A sweep ready to run: its file (written) and each point's settings.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub file: SweepFile,
+    /// The settings of each point, in the order of `file.points`.
+    pub settings: Vec<Settings>,
+}
+
+/// The grid (the config file's `[sweep.grid]`, then `axes`, each replacing
+/// an axis of the same key), its points and their settings over `base`;
+/// writes `out/sweep.json`, refusing a directory that holds a sweep over
+/// another grid.
+pub fn prepare(
+    out: &Path,
+    base: &Settings,
+    config_file: Option<&Path>,
+    axes: &[String],
+) -> Result<Prepared, BatchError> {
+    let mut grid = match config_file {
+        Some(path) => grid_from_config(path)?,
+        None => Vec::new(),
+    };
+    for text in axes {
+        let axis = Axis::parse(text)?;
+        grid.retain(|a| a.key != axis.key);
+        grid.push(axis);
+    }
+    if grid.is_empty() {
+        return Err(BatchError::Invalid(
+            "no grid: give --grid KEY=V1,V2,... or [sweep.grid] in the config file".into(),
+        ));
+    }
+    let points = points(&grid);
+    let settings: Vec<Settings> = points
+        .iter()
+        .map(|p| p.settings(base))
+        .collect::<Result<_, _>>()?;
+    std::fs::create_dir_all(out).map_err(|source| BatchError::Io {
+        action: "create",
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let file = SweepFile {
+        grid,
+        points,
+        shared: PathBuf::from("shared"),
+    };
+    if let Ok(old) = SweepFile::read(out) {
+        if old.grid != file.grid {
+            return Err(BatchError::Invalid(format!(
+                "{} holds a sweep over another grid: choose another --out, or delete it to start over",
+                out.display()
+            )));
+        }
+    }
+    super::write_json(&out.join("sweep.json"), &file)?;
+    Ok(Prepared { file, settings })
+}
+
+/// Runs every point of `sweep` into `out` with `run_point` and writes the
+/// table after each. Points that load the same model the same way share one
+/// load (or `server`), its scheduler keeping `jobs` conversations sized for
+/// the group's largest fixer.
+pub fn run<E>(
+    out: &Path,
+    sweep: &Prepared,
+    server: Option<&str>,
+    jobs: usize,
+    mut run_point: impl FnMut(&Point, &Settings, &ModelRef, &Backing<'_>) -> Result<Row, E>,
+) -> Result<Vec<Row>, E>
+where
+    E: From<BatchError> + From<ModelError> + From<EngineError>,
+{
+    let (points, settings) = (&sweep.file.points, &sweep.settings);
+    let mut groups: Vec<(String, EngineSettings, Vec<usize>)> = Vec::new();
+    for (i, s) in settings.iter().enumerate() {
+        match groups
+            .iter_mut()
+            .find(|(m, e, _)| *m == s.model && *e == s.engine)
+        {
+            Some(g) => g.2.push(i),
+            None => groups.push((s.model.clone(), s.engine.clone(), vec![i])),
+        }
+    }
+    let mut rows: Vec<Option<Row>> = vec![None; points.len()];
+    for (model_spec, engine, members) in &groups {
+        let model = ModelRef::resolve(model_spec, server)?;
+        let candidates = members
+            .iter()
+            .map(|&i| settings[i].fixer.candidates)
+            .max()
+            .unwrap_or(1);
+        let slots = Slots {
+            conversations: jobs.max(1),
+            candidates: candidates.max(1),
+        };
+        with_model(&model, engine, slots, |backing| {
+            for &i in members {
+                let point = &points[i];
+                tracing::info!("point {}/{}: {}", i + 1, points.len(), point.label);
+                rows[i] = Some(run_point(point, &settings[i], &model, backing)?);
+                let done: Vec<Row> = rows.iter().flatten().cloned().collect();
+                write_table(out, &sweep.file.grid, &done)?;
+            }
+            Ok::<_, E>(())
+        })?;
+    }
+    let rows: Vec<Row> = rows.into_iter().flatten().collect();
+    write_table(out, &sweep.file.grid, &rows)?;
+    Ok(rows)
 }

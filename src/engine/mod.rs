@@ -7,6 +7,7 @@
 //! may carry a GBNF grammar ([`grammar`] builds the common ones). Prompts are
 //! rendered with the chat template stored in the model's metadata.
 
+pub mod backing;
 pub mod grammar;
 pub mod http;
 pub mod scheduler;

@@ -18,9 +18,10 @@ use std::time::Instant;
 
 use patchwright_sandbox as sandbox;
 
+use crate::config::EnvSettings;
 use crate::dataset::Task;
-use crate::env::build::{self, git_safe, quote, Index, Layer, Plan, Pythons};
-use crate::env::spec::{Directives, Spec, Specs};
+use crate::env::build::{self, git_safe, quote, Layer, Plan};
+use crate::env::spec::{Directives, Spec};
 use crate::env::Environment;
 use crate::record::grade::{self as graded, ErrorKind, InfraError, InstanceReport, Summary};
 /// Reading predictions files lives with the other run files.
@@ -41,34 +42,6 @@ pub const NON_TEST_EXTS: &[&str] = &[
     ".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml",
 ];
 
-/// Where environments come from and how tasks run.
-pub struct Settings {
-    pub specs: Specs,
-    pub pythons: Pythons,
-    pub envs_root: PathBuf,
-    pub index: Index,
-    pub jobs: usize,
-    pub test_timeout_s: u64,
-    /// Run the tests even when the patch is empty (`--empty`).
-    pub run_empty: bool,
-    /// Keep each task's worktree and layer under `OUT/.work/<id>` (to rerun
-    /// its tests by hand when an environment misbehaves).
-    pub keep_work: bool,
-}
-
-impl Settings {
-    /// `$PATCHWRIGHT_ENVS_DIR`, else `~/.cache/patchwright/envs`.
-    pub fn default_envs_root() -> PathBuf {
-        if let Some(d) = std::env::var_os("PATCHWRIGHT_ENVS_DIR") {
-            return PathBuf::from(d);
-        }
-        std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir)
-            .join(".cache/patchwright/envs")
-    }
-}
-
 /// The built environment of each (repository, version), or why there is
 /// none.
 pub type Envs = BTreeMap<(String, String), Result<(Plan, Environment), String>>;
@@ -77,7 +50,7 @@ pub type Envs = BTreeMap<(String, String), Result<(Plan, Environment), String>>;
 /// there is none.
 pub fn plans(
     tasks: &[Task],
-    settings: &Settings,
+    settings: &EnvSettings,
     repos: &Repos,
 ) -> BTreeMap<(String, String), Result<Plan, String>> {
     let mut out = BTreeMap::new();
@@ -119,7 +92,7 @@ fn setup_commit(t: &Task) -> &str {
 /// (repository, version).
 pub fn ensure_envs(
     plans: &BTreeMap<(String, String), Result<Plan, String>>,
-    settings: &Settings,
+    settings: &EnvSettings,
     repos: &Repos,
     scratch: &Path,
 ) -> Envs {
@@ -147,7 +120,7 @@ pub fn ensure_envs(
 pub fn prepare_commits(
     tasks: &[Task],
     envs: &Envs,
-    settings: &Settings,
+    settings: &EnvSettings,
     repos: &Repos,
     scratch: &Path,
 ) -> BTreeMap<String, Result<(), String>> {
@@ -180,7 +153,7 @@ pub fn prepare_commits(
 pub fn evaluate_all(
     tasks: &[Task],
     patches: &BTreeMap<String, String>,
-    settings: &Settings,
+    settings: &EnvSettings,
     repos: &Repos,
     out: &Path,
     on_done: &(dyn Fn(&InstanceReport) + Sync),
@@ -229,7 +202,7 @@ pub fn evaluate_all(
     Ok(summary)
 }
 
-fn needs_run(patch: Option<&str>, settings: &Settings) -> bool {
+fn needs_run(patch: Option<&str>, settings: &EnvSettings) -> bool {
     match patch {
         None => false,
         Some(p) => settings.run_empty || !p.trim().is_empty(),
@@ -242,7 +215,7 @@ pub fn evaluate_caught(
     task: &Task,
     patch: Option<&str>,
     env: Option<Result<&(Plan, Environment), &str>>,
-    settings: &Settings,
+    settings: &EnvSettings,
     repos: &Repos,
     out: &Path,
 ) -> InstanceReport {
@@ -264,7 +237,7 @@ pub fn evaluate_one(
     task: &Task,
     patch: Option<&str>,
     env: Option<Result<&(Plan, Environment), &str>>,
-    settings: &Settings,
+    settings: &EnvSettings,
     repos: &Repos,
     out: &Path,
 ) -> InstanceReport {
@@ -603,6 +576,114 @@ pub fn test_directives(files: &[String], kind: Directives) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// What `env build` did for one (repository, version); serialised as
+/// `env build --json` prints it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EnvBuilt {
+    pub repo: String,
+    pub version: String,
+    /// Built (or found built), and usable.
+    pub ok: bool,
+    /// The interpreter's version, when built.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
+    /// The environment's virtualenv, when built.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// It was built before this call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reused: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    /// `id: why` of each task whose own commit's dependencies could not be
+    /// prepared, when built.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_dependency_errors: Option<Vec<String>>,
+    /// Why it could not be built.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl EnvBuilt {
+    /// Built, and every task's dependencies prepared.
+    pub fn complete(&self) -> bool {
+        self.ok
+            && self
+                .task_dependency_errors
+                .as_ref()
+                .is_none_or(Vec::is_empty)
+    }
+}
+
+/// Why [`build_envs`] could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot create a scratch directory: {0}")]
+pub struct ScratchError(#[source] std::io::Error);
+
+/// Builds the environment of every (repository, version) of `tasks` that is
+/// not built yet, one at a time, and prepares each task's own commit's
+/// dependencies in it. `started(i, n, repo, version)` is called before each
+/// (0-based `i` of `n`), `done` after.
+pub fn build_envs(
+    tasks: &[Task],
+    settings: &EnvSettings,
+    repos: &Repos,
+    started: &mut dyn FnMut(usize, usize, &str, &str),
+    done: &mut dyn FnMut(&EnvBuilt),
+) -> Result<Vec<EnvBuilt>, ScratchError> {
+    let plans = plans(tasks, settings, repos);
+    let scratch = tempfile::Builder::new()
+        .prefix("patchwright-env-")
+        .tempdir()
+        .map_err(ScratchError)?;
+    let mut rows = Vec::new();
+    for (i, ((repo, version), plan)) in plans.iter().enumerate() {
+        started(i, plans.len(), repo, version);
+        let start = Instant::now();
+        let one = BTreeMap::from([((repo.clone(), version.clone()), plan.clone())]);
+        let was_built = plan.as_ref().is_ok_and(|p| p.is_built());
+        let built = ensure_envs(&one, settings, repos, scratch.path());
+        let of_env: Vec<Task> = tasks
+            .iter()
+            .filter(|t| &t.repo == repo && &t.version == version)
+            .cloned()
+            .collect();
+        let prepared = prepare_commits(&of_env, &built, settings, repos, scratch.path());
+        let unprepared: Vec<String> = prepared
+            .iter()
+            .filter_map(|(id, r)| r.as_ref().err().map(|e| format!("{id}: {e}")))
+            .collect();
+        let result = built
+            .into_values()
+            .next()
+            .unwrap_or_else(|| Err("not planned".into()));
+        let mut row = EnvBuilt {
+            repo: repo.clone(),
+            version: version.clone(),
+            ok: result.is_ok(),
+            python: None,
+            dir: None,
+            reused: None,
+            seconds: None,
+            task_dependency_errors: None,
+            error: None,
+        };
+        match result {
+            Ok((plan, env)) => {
+                row.python = Some(plan.interpreter.version);
+                row.dir = Some(env.venv);
+                row.reused = Some(was_built);
+                row.seconds = Some(start.elapsed().as_secs_f64());
+                row.task_dependency_errors = Some(unprepared);
+            }
+            Err(e) => row.error = Some(e),
+        }
+        done(&row);
+        rows.push(row);
+    }
+    Ok(rows)
 }
 
 #[cfg(test)]

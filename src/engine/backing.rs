@@ -1,0 +1,92 @@
+//! The model answering a run's calls: the scheduler over the embedded
+//! engine (loaded once), or an OpenAI-compatible server; and the one-request
+//! path of `patchwright generate`.
+
+use super::http::HttpBackend;
+use super::scheduler::Meter;
+use super::{
+    serve, Backend, Engine, EngineError, EngineSettings, Generation, Message, Request, Sampling,
+    Slots,
+};
+use crate::models::{self, ModelError, ModelRef};
+
+/// What a run's calls go to, while [`with_model`] holds it.
+pub struct Backing<'a> {
+    /// Where the pipelines' calls go.
+    pub backend: &'a dyn Backend,
+    /// The scheduler's busy fraction and token counters; none for a server.
+    pub meter: Option<Meter>,
+}
+
+/// Loads `model` with `settings` (or connects to its server) and runs
+/// `body` with it; the scheduler keeps `slots` (conversations, each with up
+/// to that many candidates).
+pub fn with_model<T, E: From<EngineError>>(
+    model: &ModelRef,
+    settings: &EngineSettings,
+    slots: Slots,
+    body: impl FnOnce(&Backing<'_>) -> Result<T, E>,
+) -> Result<T, E> {
+    let Some(path) = &model.path else {
+        let http = HttpBackend::new(&model.location, &model.spec)?;
+        return body(&Backing {
+            backend: &http,
+            meter: None,
+        });
+    };
+    tracing::info!("loading {}", path.display());
+    let engine = Engine::load(path, settings)?;
+    serve(&engine, slots, |scheduler| {
+        body(&Backing {
+            backend: scheduler,
+            meter: Some(scheduler.meter()),
+        })
+    })?
+}
+
+/// A model for one conversation (`patchwright generate`): with `server`,
+/// the model named `model` there ("default" when none); else `model` (a
+/// manifest name or a GGUF path; none: the manifest's default) loaded here
+/// with `settings`.
+pub fn open<E: From<EngineError> + From<ModelError>>(
+    model: Option<&str>,
+    server: Option<&str>,
+    settings: &EngineSettings,
+) -> Result<Box<dyn Backend>, E> {
+    if let Some(url) = server {
+        return Ok(Box::new(HttpBackend::new(url, model.unwrap_or("default"))?));
+    }
+    let spec = match model {
+        Some(m) => m.to_string(),
+        None => models::default_model()?.name,
+    };
+    let resolved = models::resolve(&spec)?;
+    Ok(Box::new(Engine::load(&resolved.path, settings)?))
+}
+
+/// One request in a fresh conversation: an optional system message, then
+/// `user`; `n` candidates sampled with `sampling`, each following `grammar`
+/// (GBNF, root rule `root`) when given.
+pub fn ask(
+    backend: &dyn Backend,
+    system: Option<String>,
+    user: String,
+    sampling: Sampling,
+    n: usize,
+    grammar: Option<&str>,
+) -> Result<Generation, EngineError> {
+    let mut messages = Vec::new();
+    if let Some(system) = system {
+        messages.push(Message::system(system));
+    }
+    messages.push(Message::user(user));
+    let max_tokens = sampling.max_tokens as usize;
+    let request = Request {
+        messages: &messages,
+        sampling,
+        n,
+        temperatures: None,
+        grammar,
+    };
+    backend.conversation(n, max_tokens)?.generate(&request)
+}
