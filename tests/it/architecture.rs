@@ -500,8 +500,22 @@ fn topological(
     Some(order)
 }
 
+/// The top-level modules `src/lib.rs` declares: the library. Files of
+/// other modules under `src/` (the binary's `cli`) are not checked.
+fn library_modules(lib: &str) -> BTreeSet<String> {
+    lib.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let rest = line.strip_prefix("pub mod ").or_else(|| line.strip_prefix("mod "))?;
+            Some(rest.strip_suffix(';')?.trim().to_string())
+        })
+        .collect()
+}
+
 fn crate_files() -> Vec<(String, ModPath, Vec<Reference>)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let library = library_modules(&lib);
     let mut paths = Vec::new();
     rust_files(&root.join("src"), &mut paths);
     let mut files = Vec::new();
@@ -510,6 +524,9 @@ fn crate_files() -> Vec<(String, ModPath, Vec<Reference>)> {
         let Some(module) = module_of(relative) else {
             continue;
         };
+        if module.first().is_some_and(|top| !library.contains(top)) {
+            continue;
+        }
         let src = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         let refs = references(&src, &module);
@@ -678,6 +695,13 @@ fn references_are_extracted() {
             .collect();
         assert_eq!(&got, expected, "references of {src:?} in {module:?}");
     }
+}
+
+#[test]
+fn the_library_is_what_lib_rs_declares() {
+    let lib = "//! docs\npub mod aci;\nmod private;\npub mod batch;\n\npub fn versions() {}\n";
+    let got: Vec<String> = library_modules(lib).into_iter().collect();
+    assert_eq!(got, ["aci", "batch", "private"]);
 }
 
 #[test]
