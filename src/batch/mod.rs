@@ -27,12 +27,14 @@
 pub mod merge;
 pub mod progress;
 pub mod rundir;
+pub mod run;
 pub mod sweep;
 
 pub use crate::record::result::{Prediction, Status, TaskError, TaskErrorKind, TaskResult};
 pub use crate::record::run::Summary;
 /// The atomic writes, for callers that reach them through `batch`.
 pub use crate::record::{write_atomic, write_json};
+pub use run::{RunContext, RunOutcome};
 pub use rundir::{Opened, RunDir};
 
 use std::path::{Path, PathBuf};

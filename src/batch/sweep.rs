@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 
 pub use crate::record::sweep::{Axis, Point, Row, SweepFile};
 
-use super::BatchError;
+use super::{BatchError, RunContext};
 use crate::config::Settings;
-use crate::engine::backing::{with_model, Backing};
+use crate::engine::backing::with_model;
 use crate::engine::{EngineError, EngineSettings, Slots};
 use crate::models::{ModelError, ModelRef};
 
@@ -420,16 +420,16 @@ pub fn prepare(
     Ok(Prepared { file, settings })
 }
 
-/// Runs every point of `sweep` into `out` with `run_point` and writes the
-/// table after each. Points that load the same model the same way share one
-/// load (or `server`), its scheduler keeping `jobs` conversations sized for
-/// the group's largest fixer.
+/// Runs every point of `sweep` into its run directory under `out` (the
+/// selection and options of `cx`) and writes the table after each. Points
+/// that load the same model the same way share one load (or `server`), its
+/// scheduler keeping `cx`'s jobs as conversations sized for the group's
+/// largest fixer.
 pub fn run<E>(
     out: &Path,
     sweep: &Prepared,
     server: Option<&str>,
-    jobs: usize,
-    mut run_point: impl FnMut(&Point, &Settings, &ModelRef, &Backing<'_>) -> Result<Row, E>,
+    cx: &RunContext<'_>,
 ) -> Result<Vec<Row>, E>
 where
     E: From<BatchError> + From<ModelError> + From<EngineError>,
@@ -454,14 +454,23 @@ where
             .max()
             .unwrap_or(1);
         let slots = Slots {
-            conversations: jobs.max(1),
+            conversations: cx.options.jobs.max(1),
             candidates: candidates.max(1),
         };
         with_model(&model, engine, slots, |backing| {
             for &i in members {
                 let point = &points[i];
                 tracing::info!("point {}/{}: {}", i + 1, points.len(), point.label);
-                rows[i] = Some(run_point(point, &settings[i], &model, backing)?);
+                let o = super::run::run(
+                    cx,
+                    &settings[i],
+                    &model,
+                    backing,
+                    &out.join(&point.dir),
+                    &point.label,
+                    Some(out.join(&sweep.file.shared)),
+                )?;
+                rows[i] = Some(Row::new(point, &o.summary, &o.metrics, o.load.as_ref()));
                 let done: Vec<Row> = rows.iter().flatten().cloned().collect();
                 write_table(out, &sweep.file.grid, &done)?;
             }

@@ -3,6 +3,14 @@
 //! `config::EnvOptions`, `dataset::Selection`, a sandbox policy). Part of the
 //! binary only (declared in `main.rs`, not in `lib.rs`): the library takes
 //! no clap types. Settings are resolved in `config`, not here.
+//!
+//! Each subcommand's body (flags to library inputs, the library call, the
+//! printed results) is in the submodule of its group.
+
+pub mod batch;
+pub mod evaluation;
+pub mod models;
+pub mod tools;
 
 use std::path::PathBuf;
 
@@ -513,6 +521,14 @@ impl SettingsArgs {
 }
 
 impl RunnerArgs {
+    /// Tasks in flight and whether finished tasks run again.
+    pub fn options(&self) -> patchwright::batch::Options {
+        patchwright::batch::Options {
+            jobs: self.jobs,
+            redo: self.redo,
+        }
+    }
+
     /// How to grade, with `--evaluate`: one task at a time, each as soon as
     /// it is solved.
     pub fn grading(&self) -> Result<Option<EnvSettings>> {

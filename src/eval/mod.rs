@@ -686,6 +686,36 @@ pub fn build_envs(
     Ok(rows)
 }
 
+/// Which patches [`evaluate_all`] grades.
+#[derive(Debug, Clone, Copy)]
+pub enum PatchSource<'a> {
+    /// Each task's reference patch.
+    Gold,
+    /// An empty patch for every task.
+    Empty,
+    /// The predictions file at this path (see [`load_predictions`]).
+    Predictions(&'a Path),
+}
+
+/// The patch to grade for each task of `tasks` (by instance id), from
+/// `source`; a predictions file may name other tasks, or miss some.
+pub fn choose_patches(
+    tasks: &[Task],
+    source: PatchSource<'_>,
+) -> Result<BTreeMap<String, String>, crate::record::RecordError> {
+    Ok(match source {
+        PatchSource::Gold => tasks
+            .iter()
+            .map(|t| (t.instance_id.clone(), t.patch.clone()))
+            .collect(),
+        PatchSource::Empty => tasks
+            .iter()
+            .map(|t| (t.instance_id.clone(), String::new()))
+            .collect(),
+        PatchSource::Predictions(path) => load_predictions(path)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

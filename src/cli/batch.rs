@@ -1,0 +1,173 @@
+//! `batch`, `run`, `sweep`, `merge` and `report`: runs over a selection of
+//! tasks, and what is made of their run directories.
+
+use anyhow::{bail, Result};
+
+use super::{BatchArgs, MergeArgs, ReportArgs, RunArgs, SweepArgs};
+use patchwright::batch::sweep;
+use patchwright::batch::{self, Grader, RunContext, RunDir};
+use patchwright::dataset;
+use patchwright::engine::backing::with_model;
+use patchwright::engine::Slots;
+use patchwright::models::ModelRef;
+use patchwright::repo::Repos;
+
+pub fn batch(args: BatchArgs) -> Result<i32> {
+    let selection = args.select.selection()?;
+    let selected = selection.select(&args.select.dataset)?;
+    if args.list {
+        for t in &selected.tasks {
+            println!("{}", t.instance_id);
+        }
+        return Ok(0);
+    }
+    let (Some(repos_dir), Some(out)) = (&args.repos, &args.out) else {
+        bail!("--repos and --out are required unless --list is given");
+    };
+    args.runner.check(repos_dir)?;
+    let settings = args.settings.overrides().resolve()?;
+    let model = ModelRef::resolve(&settings.model, args.runner.server.as_deref())?;
+    let repos = Repos::new(repos_dir)?;
+    let grading = args.runner.grading()?;
+    let grader = grading.as_ref().map(|g| Grader::new(g, &repos));
+    let cx = RunContext {
+        select: &selection,
+        selected: &selected,
+        repos_dir,
+        repos: &repos,
+        options: args.runner.options(),
+        grader: grader.as_ref(),
+        command: std::env::args().collect(),
+    };
+    // A run directory of another run is refused before the model loads.
+    RunDir::open(out, &model.identity(&settings))?;
+    let slots = Slots {
+        conversations: args.runner.jobs,
+        candidates: settings.fixer.candidates,
+    };
+    let outcome = with_model(&model, &settings.engine, slots, |backing| {
+        batch::run::run(&cx, &settings, &model, backing, out, "", None)
+            .map_err(anyhow::Error::from)
+    })?;
+    println!("predictions: {}", out.join("predictions.jsonl").display());
+    println!("trajectories: {}", out.join("trajectories").display());
+    println!("run: {}", out.join("run.json").display());
+    if outcome.metrics.tasks > 0 {
+        println!("metrics: {}", out.join("metrics.json").display());
+    }
+    Ok(0)
+}
+
+pub fn run(args: RunArgs) -> Result<i32> {
+    let tasks = dataset::load(&args.dataset)?;
+    if !tasks.iter().any(|t| t.instance_id == args.task) {
+        bail!(
+            "no task {} in {}; list them with `patchwright batch --dataset {} --list`",
+            args.task,
+            args.dataset.display(),
+            args.dataset.display()
+        );
+    }
+    batch(args.into_batch())
+}
+
+pub fn sweep(args: SweepArgs) -> Result<i32> {
+    let selection = args.select.selection()?;
+    let selected = selection.select(&args.select.dataset)?;
+    if selected.tasks.is_empty() {
+        bail!("no task of {} is selected", args.select.dataset.display());
+    }
+    args.runner.check(&args.repos)?;
+    let base = args.settings.overrides().resolve()?;
+    let config = args.settings.config.as_deref();
+    let sweep = sweep::prepare(&args.out, &base, config, &args.grid)?;
+    let grid = &sweep.file.grid;
+    tracing::info!(
+        "sweep of {} points over {} tasks: {}",
+        sweep.file.points.len(),
+        selected.tasks.len(),
+        grid.iter()
+            .map(|a| format!("{} ({} values)", a.key, a.values.len()))
+            .collect::<Vec<_>>()
+            .join(" × ")
+    );
+    let repos = Repos::new(&args.repos)?;
+    let grading = args.runner.grading()?;
+    // One grader for every point: environments are built once.
+    let grader = grading.as_ref().map(|g| Grader::new(g, &repos));
+    let cx = RunContext {
+        select: &selection,
+        selected: &selected,
+        repos_dir: &args.repos,
+        repos: &repos,
+        options: args.runner.options(),
+        grader: grader.as_ref(),
+        command: std::env::args().collect(),
+    };
+    let server = args.runner.server.as_deref();
+    let rows = sweep::run::<anyhow::Error>(&args.out, &sweep, server, &cx)?;
+    eprintln!(
+        "{:<50} {:>8} {:>8} {:>10} {:>9}",
+        "point", "patched", "resolved", "tokens", "seconds"
+    );
+    for r in &rows {
+        eprintln!(
+            "{:<50} {:>8} {:>8} {:>10} {:>9.0}",
+            r.label,
+            format!("{}/{}", r.patched, r.tasks),
+            r.resolved
+                .map_or("-".into(), |v| format!("{v}/{}", r.tasks)),
+            r.prompt_tokens + r.completion_tokens,
+            r.elapsed_s
+        );
+    }
+    for name in ["table.csv", "table.json"] {
+        println!("table: {}", args.out.join(name).display());
+    }
+    println!("sweep: {}", args.out.join("sweep.json").display());
+    Ok(0)
+}
+
+pub fn merge(args: MergeArgs) -> Result<i32> {
+    let merged = batch::merge::merge(&args.shards, &args.out)?;
+    eprintln!(
+        "{} shards: {} tasks ({} patched, {} errors{})",
+        args.shards.len(),
+        merged.summary.tasks,
+        merged.summary.patched,
+        merged.summary.errors,
+        merged
+            .summary
+            .resolved
+            .map_or(String::new(), |r| format!(", {r} resolved"))
+    );
+    println!(
+        "predictions: {}",
+        args.out.join("predictions.jsonl").display()
+    );
+    println!("run: {}", args.out.join("run.json").display());
+    Ok(0)
+}
+
+pub fn report(args: ReportArgs) -> Result<i32> {
+    let out = args
+        .out
+        .unwrap_or_else(|| args.inputs[0].join("report.html"));
+    let summary = patchwright::report::write(&args.inputs, &out)?;
+    tracing::info!(
+        "{} runs, {} tasks, {} plots{}",
+        summary.runs,
+        summary.tasks,
+        summary.plots,
+        if summary.missing_points.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} sweep points not run yet",
+                summary.missing_points.len()
+            )
+        }
+    );
+    println!("{}", out.display());
+    Ok(0)
+}

@@ -1,0 +1,123 @@
+//! `env build` and `eval`: the test environments, and grading patches in
+//! them.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::{EnvBuildArgs, EvalArgs};
+use patchwright::eval::{self, PatchSource};
+use patchwright::repo::Repos;
+
+pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
+    let tasks = args.tasks.tasks()?;
+    let settings = args.env.options(Some(1), 0, false, false).resolve()?;
+    let repos = Repos::new(&args.tasks.repos)?;
+    let rows = eval::build_envs(
+        &tasks,
+        &settings,
+        &repos,
+        &mut |i, n, repo, version| eprintln!("[{}/{n}] {repo} {version}", i + 1),
+        &mut |row| {
+            if args.json {
+                return;
+            }
+            match (&row.dir, &row.error) {
+                (Some(dir), _) => println!(
+                    "ok     {} {} {}{}",
+                    row.repo,
+                    row.version,
+                    dir.display(),
+                    if row.reused == Some(true) {
+                        " (built before)"
+                    } else {
+                        ""
+                    }
+                ),
+                (None, e) => println!(
+                    "FAILED {} {}: {}",
+                    row.repo,
+                    row.version,
+                    e.as_deref().unwrap_or("")
+                ),
+            }
+            for e in row.task_dependency_errors.iter().flatten() {
+                println!("       {e}");
+            }
+        },
+    )?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    }
+    let failed = rows.iter().filter(|r| !r.complete()).count();
+    eprintln!("{} environments, {} could not be built", rows.len(), failed);
+    Ok(if failed > 0 { 1 } else { 0 })
+}
+
+pub fn eval(args: EvalArgs) -> Result<i32> {
+    let tasks = args.tasks.tasks()?;
+    let options = args
+        .env
+        .options(args.jobs, args.timeout, args.empty, args.keep_work);
+    let settings = options.resolve()?;
+    let source = if args.gold {
+        PatchSource::Gold
+    } else if args.empty {
+        PatchSource::Empty
+    } else {
+        PatchSource::Predictions(
+            args.predictions
+                .as_deref()
+                .context("--predictions is required")?,
+        )
+    };
+    let patches = eval::choose_patches(&tasks, source)?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    let repos = Repos::new(&args.tasks.repos)?;
+    let bar = ProgressBar::new(tasks.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let resolved = AtomicUsize::new(0);
+    let summary = eval::evaluate_all(&tasks, &patches, &settings, &repos, &args.out, &|r| {
+        if r.resolved {
+            resolved.fetch_add(1, Ordering::SeqCst);
+        }
+        let verdict = match (&r.error, r.resolved, r.patch_exists || settings.run_empty) {
+            (Some(e), _, _) => format!("error ({:?})", e.kind),
+            (None, true, _) => "resolved".to_string(),
+            (None, false, true) => "unresolved".to_string(),
+            (None, false, false) => "no patch".to_string(),
+        };
+        let line = format!("{} {verdict} ({:.0} s)", r.instance_id, r.total_seconds);
+        // A hidden bar (stderr not a terminal) prints nothing: plain lines then.
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
+        bar.set_message(format!("resolved {}", resolved.load(Ordering::SeqCst)));
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!("{}", args.out.join("report.json").display());
+    }
+    eprintln!(
+        "{} tasks: {} resolved, {} unresolved, {} empty patches, {} errors",
+        summary.total_instances,
+        summary.resolved_instances,
+        summary.unresolved_instances,
+        summary.empty_patch_instances,
+        summary.error_instances
+    );
+    for (kind, ids) in &summary.errors_by_kind {
+        eprintln!("  {kind}: {}", ids.join(" "));
+    }
+    Ok(0)
+}
