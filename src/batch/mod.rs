@@ -180,7 +180,7 @@ impl<'a> Grader<'a> {
                 }),
             }
         };
-        let env = env.as_ref().map(|r| r.as_ref().map_err(String::as_str));
+        let env = env.as_ref().map(|r| r.as_ref().map_err(|e| &**e));
         eval::evaluate_caught(task, Some(patch), env, self.settings, self.repos, out)
     }
 
