@@ -24,9 +24,9 @@ use crate::env::build::{self, git_safe, quote, BuildError, Layer, Plan};
 use crate::env::spec::{Directives, Spec, SpecError};
 use crate::env::{EnvError, Environment};
 use crate::record::grade::{self as graded, ErrorKind, InfraError, InstanceReport, Summary};
-use crate::record::RecordError;
 /// Reading predictions files lives with the other run files.
 pub use crate::record::result::load_predictions;
+use crate::record::RecordError;
 use crate::repo::{self, RepoError, Repos, Workspace};
 
 /// SWE-bench's limit on one task's tests.
@@ -116,12 +116,7 @@ fn setup_commit(t: &Task) -> &str {
 
 /// Builds (or finds built) the environment of every plan; the result per
 /// (repository, version).
-pub fn ensure_envs(
-    plans: &Plans,
-    settings: &EnvSettings,
-    repos: &Repos,
-    scratch: &Path,
-) -> Envs {
+pub fn ensure_envs(plans: &Plans, settings: &EnvSettings, repos: &Repos, scratch: &Path) -> Envs {
     plans
         .iter()
         .map(|(key, plan)| {
@@ -361,8 +356,8 @@ impl TaskRun<'_> {
             .map_err(infra(ErrorKind::RepositoryMissing))?;
         let ws = Workspace::create(&source, &task.base_commit, &work.join("repo"))
             .map_err(infra(ErrorKind::RepositoryMissing))?;
-        let layer =
-            Layer::create(env, &work.join("layer")).map_err(infra(ErrorKind::EnvironmentMissing))?;
+        let layer = Layer::create(env, &work.join("layer"))
+            .map_err(infra(ErrorKind::EnvironmentMissing))?;
         let inputs = work.join("inputs");
         std::fs::create_dir_all(&inputs).map_err(|e| {
             infra(ErrorKind::Sandbox)(format!("cannot create {}: {e}", inputs.display()))
@@ -408,8 +403,7 @@ impl TaskRun<'_> {
                 o.cli_exit_code()
             )));
         }
-        repo::commit_all(ws.path(), "patchwright: installed")
-            .map_err(infra(ErrorKind::Sandbox))?;
+        repo::commit_all(ws.path(), "patchwright: installed").map_err(infra(ErrorKind::Sandbox))?;
 
         // 2. The model patch.
         let patch_file = write_input("model.diff", patch)?;
@@ -437,8 +431,7 @@ impl TaskRun<'_> {
                 report.applied_with = Some(name.to_string());
                 break;
             }
-            repo::reset_worktree(ws.path())
-                .map_err(infra(ErrorKind::Sandbox))?;
+            repo::reset_worktree(ws.path()).map_err(infra(ErrorKind::Sandbox))?;
         }
         if !report.patch_successfully_applied {
             log.step("the model patch did not apply: unresolved");
@@ -464,8 +457,7 @@ impl TaskRun<'_> {
 
         // 4. The test files as the test patch expects them, then the test patch.
         let files = patch_files(&task.test_patch);
-        repo::restore_paths(ws.path(), &files)
-            .map_err(infra(ErrorKind::Sandbox))?;
+        repo::restore_paths(ws.path(), &files).map_err(infra(ErrorKind::Sandbox))?;
         let test_patch = write_input("test.diff", &task.test_patch)?;
         log.step("apply the test patch");
         let o = run(
