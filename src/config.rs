@@ -19,6 +19,23 @@ use crate::env::spec::{SpecError, Specs};
 use crate::env::{EnvError, Environment};
 use crate::models::{self, ModelError};
 
+/// Why overrides do not make valid settings.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// The overrides are not TOML.
+    #[error("{0}")]
+    Toml(#[from] toml::de::Error),
+    /// The base settings do not serialise to TOML (a bug).
+    #[error("{0}")]
+    Base(#[from] toml::ser::Error),
+    /// A value does not fit its key (`key` is `.` for the whole table).
+    #[error("{}", if key == "." { source.to_string() } else { format!("`{key}`: {source}") })]
+    Value {
+        key: String,
+        source: toml::de::Error,
+    },
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read configuration file {path}: {source}")]
@@ -26,8 +43,11 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("configuration file {path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    #[error("configuration file {path}: {source}")]
+    Invalid {
+        path: PathBuf,
+        source: Box<SettingsError>,
+    },
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]
@@ -132,14 +152,14 @@ impl Settings {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::with_toml(base, &text).map_err(|message| ConfigError::Invalid {
+        Self::with_toml(base, &text).map_err(|source| ConfigError::Invalid {
             path: path.to_path_buf(),
-            message,
+            source: Box::new(source),
         })
     }
 
-    fn with_toml(base: &Settings, text: &str) -> Result<Settings, String> {
-        let mut overrides: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+    fn with_toml(base: &Settings, text: &str) -> Result<Settings, SettingsError> {
+        let mut overrides: toml::Table = toml::from_str(text)?;
         // A sweep's grid (`[sweep.grid]`) lives in the same file; it is not
         // a setting of one run.
         overrides.remove("sweep");
@@ -147,15 +167,13 @@ impl Settings {
     }
 
     /// `base` overridden by the keys of `overrides`.
-    pub fn with_table(base: &Settings, overrides: toml::Table) -> Result<Settings, String> {
-        let mut merged = toml::Table::try_from(base).map_err(|e| e.to_string())?;
+    pub fn with_table(base: &Settings, overrides: toml::Table) -> Result<Settings, SettingsError> {
+        let mut merged = toml::Table::try_from(base)?;
         merge(&mut merged, overrides);
         serde_path_to_error::deserialize(toml::Value::Table(merged)).map_err(|e| {
-            let path = e.path().to_string();
-            if path == "." {
-                e.inner().to_string()
-            } else {
-                format!("`{path}`: {}", e.inner())
+            SettingsError::Value {
+                key: e.path().to_string(),
+                source: e.into_inner(),
             }
         })
     }
@@ -425,7 +443,7 @@ mod tests {
             ("[react.history]\nkeep = \"most\"", "history.keep"),
         ];
         for (text, key) in cases {
-            let err = Settings::with_toml(&base, text).unwrap_err();
+            let err = Settings::with_toml(&base, text).unwrap_err().to_string();
             assert!(err.contains(key), "{err} should name {key}");
         }
     }

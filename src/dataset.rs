@@ -98,6 +98,14 @@ impl Task {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
+    #[error("`{0}` is not START:END (for example 0:10, 5:, :20)")]
+    SliceForm(String),
+    #[error("`{part}` in slice `{slice}` is not a non-negative integer")]
+    SliceNumber { part: String, slice: String },
+    #[error("slice `{0}` ends before it starts")]
+    SliceOrder(String),
+    #[error("`{0}` is not K/N with 1 <= K <= N (for example 2/8 for the second of eight shards)")]
+    Shard(String),
     #[error("cannot read task file {path}: {source}")]
     Read {
         path: PathBuf,
@@ -337,24 +345,25 @@ pub struct Slice {
 }
 
 impl FromStr for Slice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = DatasetError;
+    fn from_str(s: &str) -> Result<Self, DatasetError> {
         let (a, b) = s
             .split_once(':')
-            .ok_or_else(|| format!("`{s}` is not START:END (for example 0:10, 5:, :20)"))?;
-        let num = |x: &str| -> Result<Option<usize>, String> {
+            .ok_or_else(|| DatasetError::SliceForm(s.to_string()))?;
+        let num = |x: &str| -> Result<Option<usize>, DatasetError> {
             if x.is_empty() {
                 Ok(None)
             } else {
-                x.parse()
-                    .map(Some)
-                    .map_err(|_| format!("`{x}` in slice `{s}` is not a non-negative integer"))
+                x.parse().map(Some).map_err(|_| DatasetError::SliceNumber {
+                    part: x.to_string(),
+                    slice: s.to_string(),
+                })
             }
         };
         let start = num(a)?.unwrap_or(0);
         let end = num(b)?;
         if matches!(end, Some(e) if e < start) {
-            return Err(format!("slice `{s}` ends before it starts"));
+            return Err(DatasetError::SliceOrder(s.to_string()));
         }
         Ok(Slice { start, end })
     }
@@ -368,8 +377,8 @@ pub struct Shard {
 }
 
 impl FromStr for Shard {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = DatasetError;
+    fn from_str(s: &str) -> Result<Self, DatasetError> {
         let parsed = s
             .split_once('/')
             .and_then(|(k, n)| Some((k.parse::<usize>().ok()?, n.parse::<usize>().ok()?)));
@@ -377,9 +386,7 @@ impl FromStr for Shard {
             Some((index, count)) if count >= 1 && (1..=count).contains(&index) => {
                 Ok(Shard { index, count })
             }
-            _ => Err(format!(
-                "`{s}` is not K/N with 1 <= K <= N (for example 2/8 for the second of eight shards)"
-            )),
+            _ => Err(DatasetError::Shard(s.to_string())),
         }
     }
 }

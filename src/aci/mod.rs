@@ -24,7 +24,41 @@ use patchwright_sandbox as sandbox;
 
 pub use command::{Choices, Command, ParseError, Turn};
 
+use crate::edit::EditError;
 use crate::index::symbols::{self, CodeIndex};
+
+/// Why a command could not do its work. Each message is the observation
+/// the model sees instead (SWE-agent's wording).
+#[derive(Debug, thiserror::Error)]
+pub enum AciError {
+    #[error("Error: {0}")]
+    Path(#[from] EditError),
+    #[error("Error: File {0} not found")]
+    NotFound(String),
+    #[error("Error: Directory {0} not found")]
+    NoDirectory(String),
+    #[error("Error: {0} is a directory. You can only open files.")]
+    IsDirectory(String),
+    #[error("Error: {0} is not a regular file.")]
+    NotRegular(String),
+    #[error("Error: {path} is {size} bytes, too large to show (the limit is {MAX_VIEW_BYTES}).")]
+    TooLarge { path: String, size: u64 },
+    #[error("Error: cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("Error: {0} is a binary file.")]
+    Binary(String),
+    #[error("Error: {0} is not UTF-8 text.")]
+    NotUtf8(String),
+    #[error("No file open. Use the open command first.")]
+    NoFileOpen,
+    #[error("Error: the sandbox cannot run commands here: {0}")]
+    NoSandbox(#[source] crate::env::EnvError),
+    #[error("Error: the sandbox refused to run the command: {0}")]
+    Refused(#[source] sandbox::SandboxError),
+}
 
 /// Lines shown by the file viewer, SWE-agent's default.
 pub const DEFAULT_WINDOW: usize = 100;
@@ -308,7 +342,7 @@ impl Aci {
     fn open(&mut self, path: &str, line: Option<usize>) -> String {
         let text = match read_text(&self.root, path) {
             Ok(t) => t,
-            Err(e) => return e,
+            Err(e) => return e.to_string(),
         };
         let lines: Vec<&str> = text.lines().collect();
         let mut warning = String::new();
@@ -329,9 +363,9 @@ impl Aci {
     }
 
     /// The open file's text, or the message to show when there is none.
-    fn open_text(&self) -> Result<(String, String), String> {
+    fn open_text(&self) -> Result<(String, String), AciError> {
         let Some(open) = &self.open else {
-            return Err("No file open. Use the open command first.".to_string());
+            return Err(AciError::NoFileOpen);
         };
         let text = read_text(&self.root, &open.path)?;
         Ok((open.path.clone(), text))
@@ -340,7 +374,7 @@ impl Aci {
     fn goto(&mut self, line: usize) -> String {
         let (path, text) = match self.open_text() {
             Ok(x) => x,
-            Err(e) => return e,
+            Err(e) => return e.to_string(),
         };
         let lines: Vec<&str> = text.lines().collect();
         if line == 0 || line > lines.len().max(1) {
@@ -356,7 +390,7 @@ impl Aci {
     fn scroll(&mut self, down: bool) -> String {
         let (path, text) = match self.open_text() {
             Ok(x) => x,
-            Err(e) => return e,
+            Err(e) => return e.to_string(),
         };
         let lines: Vec<&str> = text.lines().collect();
         let step = self.settings.window.saturating_sub(SCROLL_OVERLAP).max(1);
@@ -429,7 +463,7 @@ impl Aci {
     fn edit(&mut self, start: usize, end: usize, replacement: &str) -> String {
         let (path, text) = match self.open_text() {
             Ok(x) => x,
-            Err(e) => return e,
+            Err(e) => return e.to_string(),
         };
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let total = lines.len();
@@ -462,7 +496,7 @@ impl Aci {
     fn str_replace(&mut self, path: &str, old: &str, new: &str) -> String {
         let text = match read_text(&self.root, path) {
             Ok(t) => t,
-            Err(e) => return e,
+            Err(e) => return e.to_string(),
         };
         if old.is_empty() {
             return "Error: the SEARCH part is empty; copy the lines to replace into it."
@@ -524,25 +558,23 @@ impl Aci {
     }
 
     /// Runs `command` with bash in the sandbox.
-    fn sandboxed(&mut self, command: &str) -> Result<sandbox::Outcome, String> {
-        let policy = match &self.policy {
-            Some(p) => Ok(p.clone()),
-            None => crate::env::policy(&self.root, None).map_err(|e| e.to_string()),
+    fn sandboxed(&mut self, command: &str) -> Result<sandbox::Outcome, AciError> {
+        let mut policy = match &self.policy {
+            Some(p) => p.clone(),
+            None => crate::env::policy(&self.root, None).map_err(AciError::NoSandbox)?,
         };
-        let mut policy =
-            policy.map_err(|e| format!("Error: the sandbox cannot run commands here: {e}"))?;
         policy.limits.timeout_ms = self.settings.run_timeout_s.saturating_mul(1000);
         let started = SystemTime::now();
         let argv = ["bash".to_string(), "-c".to_string(), command.to_string()];
         let outcome = sandbox::run(&policy, &argv);
         self.reindex_changed_since(started);
-        outcome.map_err(|e| format!("Error: the sandbox refused to run the command: {e}"))
+        outcome.map_err(AciError::Refused)
     }
 
     fn locate(&mut self, path: &str, qualname: &str) -> String {
         let text = match read_text(&self.root, path) {
             Ok(t) => t,
-            Err(e) => return e,
+            Err(e) => return e.to_string(),
         };
         let file = symbols::parse_symbols(path, &text);
         let Some(s) = file.symbols.iter().find(|s| s.qualname == qualname) else {
@@ -583,11 +615,11 @@ impl Aci {
     fn submit_test(&mut self, path: &str, command: &str) -> (String, bool) {
         let text = match read_text(&self.root, path) {
             Ok(t) => t,
-            Err(e) => return (e, false),
+            Err(e) => return (e.to_string(), false),
         };
         let outcome = match self.sandboxed(command) {
             Ok(o) => o,
-            Err(e) => return (e, false),
+            Err(e) => return (e.to_string(), false),
         };
         let verdict = check::verdict(&outcome);
         let output = trim_output(&outcome.output);
@@ -623,7 +655,7 @@ impl Aci {
     fn run(&mut self, command: &str) -> String {
         let outcome = match self.sandboxed(command) {
             Ok(o) => o,
-            Err(e) => return e,
+            Err(e) => return e.to_string(),
         };
         let mut text = trim_output(&outcome.output);
         if text.trim().is_empty() {
@@ -692,31 +724,32 @@ fn clamp_first(first: usize, total: usize, size: usize) -> usize {
 }
 
 /// A text file of the repository, or the message to show instead.
-pub(crate) fn read_text(root: &Path, path: &str) -> Result<String, String> {
-    let full = crate::edit::resolve(root, path).map_err(|e| format!("Error: {e}"))?;
+pub(crate) fn read_text(root: &Path, path: &str) -> Result<String, AciError> {
+    let full = crate::edit::resolve(root, path)?;
     let meta = match std::fs::symlink_metadata(&full) {
         Ok(m) => m,
-        Err(_) => return Err(format!("Error: File {path} not found")),
+        Err(_) => return Err(AciError::NotFound(path.to_string())),
     };
     if meta.is_dir() {
-        return Err(format!(
-            "Error: {path} is a directory. You can only open files."
-        ));
+        return Err(AciError::IsDirectory(path.to_string()));
     }
     if !meta.is_file() {
-        return Err(format!("Error: {path} is not a regular file."));
+        return Err(AciError::NotRegular(path.to_string()));
     }
     if meta.len() > MAX_VIEW_BYTES {
-        return Err(format!(
-            "Error: {path} is {} bytes, too large to show (the limit is {MAX_VIEW_BYTES}).",
-            meta.len()
-        ));
+        return Err(AciError::TooLarge {
+            path: path.to_string(),
+            size: meta.len(),
+        });
     }
-    let bytes = std::fs::read(&full).map_err(|e| format!("Error: cannot read {path}: {e}"))?;
+    let bytes = std::fs::read(&full).map_err(|source| AciError::Read {
+        path: path.to_string(),
+        source,
+    })?;
     if bytes.contains(&0) {
-        return Err(format!("Error: {path} is a binary file."));
+        return Err(AciError::Binary(path.to_string()));
     }
-    String::from_utf8(bytes).map_err(|_| format!("Error: {path} is not UTF-8 text."))
+    String::from_utf8(bytes).map_err(|_| AciError::NotUtf8(path.to_string()))
 }
 
 /// Writes a file without following a symbolic link at its path: a link

@@ -4,22 +4,22 @@
 
 use std::path::Path;
 
-use super::{read_text, walk, MAX_SEARCH_RESULTS};
+use super::{read_text, walk, AciError, MAX_SEARCH_RESULTS};
 
 /// How the repository root is named in messages.
 const ROOT_NAME: &str = "the repository root";
 
 /// The directory as the agent named it, checked to be one.
-fn directory(root: &Path, dir: Option<&str>) -> Result<String, String> {
+fn directory(root: &Path, dir: Option<&str>) -> Result<String, AciError> {
     let dir = dir.unwrap_or(".");
     let clean = dir.trim_end_matches('/');
     if clean == "." || clean.is_empty() {
         return Ok(ROOT_NAME.to_string());
     }
-    let full = crate::edit::resolve(root, clean).map_err(|e| format!("Error: {e}"))?;
+    let full = crate::edit::resolve(root, clean)?;
     match std::fs::symlink_metadata(&full) {
         Ok(m) if m.is_dir() => Ok(clean.to_string()),
-        _ => Err(format!("Error: Directory {dir} not found")),
+        _ => Err(AciError::NoDirectory(dir.to_string())),
     }
 }
 
@@ -55,7 +55,7 @@ pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
 pub fn find_file(root: &Path, name: &str, dir: Option<&str>) -> String {
     let dir = match directory(root, dir) {
         Ok(d) => d,
-        Err(e) => return e,
+        Err(e) => return e.to_string(),
     };
     let matches: Vec<String> = walk_dir(root, &dir)
         .into_iter()
@@ -82,7 +82,7 @@ pub fn find_file(root: &Path, name: &str, dir: Option<&str>) -> String {
 pub fn search_dir(root: &Path, text: &str, dir: Option<&str>) -> String {
     let dir = match directory(root, dir) {
         Ok(d) => d,
-        Err(e) => return e,
+        Err(e) => return e.to_string(),
     };
     let mut hits = Vec::new();
     let mut total = 0;
@@ -121,7 +121,7 @@ pub fn search_dir(root: &Path, text: &str, dir: Option<&str>) -> String {
 pub fn search_file(root: &Path, text: &str, path: &str) -> String {
     let content = match read_text(root, path) {
         Ok(c) => c,
-        Err(e) => return e,
+        Err(e) => return e.to_string(),
     };
     let hits: Vec<String> = content
         .lines()

@@ -32,7 +32,7 @@ fn outline_line(symbol: &Symbol, indent: usize) -> String {
 pub fn skeleton(root: &Path, path: &str) -> String {
     let text = match read_text(root, path) {
         Ok(t) => t,
-        Err(e) => return e,
+        Err(e) => return e.to_string(),
     };
     let file = symbols::parse_symbols(path, &text);
     let mut out = format!(
@@ -71,7 +71,7 @@ fn numbered(text: &str, path: &str, start: usize, end: usize) -> String {
 pub fn symbol(root: &Path, path: &str, qualname: &str) -> String {
     let text = match read_text(root, path) {
         Ok(t) => t,
-        Err(e) => return e,
+        Err(e) => return e.to_string(),
     };
     let file = symbols::parse_symbols(path, &text);
     let Some(s) = file.symbols.iter().find(|s| s.qualname == qualname) else {

@@ -27,13 +27,18 @@ enum KeepRepr {
     Word(String),
 }
 
+/// A history length that is neither a number nor `all`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected a number or \"all\", not {0:?}")]
+pub struct HistoryError(pub String);
+
 impl TryFrom<KeepRepr> for Keep {
-    type Error = String;
-    fn try_from(r: KeepRepr) -> Result<Keep, String> {
+    type Error = HistoryError;
+    fn try_from(r: KeepRepr) -> Result<Keep, HistoryError> {
         match r {
             KeepRepr::Number(n) => Ok(Keep::Last(n)),
             KeepRepr::Word(w) if w == "all" => Ok(Keep::All),
-            KeepRepr::Word(w) => Err(format!("expected a number or \"all\", not {w:?}")),
+            KeepRepr::Word(w) => Err(HistoryError(w)),
         }
     }
 }
@@ -48,14 +53,14 @@ impl From<Keep> for KeepRepr {
 }
 
 impl std::str::FromStr for Keep {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Keep, String> {
+    type Err = HistoryError;
+    fn from_str(s: &str) -> Result<Keep, HistoryError> {
         if s == "all" {
             return Ok(Keep::All);
         }
         s.parse::<usize>()
             .map(Keep::Last)
-            .map_err(|_| format!("expected a number or \"all\", not {s:?}"))
+            .map_err(|_| HistoryError(s.to_string()))
     }
 }
 

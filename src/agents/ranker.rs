@@ -7,13 +7,14 @@
 //! FAIL_TO_PASS, PASS_TO_PASS or the gold patch.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::fixer::Fixes;
 use crate::aci::{check, SubmittedTest};
 use crate::dataset::Issue;
+use crate::edit::EditError;
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
 use crate::env::{self, Environment};
 use crate::repo::{RepoError, Workspace};
@@ -49,7 +50,8 @@ pub struct Evaluation {
     pub reproduction: Option<bool>,
     /// Regression tests that pass on the base commit and not with it.
     pub regressions: Vec<String>,
-    /// Why it could not be tried, if it could not.
+    /// Why it could not be tried, if it could not (a [`RankError`]'s
+    /// message).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -87,6 +89,17 @@ pub enum RankError {
     Env(#[from] env::EnvError),
     #[error(transparent)]
     Grammar(#[from] grammar::GrammarError),
+    /// A test run could not be started.
+    #[error(transparent)]
+    Sandbox(#[from] sandbox::SandboxError),
+    /// The reproduction test's path is not one inside the worktree.
+    #[error(transparent)]
+    Edit(#[from] EditError),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// The paths a patch changes.
@@ -137,11 +150,11 @@ fn run_in(
     env: Option<&Environment>,
     timeout_s: u64,
     command: &str,
-) -> Result<sandbox::Outcome, String> {
-    let mut policy = env::policy(dir, env).map_err(|e| e.to_string())?;
+) -> Result<sandbox::Outcome, RankError> {
+    let mut policy = env::policy(dir, env)?;
     policy.limits.timeout_ms = timeout_s.saturating_mul(1000);
     let argv = ["bash".to_string(), "-c".to_string(), command.to_string()];
-    sandbox::run(&policy, &argv).map_err(|e| e.to_string())
+    Ok(sandbox::run(&policy, &argv)?)
 }
 
 fn pytest_command(files: &[String]) -> String {
@@ -152,12 +165,16 @@ fn pytest_command(files: &[String]) -> String {
 }
 
 /// Writes the reproduction test into `dir` (a candidate's worktree).
-fn place_test(dir: &Path, test: &SubmittedTest) -> Result<(), String> {
-    let full = crate::edit::resolve(dir, &test.path).map_err(|e| e.to_string())?;
+fn place_test(dir: &Path, test: &SubmittedTest) -> Result<(), RankError> {
+    let full = crate::edit::resolve(dir, &test.path)?;
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RankError::Io { path, source }
+    };
     if let Some(parent) = full.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
     }
-    std::fs::write(&full, &test.text).map_err(|e| format!("{}: {e}", full.display()))
+    std::fs::write(&full, &test.text).map_err(io(&full))
 }
 
 /// Tries every distinct candidate and orders them.
@@ -209,11 +226,10 @@ pub fn rank(
                         regressions: Vec::new(),
                         error: None,
                     };
-                    let tried = (|| -> Result<(), String> {
+                    let tried = (|| -> Result<(), RankError> {
                         let dir = scratch.join(format!("candidate-{i}"));
-                        let cand = ws.clone_to(&dir).map_err(|e| e.to_string())?;
-                        crate::repo::apply_patch(cand.path(), &d.patch)
-                            .map_err(|e| e.to_string())?;
+                        let cand = ws.clone_to(&dir)?;
+                        crate::repo::apply_patch(cand.path(), &d.patch)?;
                         if let Some(test) = reproduction {
                             place_test(cand.path(), test)?;
                             let o = run_in(
@@ -238,7 +254,7 @@ pub fn rank(
                         let _ = cand.remove();
                         Ok(())
                     })();
-                    e.error = tried.err();
+                    e.error = tried.err().map(|e| e.to_string());
                     e
                 })
             })

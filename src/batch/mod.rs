@@ -182,7 +182,7 @@ impl<'a> Grader<'a> {
                 }),
             }
         };
-        let env = env.as_ref().map(|r| r.as_ref().map_err(String::as_str));
+        let env = env.as_ref().map(|r| r.as_ref().map_err(|e| &**e));
         eval::evaluate_caught(task, Some(patch), env, self.settings, self.repos, out)
     }
 
@@ -519,6 +519,13 @@ impl Failure {
     /// The stored error: the message, and the kind of failure (the one
     /// place that maps failures to kinds).
     fn task_error(&self) -> TaskError {
+        TaskError::new(self.kind(), self.to_string())
+    }
+
+    /// The kind of failure, from the error's type down to its cause.
+    fn kind(&self) -> TaskErrorKind {
+        use crate::agents::{fixer::FixError, ranker::RankError};
+        use crate::edit::EditError;
         use pipeline::first::PipelineError;
         use TaskErrorKind as K;
         let engine = |e: &EngineError| match e {
@@ -529,7 +536,13 @@ impl Failure {
             EnvError::Sandbox(_) => K::Sandbox,
             EnvError::Invalid { .. } => K::Environment,
         };
-        let kind = match self {
+        // A path the model named that is not one inside the worktree, or a
+        // file of it that could not be written.
+        let edit = |e: &EditError| match e {
+            EditError::Io { .. } => K::Io,
+            _ => K::Repository,
+        };
+        match self {
             Failure::Repo(_) => K::Repository,
             Failure::Environment(e) => env(e),
             Failure::Masai(e) => match e {
@@ -538,16 +551,19 @@ impl Failure {
                 MasaiError::Repo(_) => K::Repository,
                 MasaiError::Env(e) => env(e),
                 MasaiError::Fix(e) => match e {
-                    crate::agents::fixer::FixError::Engine(e) => engine(e),
-                    crate::agents::fixer::FixError::Repo(_) => K::Repository,
-                    crate::agents::fixer::FixError::Grammar(_) => K::Engine,
-                    crate::agents::fixer::FixError::NoLocations => K::Unknown,
+                    FixError::Engine(e) => engine(e),
+                    FixError::Repo(_) => K::Repository,
+                    FixError::Grammar(_) => K::Engine,
+                    FixError::NoLocations => K::Unknown,
                 },
                 MasaiError::Rank(e) => match e {
-                    crate::agents::ranker::RankError::Engine(e) => engine(e),
-                    crate::agents::ranker::RankError::Repo(_) => K::Repository,
-                    crate::agents::ranker::RankError::Env(e) => env(e),
-                    crate::agents::ranker::RankError::Grammar(_) => K::Engine,
+                    RankError::Engine(e) => engine(e),
+                    RankError::Repo(_) => K::Repository,
+                    RankError::Env(e) => env(e),
+                    RankError::Grammar(_) => K::Engine,
+                    RankError::Sandbox(_) => K::Sandbox,
+                    RankError::Edit(e) => edit(e),
+                    RankError::Io { .. } => K::Io,
                 },
                 MasaiError::Artifact { .. } => K::Io,
             },
@@ -559,12 +575,181 @@ impl Failure {
             },
             Failure::Record(_) => K::Io,
             Failure::Panic(_) => K::Internal,
-        };
-        TaskError::new(kind, self.to_string())
+        }
     }
 }
 
 /// RFC 3339 timestamp of now, to the second.
 pub fn now() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::{fixer::FixError, ranker::RankError};
+    use crate::edit::EditError;
+    use crate::engine::grammar::GrammarError;
+    use crate::index::IndexError;
+    use patchwright_sandbox::SandboxError;
+    use pipeline::first::PipelineError;
+    use TaskErrorKind as K;
+
+    fn too_long() -> EngineError {
+        EngineError::TooLong {
+            prompt: 10,
+            reserved: 5,
+            needed: 15,
+            context: 12,
+            over: 3,
+        }
+    }
+    fn sandbox() -> SandboxError {
+        SandboxError::SetupFailed {
+            message: "no namespaces".into(),
+        }
+    }
+    fn io() -> std::io::Error {
+        std::io::Error::other("disk full")
+    }
+    fn repo() -> RepoError {
+        RepoError::BadName("x".into())
+    }
+
+    #[test]
+    fn every_failure_maps_to_its_kind() {
+        let cases: Vec<(Failure, TaskErrorKind)> = vec![
+            (Failure::Repo(repo()), K::Repository),
+            (
+                Failure::Environment(EnvError::Sandbox(sandbox())),
+                K::Sandbox,
+            ),
+            (
+                Failure::Environment(EnvError::Invalid {
+                    path: "/venv".into(),
+                    message: "no pyvenv.cfg".into(),
+                }),
+                K::Environment,
+            ),
+            (
+                Failure::Masai(MasaiError::Engine(too_long())),
+                K::PromptTooLong,
+            ),
+            (
+                Failure::Masai(MasaiError::Engine(EngineError::Backend("x".into()))),
+                K::Engine,
+            ),
+            (
+                Failure::Masai(MasaiError::Index(IndexError::Cache {
+                    path: "c".into(),
+                    message: "m".into(),
+                })),
+                K::Index,
+            ),
+            (Failure::Masai(MasaiError::Repo(repo())), K::Repository),
+            (
+                Failure::Masai(MasaiError::Env(EnvError::Sandbox(sandbox()))),
+                K::Sandbox,
+            ),
+            (
+                Failure::Masai(MasaiError::Fix(FixError::Engine(too_long()))),
+                K::PromptTooLong,
+            ),
+            (
+                Failure::Masai(MasaiError::Fix(FixError::Repo(repo()))),
+                K::Repository,
+            ),
+            (
+                Failure::Masai(MasaiError::Fix(FixError::Grammar(GrammarError::NoOptions))),
+                K::Engine,
+            ),
+            (
+                Failure::Masai(MasaiError::Fix(FixError::NoLocations)),
+                K::Unknown,
+            ),
+            (
+                Failure::Masai(MasaiError::Rank(RankError::Engine(too_long()))),
+                K::PromptTooLong,
+            ),
+            (
+                Failure::Masai(MasaiError::Rank(RankError::Repo(repo()))),
+                K::Repository,
+            ),
+            (
+                Failure::Masai(MasaiError::Rank(RankError::Env(EnvError::Sandbox(
+                    sandbox(),
+                )))),
+                K::Sandbox,
+            ),
+            (
+                Failure::Masai(MasaiError::Rank(RankError::Grammar(
+                    GrammarError::NoOptions,
+                ))),
+                K::Engine,
+            ),
+            (
+                Failure::Masai(MasaiError::Rank(RankError::Sandbox(sandbox()))),
+                K::Sandbox,
+            ),
+            (
+                Failure::Masai(MasaiError::Rank(RankError::Edit(EditError::BadPath(
+                    "../x".into(),
+                )))),
+                K::Repository,
+            ),
+            (
+                Failure::Masai(MasaiError::Rank(RankError::Edit(EditError::Io {
+                    action: "write",
+                    path: "t.py".into(),
+                    message: "disk full".into(),
+                }))),
+                K::Io,
+            ),
+            (
+                Failure::Masai(MasaiError::Rank(RankError::Io {
+                    path: "t.py".into(),
+                    source: io(),
+                })),
+                K::Io,
+            ),
+            (
+                Failure::Masai(MasaiError::Artifact {
+                    path: "a.json".into(),
+                    source: RecordError::Io {
+                        action: "write",
+                        path: "a.json".into(),
+                        source: io(),
+                    },
+                }),
+                K::Io,
+            ),
+            (
+                Failure::First(PipelineError::Engine(too_long())),
+                K::PromptTooLong,
+            ),
+            (
+                Failure::First(PipelineError::Index(IndexError::List {
+                    dir: "d".into(),
+                    message: "m".into(),
+                })),
+                K::Index,
+            ),
+            (Failure::First(PipelineError::Repo(repo())), K::Repository),
+            (Failure::First(PipelineError::NeedsModel), K::Engine),
+            (
+                Failure::Record(RecordError::Io {
+                    action: "write",
+                    path: "r.json".into(),
+                    source: io(),
+                }),
+                K::Io,
+            ),
+            (Failure::Panic("boom".into()), K::Internal),
+        ];
+        for (failure, kind) in cases {
+            let stored = failure.task_error();
+            assert_eq!(stored.kind, kind, "{failure:?}");
+            assert_eq!(stored.message, failure.to_string());
+        }
+    }
 }

@@ -34,6 +34,15 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("model", "model"),
 ];
 
+/// Why a key and its values do not make an [`Axis`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AxisError {
+    #[error("no values")]
+    NoValues,
+    #[error("`{0}` is not a dotted settings key")]
+    NotAKey(String),
+}
+
 impl Axis {
     /// Parses `key=v1,v2,...`; values are TOML (`0.4`, `true`, `"all"`),
     /// a bare word being a string.
@@ -54,16 +63,16 @@ impl Axis {
     }
 
     /// An axis over `key` (an alias or a dotted key).
-    pub fn new(key: &str, values: Vec<toml::Value>) -> Result<Axis, String> {
+    pub fn new(key: &str, values: Vec<toml::Value>) -> Result<Axis, AxisError> {
         if values.is_empty() {
-            return Err("no values".into());
+            return Err(AxisError::NoValues);
         }
         let key = ALIASES
             .iter()
             .find(|(alias, _)| *alias == key)
             .map_or(key, |(_, full)| full);
         if key.is_empty() || key.split('.').any(str::is_empty) {
-            return Err(format!("`{key}` is not a dotted settings key"));
+            return Err(AxisError::NotAKey(key.to_string()));
         }
         Ok(Axis {
             key: key.to_string(),

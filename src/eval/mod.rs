@@ -13,20 +13,21 @@ pub mod log;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use patchwright_sandbox as sandbox;
 
 use crate::config::EnvSettings;
 use crate::dataset::Task;
-use crate::env::build::{self, git_safe, quote, Layer, Plan};
-use crate::env::spec::{Directives, Spec};
-use crate::env::Environment;
+use crate::env::build::{self, git_safe, quote, BuildError, Layer, Plan};
+use crate::env::spec::{Directives, Spec, SpecError};
+use crate::env::{EnvError, Environment};
 use crate::record::grade::{self as graded, ErrorKind, InfraError, InstanceReport, Summary};
 /// Reading predictions files lives with the other run files.
 pub use crate::record::result::load_predictions;
-use crate::repo::{self, Repos, Workspace};
+use crate::record::RecordError;
+use crate::repo::{self, RepoError, Repos, Workspace};
 
 /// SWE-bench's limit on one task's tests.
 pub const DEFAULT_TEST_TIMEOUT_S: u64 = 1800;
@@ -42,40 +43,65 @@ pub const NON_TEST_EXTS: &[&str] = &[
     ".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml",
 ];
 
+/// Why grading could not start, or why a (repository, version) has no
+/// environment or a task's commit could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    #[error("cannot create {}: {source}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// [`evaluate_one`] was given no environment for the task.
+    #[error("no environment was prepared for this task")]
+    NoEnvironment,
+    /// [`build_envs`] found no plan for a (repository, version).
+    #[error("not planned")]
+    NotPlanned,
+}
+
+/// Why there is no plan, environment or prepared commit; shared, as the
+/// same reason serves every task of a (repository, version).
+pub type Unavailable = Arc<EvalError>;
+
+/// The environment plan of each (repository, version), or why there is
+/// none.
+pub type Plans = BTreeMap<(String, String), Result<Plan, Unavailable>>;
+
 /// The built environment of each (repository, version), or why there is
 /// none.
-pub type Envs = BTreeMap<(String, String), Result<(Plan, Environment), String>>;
+pub type Envs = BTreeMap<(String, String), Result<(Plan, Environment), Unavailable>>;
 
 /// The environment plan of each (repository, version) of `tasks`, or why
 /// there is none.
-pub fn plans(
-    tasks: &[Task],
-    settings: &EnvSettings,
-    repos: &Repos,
-) -> BTreeMap<(String, String), Result<Plan, String>> {
+pub fn plans(tasks: &[Task], settings: &EnvSettings, repos: &Repos) -> Plans {
     let mut out = BTreeMap::new();
     for t in tasks {
         let key = (t.repo.clone(), t.version.clone());
         if out.contains_key(&key) {
             continue;
         }
-        let plan = (|| -> Result<Plan, String> {
-            let spec = settings
-                .specs
-                .get(&t.repo, &t.version)
-                .map_err(|e| e.to_string())?;
-            let source = repos.locate(&t.repo).map_err(|e| e.to_string())?;
+        let plan = (|| -> Result<Plan, EvalError> {
+            let spec = settings.specs.get(&t.repo, &t.version)?;
+            let source = repos.locate(&t.repo)?;
             let commit = setup_commit(t);
-            Plan::resolve(
+            Ok(Plan::resolve(
                 &spec,
                 &settings.pythons,
                 &source,
                 commit,
                 &settings.envs_root,
-            )
-            .map_err(|e| e.to_string())
+            )?)
         })();
-        out.insert(key, plan);
+        out.insert(key, plan.map_err(Arc::new));
     }
     out
 }
@@ -90,21 +116,16 @@ fn setup_commit(t: &Task) -> &str {
 
 /// Builds (or finds built) the environment of every plan; the result per
 /// (repository, version).
-pub fn ensure_envs(
-    plans: &BTreeMap<(String, String), Result<Plan, String>>,
-    settings: &EnvSettings,
-    repos: &Repos,
-    scratch: &Path,
-) -> Envs {
+pub fn ensure_envs(plans: &Plans, settings: &EnvSettings, repos: &Repos, scratch: &Path) -> Envs {
     plans
         .iter()
         .map(|(key, plan)| {
             let built = plan.clone().and_then(|plan| {
-                let source = repos.locate(&key.0).map_err(|e| e.to_string())?;
-                let env = plan
-                    .ensure(&source, &settings.index, scratch)
-                    .map_err(|e| e.to_string())?;
-                Ok((plan, env))
+                let ensured = (|| -> Result<Environment, EvalError> {
+                    let source = repos.locate(&key.0)?;
+                    Ok(plan.ensure(&source, &settings.index, scratch)?)
+                })();
+                ensured.map(|env| (plan, env)).map_err(Arc::new)
             });
             if let Err(e) = &built {
                 tracing::warn!(repo = %key.0, version = %key.1, "environment unavailable: {e}");
@@ -123,7 +144,7 @@ pub fn prepare_commits(
     settings: &EnvSettings,
     repos: &Repos,
     scratch: &Path,
-) -> BTreeMap<String, Result<(), String>> {
+) -> BTreeMap<String, Result<(), Unavailable>> {
     tasks
         .iter()
         .filter_map(|t| {
@@ -131,13 +152,11 @@ pub fn prepare_commits(
                 .get(&(t.repo.clone(), t.version.clone()))?
                 .as_ref()
                 .ok()?;
-            let result = repos
-                .locate(&t.repo)
-                .map_err(|e| e.to_string())
-                .and_then(|source| {
-                    plan.prepare_commit(&source, &t.base_commit, &settings.index, scratch)
-                        .map_err(|e| e.to_string())
-                });
+            let result = (|| -> Result<(), EvalError> {
+                let source = repos.locate(&t.repo)?;
+                Ok(plan.prepare_commit(&source, &t.base_commit, &settings.index, scratch)?)
+            })()
+            .map_err(Arc::new);
             if let Err(e) = &result {
                 tracing::warn!("{}: {e}", t.instance_id);
             }
@@ -157,10 +176,12 @@ pub fn evaluate_all(
     repos: &Repos,
     out: &Path,
     on_done: &(dyn Fn(&InstanceReport) + Sync),
-) -> anyhow::Result<Summary> {
+) -> Result<Summary, EvalError> {
     let work = out.join(".work");
-    std::fs::create_dir_all(&work)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", work.display()))?;
+    std::fs::create_dir_all(&work).map_err(|source| EvalError::CreateDir {
+        path: work.clone(),
+        source,
+    })?;
     let needed: Vec<Task> = tasks
         .iter()
         .filter(|t| needs_run(patches.get(&t.instance_id).map(String::as_str), settings))
@@ -178,10 +199,10 @@ pub fn evaluate_all(
                 let Some(task) = tasks.get(i) else { break };
                 let patch = patches.get(&task.instance_id).map(String::as_str);
                 let env = match prepared.get(&task.instance_id) {
-                    Some(Err(e)) => Some(Err(e.as_str())),
+                    Some(Err(e)) => Some(Err(&**e)),
                     _ => envs
                         .get(&(task.repo.clone(), task.version.clone()))
-                        .map(|r| r.as_ref().map_err(String::as_str)),
+                        .map(|r| r.as_ref().map_err(|e| &**e)),
                 };
                 let report = evaluate_caught(task, patch, env, settings, repos, out);
                 on_done(&report);
@@ -214,7 +235,7 @@ fn needs_run(patch: Option<&str>, settings: &EnvSettings) -> bool {
 pub fn evaluate_caught(
     task: &Task,
     patch: Option<&str>,
-    env: Option<Result<&(Plan, Environment), &str>>,
+    env: Option<Result<&(Plan, Environment), &EvalError>>,
     settings: &EnvSettings,
     repos: &Repos,
     out: &Path,
@@ -236,7 +257,7 @@ pub fn evaluate_caught(
 pub fn evaluate_one(
     task: &Task,
     patch: Option<&str>,
-    env: Option<Result<&(Plan, Environment), &str>>,
+    env: Option<Result<&(Plan, Environment), &EvalError>>,
     settings: &EnvSettings,
     repos: &Repos,
     out: &Path,
@@ -250,7 +271,7 @@ pub fn evaluate_one(
         let _ = std::fs::create_dir_all(&logdir);
         let _ = std::fs::write(logdir.join("patch.diff"), patch);
         let work = out.join(".work").join(&task.instance_id);
-        let env = env.unwrap_or(Err("no environment was prepared for this task"));
+        let env = env.unwrap_or(Err(&EvalError::NoEnvironment));
         let result = env
             .map_err(|e| InfraError {
                 kind: ErrorKind::EnvironmentMissing,
@@ -330,16 +351,17 @@ impl TaskRun<'_> {
             logdir,
             test_timeout_s,
         } = *self;
-        let infra = |kind: ErrorKind| move |e: String| InfraError { kind, message: e };
         let source = repos
             .locate(&task.repo)
-            .map_err(|e| infra(ErrorKind::RepositoryMissing)(e.to_string()))?;
+            .map_err(infra(ErrorKind::RepositoryMissing))?;
         let ws = Workspace::create(&source, &task.base_commit, &work.join("repo"))
-            .map_err(|e| infra(ErrorKind::RepositoryMissing)(e.to_string()))?;
+            .map_err(infra(ErrorKind::RepositoryMissing))?;
         let layer = Layer::create(env, &work.join("layer"))
-            .map_err(|e| infra(ErrorKind::EnvironmentMissing)(e.to_string()))?;
+            .map_err(infra(ErrorKind::EnvironmentMissing))?;
         let inputs = work.join("inputs");
-        std::fs::create_dir_all(&inputs).map_err(|e| infra(ErrorKind::Sandbox)(e.to_string()))?;
+        std::fs::create_dir_all(&inputs).map_err(|e| {
+            infra(ErrorKind::Sandbox)(format!("cannot create {}: {e}", inputs.display()))
+        })?;
         let write_input = |name: &str, text: &str| -> Result<PathBuf, InfraError> {
             let p = inputs.join(name);
             std::fs::write(&p, text)
@@ -347,12 +369,11 @@ impl TaskRun<'_> {
             Ok(p)
         };
         let policy = task_policy(ws.path(), env, &layer, spec, &inputs)
-            .map_err(|e| infra(ErrorKind::Sandbox)(e))?;
+            .map_err(infra(ErrorKind::Sandbox))?;
         let run = |cmd: String, timeout_s: u64| -> Result<sandbox::Outcome, InfraError> {
             let mut p = policy.clone();
             p.limits.timeout_ms = timeout_s * 1000;
-            sandbox::run(&p, &["bash".into(), "-c".into(), cmd])
-                .map_err(|e| infra(ErrorKind::Sandbox)(e.to_string()))
+            sandbox::run(&p, &["bash".into(), "-c".into(), cmd]).map_err(infra(ErrorKind::Sandbox))
         };
         // With the dependencies the commit declares: they are in the
         // environment, or in its wheelhouse when this commit needs others
@@ -377,12 +398,12 @@ impl TaskRun<'_> {
         log.output(&o);
         if !o.success() {
             return Err(infra(ErrorKind::InstallFailed)(format!(
-            "the repository did not install at its base commit (status {}); see run_instance.log",
-            o.cli_exit_code()
-        )));
+                "the repository did not install at its base commit (status {}); see \
+                 run_instance.log",
+                o.cli_exit_code()
+            )));
         }
-        repo::commit_all(ws.path(), "patchwright: installed")
-            .map_err(|e| infra(ErrorKind::Sandbox)(e.to_string()))?;
+        repo::commit_all(ws.path(), "patchwright: installed").map_err(infra(ErrorKind::Sandbox))?;
 
         // 2. The model patch.
         let patch_file = write_input("model.diff", patch)?;
@@ -410,8 +431,7 @@ impl TaskRun<'_> {
                 report.applied_with = Some(name.to_string());
                 break;
             }
-            repo::reset_worktree(ws.path())
-                .map_err(|e| infra(ErrorKind::Sandbox)(e.to_string()))?;
+            repo::reset_worktree(ws.path()).map_err(infra(ErrorKind::Sandbox))?;
         }
         if !report.patch_successfully_applied {
             log.step("the model patch did not apply: unresolved");
@@ -437,8 +457,7 @@ impl TaskRun<'_> {
 
         // 4. The test files as the test patch expects them, then the test patch.
         let files = patch_files(&task.test_patch);
-        repo::restore_paths(ws.path(), &files)
-            .map_err(|e| infra(ErrorKind::Sandbox)(e.to_string()))?;
+        repo::restore_paths(ws.path(), &files).map_err(infra(ErrorKind::Sandbox))?;
         let test_patch = write_input("test.diff", &task.test_patch)?;
         log.step("apply the test patch");
         let o = run(
@@ -474,7 +493,7 @@ impl TaskRun<'_> {
         p.limits.output_bytes = TEST_OUTPUT_BYTES;
         p.limits.memory_bytes = TEST_MEMORY_BYTES;
         let o = sandbox::run(&p, &["bash".into(), "-c".into(), script])
-            .map_err(|e| infra(ErrorKind::Sandbox)(e.to_string()))?;
+            .map_err(infra(ErrorKind::Sandbox))?;
         log.text += &format!(
             "[exit status {}, {:.1} s; output in test_output.txt]\n",
             o.cli_exit_code(),
@@ -509,6 +528,14 @@ impl TaskRun<'_> {
     }
 }
 
+/// An infrastructure error of `kind`, its message `e`'s text.
+fn infra<E: std::fmt::Display>(kind: ErrorKind) -> impl Fn(E) -> InfraError {
+    move |e| InfraError {
+        kind,
+        message: e.to_string(),
+    }
+}
+
 /// The sandbox policy of a task's install and test runs: the worktree and
 /// the layer writable, the environment and its interpreter read-only, the
 /// inputs (patches) read-only, no network.
@@ -518,8 +545,8 @@ fn task_policy(
     layer: &Layer,
     spec: &Spec,
     inputs: &Path,
-) -> Result<sandbox::Policy, String> {
-    let mut policy = crate::env::policy(worktree, Some(env)).map_err(|e| e.to_string())?;
+) -> Result<sandbox::Policy, EnvError> {
+    let mut policy = crate::env::policy(worktree, Some(env))?;
     policy.writable.push(layer.dir.clone());
     policy.extra_ro_binds.push(inputs.to_path_buf());
     policy.env.insert(
@@ -658,7 +685,7 @@ pub fn build_envs(
         let result = built
             .into_values()
             .next()
-            .unwrap_or_else(|| Err("not planned".into()));
+            .unwrap_or_else(|| Err(Arc::new(EvalError::NotPlanned)));
         let mut row = EnvBuilt {
             repo: repo.clone(),
             version: version.clone(),
@@ -678,7 +705,7 @@ pub fn build_envs(
                 row.seconds = Some(start.elapsed().as_secs_f64());
                 row.task_dependency_errors = Some(unprepared);
             }
-            Err(e) => row.error = Some(e),
+            Err(e) => row.error = Some(e.to_string()),
         }
         done(&row);
         rows.push(row);

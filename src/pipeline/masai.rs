@@ -40,8 +40,11 @@ pub enum MasaiError {
     Fix(#[from] fixer::FixError),
     #[error("ranker: {0}")]
     Rank(#[from] ranker::RankError),
-    #[error("cannot write artifact {path}: {message}")]
-    Artifact { path: PathBuf, message: String },
+    #[error("cannot write artifact {path}: {source}")]
+    Artifact {
+        path: PathBuf,
+        source: crate::record::RecordError,
+    },
 }
 
 /// A ReAct stage's artifact.
@@ -148,12 +151,18 @@ pub(crate) fn write_artifact(
     value: &impl Serialize,
 ) -> Result<(), MasaiError> {
     let path = dir.join(format!("{name}.json"));
-    let err = |message: String| MasaiError::Artifact {
+    let err = |source| MasaiError::Artifact {
         path: path.clone(),
-        message,
+        source,
     };
-    std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
-    crate::record::write_json(&path, value).map_err(|e| err(e.to_string()))
+    std::fs::create_dir_all(dir).map_err(|source| {
+        err(crate::record::RecordError::Io {
+            action: "create",
+            path: dir.to_path_buf(),
+            source,
+        })
+    })?;
+    crate::record::write_json(&path, value).map_err(err)
 }
 
 struct Context<'a> {

@@ -7,7 +7,7 @@
 //! one that does.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use crate::record::metrics::{Metrics, Summary};
 
@@ -15,10 +15,44 @@ use super::masai::Outcome;
 use crate::aci::{check, SubmittedTest};
 use crate::agents::ranker::{passed_tests, touched_files};
 use crate::dataset::Task;
-use crate::env::{self, Environment};
+use crate::edit::EditError;
+use crate::env::{self, EnvError, Environment};
 use crate::index::symbols::{self, SymbolKind};
-use crate::repo::Workspace;
+use crate::repo::{RepoError, Workspace};
 use patchwright_sandbox as sandbox;
+
+/// Why a metric could not be computed (kept as a note in the metrics).
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    #[error(transparent)]
+    Sandbox(#[from] sandbox::SandboxError),
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    /// The reproduction test's path is not one inside the worktree.
+    #[error(transparent)]
+    Edit(#[from] EditError),
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the task's tests are not pytest node ids")]
+    NotPytest,
+}
+
+impl MetricsError {
+    fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> MetricsError {
+        let path = path.to_path_buf();
+        move |source| MetricsError::Io {
+            action,
+            path,
+            source,
+        }
+    }
+}
 
 /// Wall-clock limit of one test run while computing metrics.
 pub const TEST_TIMEOUT_S: u64 = 300;
@@ -97,18 +131,18 @@ fn run_tests(
     dir: &Path,
     env: Option<&Environment>,
     command: &str,
-) -> Result<sandbox::Outcome, String> {
-    let mut policy = env::policy(dir, env).map_err(|e| e.to_string())?;
+) -> Result<sandbox::Outcome, MetricsError> {
+    let mut policy = env::policy(dir, env)?;
     policy.limits.timeout_ms = TEST_TIMEOUT_S * 1000;
     let argv = ["bash".to_string(), "-c".to_string(), command.to_string()];
-    sandbox::run(&policy, &argv).map_err(|e| e.to_string())
+    Ok(sandbox::run(&policy, &argv)?)
 }
 
 /// A scratch worktree of `ws` with `patches` applied.
-fn patched(ws: &Workspace, dir: &Path, patches: &[&str]) -> Result<Workspace, String> {
-    let w = ws.clone_to(dir).map_err(|e| e.to_string())?;
+fn patched(ws: &Workspace, dir: &Path, patches: &[&str]) -> Result<Workspace, MetricsError> {
+    let w = ws.clone_to(dir)?;
     for p in patches {
-        crate::repo::apply_patch(w.path(), p).map_err(|e| e.to_string())?;
+        crate::repo::apply_patch(w.path(), p)?;
     }
     Ok(w)
 }
@@ -121,10 +155,10 @@ fn resolves(
     env: Option<&Environment>,
     patch: &str,
     dir: &Path,
-) -> Result<bool, String> {
+) -> Result<bool, MetricsError> {
     let tests: Vec<&String> = task.fail_to_pass.iter().chain(&task.pass_to_pass).collect();
     if tests.iter().any(|t| !t.contains("::")) {
-        return Err("the task's tests are not pytest node ids".into());
+        return Err(MetricsError::NotPytest);
     }
     let files = touched_files(&task.test_patch);
     let w = patched(ws, dir, &[patch, &task.test_patch])?;
@@ -148,13 +182,13 @@ fn reproduction_passes(
     gold: &str,
     test: &SubmittedTest,
     dir: &Path,
-) -> Result<bool, String> {
+) -> Result<bool, MetricsError> {
     let w = patched(ws, dir, &[gold])?;
-    let full = crate::edit::resolve(w.path(), &test.path).map_err(|e| e.to_string())?;
+    let full = crate::edit::resolve(w.path(), &test.path)?;
     if let Some(parent) = full.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(parent).map_err(MetricsError::io("create", parent))?;
     }
-    std::fs::write(&full, &test.text).map_err(|e| e.to_string())?;
+    std::fs::write(&full, &test.text).map_err(MetricsError::io("write", &full))?;
     let out = run_tests(w.path(), env, &test.command);
     let _ = w.remove();
     Ok(check::verdict(&out?) == check::Verdict::Passed)
