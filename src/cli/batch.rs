@@ -46,8 +46,7 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
         candidates: settings.fixer.candidates,
     };
     let outcome = with_model(&model, &settings.engine, slots, |backing| {
-        batch::run::run(&cx, &settings, &model, backing, out, "", None)
-            .map_err(anyhow::Error::from)
+        batch::run::run(&cx, &settings, &model, backing, out, "", None).map_err(anyhow::Error::from)
     })?;
     println!("predictions: {}", out.join("predictions.jsonl").display());
     println!("trajectories: {}", out.join("trajectories").display());
