@@ -14,8 +14,9 @@ use crate::dataset::Issue;
 use crate::edit;
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
 use crate::index::symbols;
+use crate::record::trajectory::{ModelCall, Step};
 use crate::repo::RepoError;
-use crate::trajectory::{ModelCall, Step, Trajectory};
+use crate::trajectory::Trajectory;
 
 /// Lines shown around each located span, so SEARCH can include a line of
 /// context and the model sees the surroundings.

@@ -17,8 +17,9 @@ use crate::dataset::Issue;
 use crate::edit::EditError;
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
 use crate::env::{self, Environment};
+use crate::record::trajectory::{ModelCall, Step};
 use crate::repo::{RepoError, Workspace};
-use crate::trajectory::{ModelCall, Step, Trajectory};
+use crate::trajectory::Trajectory;
 use patchwright_sandbox as sandbox;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

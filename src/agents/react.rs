@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 use super::history::{self, History, HistorySettings};
 use crate::aci::{command, Aci, Command};
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling, Stop};
-pub use crate::record::trajectory::{EpisodeSummary, ExitStatus};
-use crate::trajectory::{ActionStep, ModelCall, Step, Trajectory};
+use crate::record::trajectory::{ActionStep, ModelCall, Step};
+use crate::record::trajectory::{EpisodeSummary, ExitStatus};
+use crate::trajectory::Trajectory;
 
 /// Format errors in a row after which the episode ends: the model is not
 /// following the format and more turns only burn tokens.

@@ -26,14 +26,13 @@
 
 pub mod merge;
 pub mod progress;
-pub mod rundir;
 pub mod run;
+pub mod rundir;
 pub mod sweep;
 
-pub use crate::record::result::{Prediction, Status, TaskError, TaskErrorKind, TaskResult};
-pub use crate::record::run::Summary;
-/// The atomic writes, for callers that reach them through `batch`.
-pub use crate::record::{write_atomic, write_json};
+use crate::record::result::{Status, TaskError, TaskErrorKind, TaskResult};
+use crate::record::run::Summary;
+use crate::record::write_json;
 pub use run::{RunContext, RunOutcome};
 pub use rundir::{Opened, RunDir};
 
@@ -42,12 +41,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime};
 
+use crate::config::Kind;
 use crate::config::{EnvSettings, Settings};
 use crate::dataset::Task;
 use crate::engine::{Backend, EngineError};
 use crate::env::{EnvError, Environment};
 use crate::eval;
-use crate::pipeline::{self, masai::MasaiError, Kind};
+use crate::pipeline::{self, masai::MasaiError};
 use crate::record::grade::{self as grades, InstanceReport};
 use crate::record::metrics::{Metrics, Summary as MetricsSummary};
 use crate::record::trajectory::TrajectoryFile;

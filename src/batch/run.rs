@@ -90,8 +90,8 @@ pub fn run(
     };
     let selected: RunSelection = serde_json::from_value(cx.select.json(cx.selected))
         .map_err(|e| unrecordable("the selection", e))?;
-    let model_info: ModelInfo = serde_json::from_value(model.json.clone())
-        .map_err(|e| unrecordable("the model", e))?;
+    let model_info: ModelInfo =
+        serde_json::from_value(model.json.clone()).map_err(|e| unrecordable("the model", e))?;
     let settings_json =
         serde_json::to_value(settings).map_err(|e| unrecordable("the settings", e))?;
     let mut record = RunRecord {

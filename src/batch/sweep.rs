@@ -16,7 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
-pub use crate::record::sweep::{Axis, Point, Row, SweepFile};
+use crate::record::sweep::{Axis, Point, Row, SweepFile};
 
 use super::{BatchError, RunContext};
 use crate::config::Settings;

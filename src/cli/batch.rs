@@ -12,6 +12,7 @@ use patchwright::engine::Slots;
 use patchwright::models::ModelRef;
 use patchwright::repo::Repos;
 
+/// `patchwright batch`: the selected tasks into a run directory, or `--list` them.
 pub fn batch(args: BatchArgs) -> Result<i32> {
     let selection = args.select.selection()?;
     let selected = selection.select(&args.select.dataset)?;
@@ -46,8 +47,7 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
         candidates: settings.fixer.candidates,
     };
     let outcome = with_model(&model, &settings.engine, slots, |backing| {
-        batch::run::run(&cx, &settings, &model, backing, out, "", None)
-            .map_err(anyhow::Error::from)
+        batch::run::run(&cx, &settings, &model, backing, out, "", None).map_err(anyhow::Error::from)
     })?;
     println!("predictions: {}", out.join("predictions.jsonl").display());
     println!("trajectories: {}", out.join("trajectories").display());
@@ -58,6 +58,7 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// `patchwright run`: one task of a dataset, as a batch of one.
 pub fn run(args: RunArgs) -> Result<i32> {
     let tasks = dataset::load(&args.dataset)?;
     if !tasks.iter().any(|t| t.instance_id == args.task) {
@@ -71,6 +72,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
     batch(args.into_batch())
 }
 
+/// `patchwright sweep`: one run per grid point, and their table.
 pub fn sweep(args: SweepArgs) -> Result<i32> {
     let selection = args.select.selection()?;
     let selected = selection.select(&args.select.dataset)?;
@@ -128,6 +130,7 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// `patchwright merge`: shards' run directories into one.
 pub fn merge(args: MergeArgs) -> Result<i32> {
     let merged = batch::merge::merge(&args.shards, &args.out)?;
     eprintln!(
@@ -149,6 +152,7 @@ pub fn merge(args: MergeArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// `patchwright report`: the HTML report over run and sweep directories.
 pub fn report(args: ReportArgs) -> Result<i32> {
     let out = args
         .out

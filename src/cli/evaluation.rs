@@ -10,6 +10,7 @@ use super::{EnvBuildArgs, EvalArgs};
 use patchwright::eval::{self, PatchSource};
 use patchwright::repo::Repos;
 
+/// `patchwright env build`: the environments of the tasks; 1 if any failed.
 pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
     let tasks = args.tasks.tasks()?;
     let settings = args.env.options(Some(1), 0, false, false).resolve()?;
@@ -55,6 +56,7 @@ pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
     Ok(if failed > 0 { 1 } else { 0 })
 }
 
+/// `patchwright eval`: grades gold, empty or predicted patches.
 pub fn eval(args: EvalArgs) -> Result<i32> {
     let tasks = args.tasks.tasks()?;
     let options = args

@@ -7,6 +7,7 @@ use super::GenerateArgs;
 use patchwright::engine::{backing, EngineSettings, Sampling};
 use patchwright::models;
 
+/// `patchwright models list`: the known models, as a table or JSON.
 pub fn list(json: bool) -> Result<i32> {
     let listing = models::list()?;
     if json {
@@ -36,6 +37,7 @@ pub fn list(json: bool) -> Result<i32> {
     Ok(0)
 }
 
+/// `patchwright models fetch`: downloads a model, printing its path.
 pub fn fetch(name: &str) -> Result<i32> {
     let spinner = ProgressBar::new_spinner();
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
@@ -48,6 +50,7 @@ pub fn fetch(name: &str) -> Result<i32> {
     Ok(0)
 }
 
+/// `patchwright generate`: one prompt, its candidates on stdout.
 pub fn generate(args: GenerateArgs) -> Result<i32> {
     if args.n == 0 {
         bail!("--n must be at least 1");

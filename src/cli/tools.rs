@@ -9,6 +9,7 @@ use super::{AciArgs, ExecArgs};
 use patchwright::aci::{self, Aci, AciSettings, Command as AciCommand};
 use patchwright_sandbox as sandbox;
 
+/// `patchwright aci`: the agents' commands read from stdin, run on a repository.
 pub fn aci(args: AciArgs) -> Result<i32> {
     if args.window == 0 {
         bail!("--window must be at least 1");
@@ -51,6 +52,7 @@ pub fn aci(args: AciArgs) -> Result<i32> {
 /// Exit status of `sandbox exec` when the sandbox could not run the command.
 const SANDBOX_REFUSED: i32 = 125;
 
+/// `patchwright sandbox exec`: one command in the sandbox; its exit status.
 pub fn sandbox_exec(args: ExecArgs) -> Result<i32> {
     // Every refusal (bad flags, bad directory, no sandbox) exits 125, as
     // `timeout` and `docker run` do: the command never ran.

@@ -8,9 +8,7 @@
 
 use std::collections::BTreeMap;
 
-pub use crate::record::grade::{
-    ErrorKind, InfraError, InstanceReport, Outcomes, Summary, TestsStatus,
-};
+use crate::record::grade::{Outcomes, TestsStatus};
 
 use super::log::TestStatus;
 
@@ -52,6 +50,7 @@ pub fn grade(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::grade::{ErrorKind, InfraError, InstanceReport, Summary};
     use TestStatus::*;
 
     fn map(entries: &[(&str, TestStatus)]) -> BTreeMap<String, TestStatus> {

@@ -25,7 +25,6 @@ use crate::env::spec::{Directives, Spec, SpecError};
 use crate::env::{EnvError, Environment};
 use crate::record::grade::{self as graded, ErrorKind, InfraError, InstanceReport, Summary};
 /// Reading predictions files lives with the other run files.
-pub use crate::record::result::load_predictions;
 use crate::record::RecordError;
 use crate::repo::{self, RepoError, Repos, Workspace};
 
@@ -720,7 +719,7 @@ pub enum PatchSource<'a> {
     Gold,
     /// An empty patch for every task.
     Empty,
-    /// The predictions file at this path (see [`load_predictions`]).
+    /// The predictions file at this path (see [`crate::record::result::load_predictions`]).
     Predictions(&'a Path),
 }
 
@@ -739,7 +738,7 @@ pub fn choose_patches(
             .iter()
             .map(|t| (t.instance_id.clone(), String::new()))
             .collect(),
-        PatchSource::Predictions(path) => load_predictions(path)?,
+        PatchSource::Predictions(path) => crate::record::result::load_predictions(path)?,
     })
 }
 

@@ -10,8 +10,9 @@ use crate::dataset::Issue;
 use crate::edit;
 use crate::engine::{self, Backend, Conversation, EngineError, Message, Request};
 use crate::index::{self, IndexError, RankedFile};
+use crate::record::trajectory::{EditOutcome, ModelCall, RankedEntry, Step};
 use crate::repo::{RepoError, Workspace};
-use crate::trajectory::{EditOutcome, ModelCall, RankedEntry, Step, Trajectory};
+use crate::trajectory::Trajectory;
 
 /// Ranked files recorded in the trajectory, beyond those shown.
 const RANKED_RECORDED: usize = 20;

@@ -11,16 +11,18 @@ use serde::{Deserialize, Serialize};
 use crate::aci::{Aci, Location, SubmittedTest, TestCheck};
 use crate::agents::fixer::{self, Fixes};
 use crate::agents::ranker::{self, Ranking};
-use crate::agents::react::{self, Agent, EpisodeSummary};
+use crate::agents::react::{self, Agent};
 use crate::agents::{self as agent_defs};
-use crate::config::Settings;
+use crate::config::{AgentSettings, Settings};
 use crate::dataset::Issue;
 use crate::engine::{Backend, EngineError, Sampling};
 use crate::env::Environment;
 use crate::index::symbols::CodeIndex;
 use crate::index::IndexError;
+use crate::record::trajectory::EpisodeSummary;
+use crate::record::trajectory::Step;
 use crate::repo::{RepoError, Workspace};
-use crate::trajectory::{Step, Trajectory};
+use crate::trajectory::Trajectory;
 
 /// Functions the fallback localisation takes when the localizer records
 /// none: the best BM25 matches of the issue.
@@ -102,7 +104,7 @@ impl SharedStages {
     fn key(
         settings: &Settings,
         stage: &str,
-        agent: &super::AgentSettings,
+        agent: &AgentSettings,
         before: Option<&impl Serialize>,
     ) -> String {
         use sha2::Digest;
@@ -190,7 +192,7 @@ impl Context<'_> {
         &self,
         agent: &Agent<'_>,
         aci: &mut Aci,
-        agent_settings: &super::AgentSettings,
+        agent_settings: &AgentSettings,
         trajectory: &mut Trajectory,
     ) -> Result<EpisodeSummary, MasaiError> {
         let react = react::ReactSettings {
@@ -226,7 +228,7 @@ impl Context<'_> {
         &self,
         agent: &Agent<'_>,
         check: TestCheck,
-        agent_settings: &super::AgentSettings,
+        agent_settings: &AgentSettings,
         trajectory: &mut Trajectory,
     ) -> Result<TestArtifact, MasaiError> {
         let mut aci = self.interface()?;

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-pub use crate::record::metrics::{Metrics, Summary};
+use crate::record::metrics::Metrics;
 
 use super::masai::Outcome;
 use crate::aci::{check, SubmittedTest};

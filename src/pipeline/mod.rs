@@ -7,7 +7,3 @@ pub mod masai;
 pub mod metrics;
 
 pub use first::{apply_reply, PipelineError};
-
-// The pipelines' settings live in `config`, below every pipeline; these two
-// are named through `pipeline` where the pipelines and the runner use them.
-pub use crate::config::{AgentSettings, Kind};

@@ -8,9 +8,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-pub use crate::record::trajectory::{
-    ActionStep, EditOutcome, ModelCall, RankedEntry, Step, TimedStep, TrajectoryFile,
-};
+use crate::record::trajectory::{ModelCall, Step, TimedStep};
 
 /// A trajectory being recorded: steps with the seconds since the task began.
 #[derive(Debug, Serialize)]

@@ -506,7 +506,9 @@ fn library_modules(lib: &str) -> BTreeSet<String> {
     lib.lines()
         .filter_map(|line| {
             let line = line.trim();
-            let rest = line.strip_prefix("pub mod ").or_else(|| line.strip_prefix("mod "))?;
+            let rest = line
+                .strip_prefix("pub mod ")
+                .or_else(|| line.strip_prefix("mod "))?;
             Some(rest.strip_suffix(';')?.trim().to_string())
         })
         .collect()

@@ -13,9 +13,10 @@ use patchwright::dataset::Task;
 use patchwright::engine::Backend;
 use patchwright::env::Environment;
 use patchwright::pipeline::{masai, metrics};
+use patchwright::record::trajectory::Step;
 use patchwright::repo::{Repos, Workspace};
 use patchwright::trajectory::replay::ReplayBackend;
-use patchwright::trajectory::{Step, Trajectory};
+use patchwright::trajectory::Trajectory;
 
 fn task(id: &str) -> Task {
     common::demo_task(id)

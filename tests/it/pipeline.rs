@@ -5,8 +5,8 @@ use crate::common;
 
 use patchwright::dataset;
 use patchwright::pipeline::apply_reply;
+use patchwright::record::trajectory::Step;
 use patchwright::repo::{Repos, Workspace};
-use patchwright::trajectory::Step;
 
 fn textkit() -> (tempfile::TempDir, Workspace, dataset::Task) {
     let tasks = dataset::load(&common::root().join("datasets/demo/tasks.jsonl")).unwrap();

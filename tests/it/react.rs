@@ -12,9 +12,10 @@ use patchwright::agents::{self, history::Keep, react};
 use patchwright::dataset::Task;
 use patchwright::engine::{Backend, Conversation, Engine, EngineSettings, Request, Sampling};
 use patchwright::index::symbols::CodeIndex;
+use patchwright::record::trajectory::{EpisodeSummary, ExitStatus, Step};
 use patchwright::repo::{Repos, Workspace};
 use patchwright::trajectory::replay::ReplayBackend;
-use patchwright::trajectory::{Step, Trajectory};
+use patchwright::trajectory::Trajectory;
 
 fn task(id: &str) -> Task {
     common::demo_task(id)
@@ -43,12 +44,7 @@ fn episode(
     conversation: &mut dyn Conversation,
     window: usize,
     settings: &react::ReactSettings,
-) -> (
-    tempfile::TempDir,
-    Workspace,
-    react::EpisodeSummary,
-    Trajectory,
-) {
+) -> (tempfile::TempDir, Workspace, EpisodeSummary, Trajectory) {
     let dir = tempfile::tempdir().unwrap();
     let ws = workspace(task, dir.path());
     let mut aci = interface(&ws, window);
@@ -89,7 +85,7 @@ fn a_recorded_episode_replays_to_the_same_patch() {
     let (dir, ws, summary, trajectory) =
         episode(&task, &agent, conversation.as_mut(), 100, &settings);
     drop(conversation);
-    assert_eq!(summary.status, react::ExitStatus::Submitted, "{summary:?}");
+    assert_eq!(summary.status, ExitStatus::Submitted, "{summary:?}");
     assert_eq!((summary.steps, summary.format_errors), (6, 0));
     let patch = ws.diff().unwrap();
     assert_eq!(patch, task.patch, "the episode must give the gold patch");
@@ -123,7 +119,7 @@ fn a_recorded_episode_replays_to_the_same_patch() {
     let mut conversation = replay.conversation(1, 512).unwrap();
     let (_dir2, ws2, again, _) = episode(&task, &agent, conversation.as_mut(), 100, &settings);
     drop(conversation);
-    assert_eq!(again.status, react::ExitStatus::Submitted, "{again:?}");
+    assert_eq!(again.status, ExitStatus::Submitted, "{again:?}");
     assert_eq!(replay.remaining(), 0);
     assert_eq!(ws2.diff().unwrap(), patch);
 }
@@ -141,7 +137,7 @@ fn format_errors_are_told_to_the_model_and_end_the_episode() {
         100,
         &settings,
     );
-    assert_eq!(summary.status, react::ExitStatus::ExitError);
+    assert_eq!(summary.status, ExitStatus::ExitError);
     assert_eq!(summary.format_errors, 3);
     let second = trajectory
         .steps
@@ -173,7 +169,7 @@ fn step_limit_ends_the_episode() {
     );
     assert_eq!(
         (summary.status, summary.steps),
-        (react::ExitStatus::ExitStepLimit, 3)
+        (ExitStatus::ExitStepLimit, 3)
     );
     // The same command with the same output again is pointed out.
     let repeated: Vec<bool> = trajectory
@@ -248,11 +244,7 @@ fn a_real_model_makes_no_malformed_action_in_30_steps() {
     if let Some(path) = std::env::var_os("PATCHWRIGHT_TEST_TRAJECTORY") {
         std::fs::write(path, serde_json::to_string_pretty(&trajectory).unwrap()).unwrap();
     }
-    assert_eq!(
-        summary.status,
-        react::ExitStatus::ExitStepLimit,
-        "{summary:?}"
-    );
+    assert_eq!(summary.status, ExitStatus::ExitStepLimit, "{summary:?}");
     assert_eq!(summary.steps, 30);
     // The grammar admits only well-formed commands of the agent's set.
     assert_eq!(summary.format_errors, 0, "{summary:?}");
