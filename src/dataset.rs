@@ -52,25 +52,28 @@ pub struct Task {
 /// ```
 /// # let task: patchwright::dataset::Task = serde_json::from_str(
 /// #     r#"{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "c0ffee",
-/// #         "problem_statement": "It breaks.", "patch": "diff --git ..."}"#).unwrap();
+/// #         "problem_statement": "It breaks.", "patch": "diff --git ..."}"#)?;
 /// let issue = task.issue();
 /// assert_eq!(issue.problem_statement, "It breaks.");
+/// # Ok::<(), serde_json::Error>(())
 /// ```
 ///
 /// ```compile_fail,E0609
 /// # let task: patchwright::dataset::Task = serde_json::from_str(
 /// #     r#"{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "c0ffee",
-/// #         "problem_statement": "It breaks.", "patch": "diff --git ..."}"#).unwrap();
+/// #         "problem_statement": "It breaks.", "patch": "diff --git ..."}"#)?;
 /// let issue = task.issue();
 /// let _gold = issue.patch; // no field `patch` on type `Issue`
+/// # Ok::<(), serde_json::Error>(())
 /// ```
 ///
 /// ```compile_fail,E0609
 /// # let task: patchwright::dataset::Task = serde_json::from_str(
 /// #     r#"{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "c0ffee",
-/// #         "problem_statement": "It breaks.", "FAIL_TO_PASS": "[]"}"#).unwrap();
+/// #         "problem_statement": "It breaks.", "FAIL_TO_PASS": "[]"}"#)?;
 /// let issue = task.issue();
 /// let _tests = issue.fail_to_pass; // no field `fail_to_pass` on type `Issue`
+/// # Ok::<(), serde_json::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Issue {
