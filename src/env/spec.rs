@@ -30,7 +30,7 @@ pub enum SpecError {
 }
 
 /// Which test runner produced a log, i.e. which SWE-bench parser applies
-/// (`eval::log` holds the parsers).
+/// (`env::log` holds the parsers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::record::grade::{Outcomes, TestsStatus};
 
-use super::log::TestStatus;
+use crate::env::log::TestStatus;
 
 /// Why a log was not trusted, if it was not.
 pub fn distrust(map: &BTreeMap<String, TestStatus>, exit_code: Option<i32>) -> Option<String> {

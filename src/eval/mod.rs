@@ -8,7 +8,6 @@
 //! sandbox, with the network off.
 
 pub mod grade;
-pub mod log;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -507,7 +506,7 @@ impl TaskRun<'_> {
                 test_timeout_s
             )));
         }
-        let mut statuses = log::parse(spec.log_format, &o.output);
+        let mut statuses = crate::env::log::parse(spec.log_format, &o.output);
         if let Some(why) = grade::distrust(&statuses, o.exit_code) {
             log.step(&why);
             report.untrusted_log = Some(why);
