@@ -50,3 +50,65 @@ pub fn verdict(outcome: &Outcome) -> Verdict {
         None => Verdict::Broken("it did not exit normally".into()),
     }
 }
+
+/// Why a test could not be run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum RunTestError {
+    #[error(transparent)]
+    Env(#[from] crate::env::EnvError),
+    #[error(transparent)]
+    Sandbox(#[from] patchwright_sandbox::SandboxError),
+}
+
+/// Runs a test `command` (bash) in the worktree `dir`, in `env` when
+/// given, and judges it: with an environment built from a spec, by the
+/// repository's log format ([`verdict_in`]); otherwise by [`verdict`]. The
+/// one way a submitted test is run: by `submit_test`, the Ranker and the
+/// stage metrics.
+pub fn run_test(
+    dir: &std::path::Path,
+    env: Option<&crate::env::task::TaskEnv>,
+    command: &str,
+    timeout_s: u64,
+) -> Result<(Outcome, Verdict), RunTestError> {
+    let mut policy = match env {
+        Some(e) => e.policy(dir)?,
+        None => crate::env::policy(dir, None)?,
+    };
+    policy.limits.timeout_ms = timeout_s.saturating_mul(1000);
+    let argv = ["bash".to_string(), "-c".to_string(), command.to_string()];
+    let outcome = patchwright_sandbox::run(&policy, &argv)?;
+    let verdict = match env.and_then(|e| e.spec()) {
+        Some(spec) => verdict_in(spec.log_format, &outcome),
+        None => verdict(&outcome),
+    };
+    Ok((outcome, verdict))
+}
+
+/// Classifies a run of the repository's own test command by its log
+/// format: the tests' statuses as grading parses them.
+pub fn verdict_in(format: crate::env::spec::LogFormat, outcome: &Outcome) -> Verdict {
+    if outcome.timed_out {
+        return Verdict::Broken("it timed out".into());
+    }
+    if let Some(sig) = &outcome.signal {
+        return Verdict::Broken(format!("it was killed by {}", sig.name));
+    }
+    let statuses = crate::env::log::parse(format, &outcome.output);
+    if statuses.is_empty() {
+        return Verdict::Broken("no test ran".into());
+    }
+    if statuses
+        .values()
+        .any(|s| *s == crate::env::log::TestStatus::Failed)
+    {
+        return Verdict::Failed;
+    }
+    if statuses.values().any(|s| s.is_failure()) {
+        return Verdict::Broken("a test errored outside its body".into());
+    }
+    match outcome.exit_code {
+        Some(0) => Verdict::Passed,
+        other => Verdict::Broken(format!("the tests passed but the runner exited with {other:?}")),
+    }
+}

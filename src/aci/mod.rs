@@ -22,6 +22,8 @@ use std::time::{Duration, SystemTime};
 
 use patchwright_sandbox as sandbox;
 
+use crate::env::task::TaskEnv;
+
 pub use command::{Choices, Command, ParseError, Turn};
 
 use crate::edit::EditError;
@@ -182,6 +184,7 @@ pub struct Aci {
     index: CodeIndex,
     open: Option<OpenFile>,
     policy: Option<sandbox::Policy>,
+    env: Option<TaskEnv>,
     test_check: Option<TestCheck>,
     test: Option<SubmittedTest>,
     locations: Vec<Location>,
@@ -198,6 +201,7 @@ impl Aci {
             index,
             open: None,
             policy: None,
+            env: None,
             test_check: None,
             test: None,
             locations: Vec::new(),
@@ -223,6 +227,15 @@ impl Aci {
     /// instead of the default policy for the repository.
     pub fn set_policy(&mut self, policy: sandbox::Policy) {
         self.policy = Some(policy);
+    }
+
+    /// Runs commands in `env` (the repository installed in its task
+    /// environment): its policy for `run`, and, when it comes from a spec,
+    /// the repository's own test command and log format for `submit_test`.
+    pub fn set_environment(&mut self, env: TaskEnv) -> Result<(), crate::env::EnvError> {
+        self.policy = Some(env.policy(&self.root)?);
+        self.env = Some(env);
+        Ok(())
     }
 
     pub fn root(&self) -> &Path {
@@ -611,17 +624,25 @@ impl Aci {
     }
 
     /// Checks a handed-in test; returns the observation and whether it was
-    /// accepted.
+    /// accepted. With an environment from a spec the test runs the
+    /// repository's way (its test command on the file, its log format);
+    /// otherwise `command` runs as given.
     fn submit_test(&mut self, path: &str, command: &str) -> (String, bool) {
         let text = match read_text(&self.root, path) {
             Ok(t) => t,
             Err(e) => return (e.to_string(), false),
         };
-        let outcome = match self.sandboxed(command) {
-            Ok(o) => o,
+        let command = match self.env.as_ref().filter(|e| e.spec().is_some()) {
+            Some(env) => env.test_script(&[path.to_string()]),
+            None => command.to_string(),
+        };
+        let started = SystemTime::now();
+        let ran = check::run_test(&self.root, self.env.as_ref(), &command, self.settings.run_timeout_s);
+        self.reindex_changed_since(started);
+        let (outcome, verdict) = match ran {
+            Ok(r) => r,
             Err(e) => return (e.to_string(), false),
         };
-        let verdict = check::verdict(&outcome);
         let output = trim_output(&outcome.output);
         let wanted = self.test_check.unwrap_or(TestCheck::Passes);
         let problem = match (wanted, &verdict) {
@@ -635,21 +656,25 @@ impl Aci {
             }
             (_, check::Verdict::Broken(why)) => Some(format!("the test is broken: {why}")),
         };
+        let ran_as = match self.env.as_ref().and_then(|e| e.spec()) {
+            Some(spec) => format!(" (run the repository's way: `{} {path}`)", spec.test_cmd),
+            None => String::new(),
+        };
         if let Some(problem) = problem {
             return (
                 format!(
-                    "Not accepted: {problem}. Its output:\n{output}\nFix the test or the command, then submit_test again."
+                    "Not accepted{ran_as}: {problem}. Its output:\n{output}\nFix the test or the command, then submit_test again."
                 ),
                 false,
             );
         }
         self.test = Some(SubmittedTest {
             path: path.to_string(),
-            command: command.to_string(),
+            command: command.clone(),
             text,
             output: outcome.output.clone(),
         });
-        (format!("Accepted: {path}, run with `{command}`."), true)
+        (format!("Accepted{ran_as}: {path}."), true)
     }
 
     fn run(&mut self, command: &str) -> String {

@@ -16,7 +16,9 @@ use crate::aci::{check, SubmittedTest};
 use crate::dataset::Issue;
 use crate::edit::EditError;
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
-use crate::env::{self, Environment};
+use crate::env::log::{self as testlog, TestStatus};
+use crate::env::task::TaskEnv;
+use crate::env::{self, spec::LogFormat};
 use crate::record::trajectory::{ModelCall, Step};
 use crate::repo::{RepoError, Workspace};
 use crate::trajectory::Trajectory;
@@ -88,6 +90,11 @@ pub enum RankError {
     Repo(#[from] RepoError),
     #[error(transparent)]
     Env(#[from] env::EnvError),
+    /// A candidate's worktree could not be installed into its layer.
+    #[error(transparent)]
+    Install(#[from] env::task::InstallError),
+    #[error(transparent)]
+    RunTest(#[from] check::RunTestError),
     #[error(transparent)]
     Grammar(#[from] grammar::GrammarError),
     /// A test run could not be started.
@@ -139,30 +146,62 @@ pub fn regression_files(all_files: &[String], sources: &[String]) -> Vec<String>
 
 /// The test ids pytest's `-rA` summary reports as PASSED.
 pub fn passed_tests(output: &str) -> BTreeSet<String> {
-    output
-        .lines()
-        .filter_map(|l| l.strip_prefix("PASSED "))
-        .map(|l| l.split(" - ").next().unwrap_or(l).trim().to_string())
+    passing(LogFormat::Pytest, output)
+}
+
+/// The tests a run's log, read as `format`, reports passing.
+fn passing(format: LogFormat, output: &str) -> BTreeSet<String> {
+    testlog::parse(format, output)
+        .into_iter()
+        .filter(|(_, s)| TestStatus::is_pass(*s))
+        .map(|(t, _)| t)
         .collect()
 }
 
+/// Runs `script` (bash) in the worktree `dir`, in `env` when given.
 fn run_in(
     dir: &Path,
-    env: Option<&Environment>,
+    env: Option<&TaskEnv>,
     timeout_s: u64,
-    command: &str,
+    script: &str,
 ) -> Result<sandbox::Outcome, RankError> {
-    let mut policy = env::policy(dir, env)?;
+    let mut policy = match env {
+        Some(e) => e.policy(dir)?,
+        None => env::policy(dir, None)?,
+    };
     policy.limits.timeout_ms = timeout_s.saturating_mul(1000);
-    let argv = ["bash".to_string(), "-c".to_string(), command.to_string()];
+    let argv = ["bash".to_string(), "-c".to_string(), script.to_string()];
     Ok(sandbox::run(&policy, &argv)?)
 }
 
-fn pytest_command(files: &[String]) -> String {
-    format!(
-        "python -m pytest -rA -p no:cacheprovider -q {}",
-        files.join(" ")
-    )
+/// The tests of `files` the repository's way (pytest without an
+/// environment from a spec), and the format of their log.
+fn test_run(env: Option<&TaskEnv>, files: &[String]) -> (String, LogFormat) {
+    match env {
+        Some(e) => (e.test_script(files), e.log_format()),
+        None => {
+            let args: Vec<String> = files.iter().map(|f| env::build::quote(f)).collect();
+            (
+                format!("{} {}", env::task::DEFAULT_TEST_COMMAND, args.join(" ")),
+                LogFormat::Pytest,
+            )
+        }
+    }
+}
+
+/// A candidate's worktree prepared like the task's: the repository (with
+/// the candidate's patch) installed into its own layer when the task's
+/// environment comes from a spec.
+pub fn prepare_like(
+    env: Option<&TaskEnv>,
+    worktree: &Path,
+    layer: &Path,
+) -> Result<Option<TaskEnv>, env::task::InstallError> {
+    match env {
+        Some(e) if e.spec().is_some() => Ok(Some(e.setup.install(worktree, layer)?.task)),
+        Some(e) => Ok(Some(e.clone())),
+        None => Ok(None),
+    }
 }
 
 /// Writes the reproduction test into `dir` (a candidate's worktree).
@@ -178,7 +217,9 @@ fn place_test(dir: &Path, test: &SubmittedTest) -> Result<(), RankError> {
     std::fs::write(&full, &test.text).map_err(io(&full))
 }
 
-/// Tries every distinct candidate and orders them.
+/// Tries every distinct candidate and orders them. `environment` is the
+/// task's (the workspace `ws` installed in it); each candidate's worktree
+/// is prepared the same way.
 #[allow(clippy::too_many_arguments)]
 pub fn rank(
     conversation: &mut dyn Conversation,
@@ -186,7 +227,7 @@ pub fn rank(
     issue: &Issue,
     fixes: &Fixes,
     reproduction: Option<&SubmittedTest>,
-    environment: Option<&Environment>,
+    environment: Option<&TaskEnv>,
     settings: &RankerSettings,
     sampling: &Sampling,
     scratch: &Path,
@@ -199,6 +240,7 @@ pub fn rank(
         .collect();
     let all = crate::index::python_files(ws.path()).unwrap_or_default();
     let regression = regression_files(&all, &touched);
+    let (regression_script, format) = test_run(environment, &regression);
     let base_passing = if regression.is_empty() {
         BTreeSet::new()
     } else {
@@ -206,9 +248,9 @@ pub fn rank(
             ws.path(),
             environment,
             settings.test_timeout_s,
-            &pytest_command(&regression),
+            &regression_script,
         )
-        .map(|o| passed_tests(&o.output))
+        .map(|o| passing(format, &o.output))
         .unwrap_or_default()
     };
 
@@ -219,6 +261,7 @@ pub fn rank(
             .enumerate()
             .map(|(i, d)| {
                 let (regression, base_passing) = (&regression, &base_passing);
+                let regression_script = &regression_script;
                 s.spawn(move || {
                     let mut e = Evaluation {
                         distinct: i,
@@ -231,28 +274,31 @@ pub fn rank(
                         let dir = scratch.join(format!("candidate-{i}"));
                         let cand = ws.clone_to(&dir)?;
                         crate::repo::apply_patch(cand.path(), &d.patch)?;
+                        let layer = scratch.join(format!("candidate-{i}-layer"));
+                        let env = prepare_like(environment, cand.path(), &layer)?;
                         if let Some(test) = reproduction {
                             place_test(cand.path(), test)?;
-                            let o = run_in(
+                            let (_, verdict) = check::run_test(
                                 cand.path(),
-                                environment,
-                                settings.test_timeout_s,
+                                env.as_ref(),
                                 &test.command,
+                                settings.test_timeout_s,
                             )?;
-                            e.reproduction = Some(check::verdict(&o) == check::Verdict::Passed);
+                            e.reproduction = Some(verdict == check::Verdict::Passed);
                         }
                         if !regression.is_empty() {
                             let o = run_in(
                                 cand.path(),
-                                environment,
+                                env.as_ref(),
                                 settings.test_timeout_s,
-                                &pytest_command(regression),
+                                regression_script,
                             )?;
-                            let passed = passed_tests(&o.output);
+                            let passed = passing(format, &o.output);
                             e.regressions = base_passing.difference(&passed).cloned().collect();
                         }
                         // The worktree is scratch: a failure to delete it is harmless.
                         let _ = cand.remove();
+                        let _ = std::fs::remove_dir_all(&layer);
                         Ok(())
                     })();
                     e.error = tried.err().map(|e| e.to_string());

@@ -30,7 +30,7 @@ pub mod run;
 pub mod rundir;
 pub mod sweep;
 
-use crate::record::result::{Status, TaskError, TaskErrorKind, TaskResult};
+use crate::record::result::{EnvironmentUsed, Status, TaskError, TaskErrorKind, TaskResult};
 use crate::record::run::Summary;
 use crate::record::write_json;
 pub use run::{RunContext, RunOutcome};
@@ -42,11 +42,12 @@ use std::sync::Mutex;
 use std::time::{Instant, SystemTime};
 
 use crate::config::Kind;
-use crate::config::{EnvSettings, Settings};
+use crate::config::Settings;
 use crate::dataset::Task;
 use crate::engine::{Backend, EngineError};
-use crate::env::{EnvError, Environment};
-use crate::eval;
+use crate::aci::check::RunTestError;
+use crate::env::EnvError;
+use crate::eval::{self, pool::Pool};
 use crate::pipeline::{self, masai::MasaiError};
 use crate::record::grade::{self as grades, InstanceReport};
 use crate::record::metrics::{Metrics, Summary as MetricsSummary};
@@ -93,6 +94,9 @@ pub struct Batch<'a> {
     /// of earlier runs into it. `predictions.jsonl` and `metrics.json`
     /// cover them all.
     pub ids: Vec<String>,
+    /// The tasks' environments: the agents', the Ranker's, the metrics'
+    /// and grading's.
+    pub envs: &'a Pool<'a>,
 }
 
 /// Tasks in flight at once by default. On the 2-core machine of
@@ -138,58 +142,9 @@ pub enum Event<'a> {
 /// Where a batch's events go.
 pub type Sink = std::sync::Arc<dyn Fn(Event<'_>) + Send + Sync>;
 
-/// Grades patches as a batch makes them, sharing built environments
-/// between tasks (and between a sweep's runs).
-pub struct Grader<'a> {
-    pub settings: &'a EnvSettings,
-    pub repos: &'a Repos,
-    /// Environments by (repository, version), built on first use; the lock
-    /// also keeps two tasks from building or preparing one at once.
-    envs: Mutex<eval::Envs>,
-}
-
-impl<'a> Grader<'a> {
-    pub fn new(settings: &'a EnvSettings, repos: &'a Repos) -> Self {
-        Grader {
-            settings,
-            repos,
-            envs: Mutex::new(eval::Envs::new()),
-        }
-    }
-
-    /// Grades `patch` for `task`; the report goes under `out/logs/<id>/`.
-    pub fn grade(&self, task: &Task, patch: &str, out: &Path) -> InstanceReport {
-        let work = out.join(".work");
-        let key = (task.repo.clone(), task.version.clone());
-        let env = {
-            let mut envs = self.envs.lock().unwrap_or_else(|e| e.into_inner());
-            if !envs.contains_key(&key) {
-                let plans = eval::plans(std::slice::from_ref(task), self.settings, self.repos);
-                envs.extend(eval::ensure_envs(&plans, self.settings, self.repos, &work));
-            }
-            let prepared = eval::prepare_commits(
-                std::slice::from_ref(task),
-                &envs,
-                self.settings,
-                self.repos,
-                &work,
-            );
-            match prepared.get(&task.instance_id) {
-                Some(Err(e)) => Some(Err(e.clone())),
-                _ => envs.get(&key).map(|r| match r {
-                    Ok(pair) => Ok(pair.clone()),
-                    Err(e) => Err(e.clone()),
-                }),
-            }
-        };
-        let env = env.as_ref().map(|r| r.as_ref().map_err(|e| &**e));
-        eval::evaluate_caught(task, Some(patch), env, self.settings, self.repos, out)
-    }
-
-    /// The stored grade of task `id` under `out`, if it was graded.
-    pub fn stored_by_id(id: &str, out: &Path) -> Option<InstanceReport> {
-        grades::stored_report(out, id)
-    }
+/// The stored grade of task `id` under `out`, if it was graded.
+fn stored_grade(id: &str, out: &Path) -> Option<InstanceReport> {
+    grades::stored_report(out, id)
 }
 
 /// What is left to do for a task.
@@ -213,7 +168,7 @@ impl Batch<'_> {
     }
 
     /// Runs `tasks`, `options.jobs` at a time, skipping the finished ones
-    /// unless `options.redo`; grades each with `grader` when given. Returns
+    /// unless `options.redo`; grades each when `evaluate`. Returns
     /// the summary over all of `tasks` (finished earlier or now). `Err`
     /// means the run directory could not be written; the tasks in flight
     /// still finish first.
@@ -221,12 +176,12 @@ impl Batch<'_> {
         &self,
         tasks: &[Task],
         options: Options,
-        grader: Option<&Grader<'_>>,
+        evaluate: bool,
         on: &Sink,
     ) -> Result<Summary, BatchError> {
         let started = Instant::now();
         let eval_dir = self.eval_dir();
-        if grader.is_some() {
+        if evaluate {
             std::fs::create_dir_all(&eval_dir).map_err(|source| BatchError::Io {
                 action: "create",
                 path: eval_dir.clone(),
@@ -245,19 +200,19 @@ impl Batch<'_> {
             } else {
                 self.run.finished(&task.instance_id)?
             };
-            match (done, grader) {
+            match (done, evaluate) {
                 (None, _) => todo.push((task, Work::Solve)),
-                (Some(r), Some(_)) => match Grader::stored_by_id(&task.instance_id, &eval_dir) {
+                (Some(r), true) => match stored_grade(&task.instance_id, &eval_dir) {
                     Some(report) => {
                         progress.summary.add(&r);
                         progress.reports.push(report);
                     }
                     None => todo.push((task, Work::Grade(Box::new(r)))),
                 },
-                (Some(r), None) => progress.summary.add(&r),
+                (Some(r), false) => progress.summary.add(&r),
             }
         }
-        if grader.is_some() {
+        if evaluate {
             progress.summary.resolved =
                 Some(progress.reports.iter().filter(|r| r.resolved).count());
         }
@@ -289,9 +244,9 @@ impl Batch<'_> {
                         }
                     }
                 };
-                let report = grader.map(|g| {
+                let report = evaluate.then(|| {
                     on(Event::Grading { id });
-                    g.grade(task, &result.model_patch, &eval_dir)
+                    eval::grade_with(self.envs, task, Some(&result.model_patch), &eval_dir)
                 });
                 let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
                 p.summary.add(&result);
@@ -320,13 +275,13 @@ impl Batch<'_> {
             return Err(e);
         }
         self.write_predictions()?;
-        if grader.is_some() {
+        if evaluate {
             // Over the whole run: this selection's grades, and the stored
             // ones of tasks graded by earlier runs into the directory.
             let mut reports = std::mem::take(&mut progress.reports);
             for id in &self.ids {
                 if !reports.iter().any(|r| &r.instance_id == id) {
-                    reports.extend(Grader::stored_by_id(id, &eval_dir));
+                    reports.extend(stored_grade(id, &eval_dir));
                 }
             }
             grades::write_summary(&eval_dir, &grades::Summary::new(&self.ids, &reports))?;
@@ -348,8 +303,9 @@ impl Batch<'_> {
         })));
         // A panic in one task (a bug) becomes that task's error, not the
         // end of the batch.
+        let mut environment = None;
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.attempt(task, &mut trajectory)
+            self.attempt(task, &mut trajectory, &mut environment)
         }))
         .unwrap_or_else(|panic| {
             let what = panic
@@ -374,6 +330,7 @@ impl Batch<'_> {
             prompt_tokens: trajectory.model_calls().map(|c| c.prompt_tokens).sum(),
             completion_tokens: trajectory.model_calls().map(|c| c.completion_tokens).sum(),
             metrics,
+            environment,
         };
         write_json(
             &self.run.trajectory(&task.instance_id),
@@ -388,10 +345,13 @@ impl Batch<'_> {
         Ok(result)
     }
 
+    /// Solves `task` in a fresh workspace; `environment` is told the
+    /// environment its agents used (MASAI).
     fn attempt(
         &self,
         task: &Task,
         trajectory: &mut Trajectory,
+        environment: &mut Option<EnvironmentUsed>,
     ) -> Result<(String, Option<Metrics>), Failure> {
         let source = self.repos.locate(&task.repo)?;
         let workspace = Workspace::create(
@@ -409,7 +369,7 @@ impl Batch<'_> {
             )
             .map(|patch| (patch, None))
             .map_err(Failure::First),
-            Kind::Masai => self.masai(task, &workspace, trajectory),
+            Kind::Masai => self.masai(task, &workspace, trajectory, environment),
         };
         if !self.settings.keep_workspaces {
             if let Err(e) = workspace.remove() {
@@ -424,18 +384,36 @@ impl Batch<'_> {
         task: &Task,
         workspace: &Workspace,
         trajectory: &mut Trajectory,
+        environment: &mut Option<EnvironmentUsed>,
     ) -> Result<(String, Option<Metrics>), Failure> {
         let id = &task.instance_id;
-        let env = match &self.settings.environment {
-            Some(dir) => Some(Environment::open(dir)?),
-            None => None,
-        };
         let dirs = pipeline::masai::Dirs {
             artifacts: self.run.artifacts(id),
             scratch: self.run.scratch(id),
             shared: self.shared.clone(),
         };
         let (artifacts, scratch) = (&dirs.artifacts, &dirs.scratch);
+        // The task's environment, the repository installed at its commit
+        // in the workspace (as grading installs it).
+        let (setup, mut used) = self
+            .envs
+            .for_agents(task, self.settings.environment.as_deref());
+        let env = match &setup {
+            Some(setup) => {
+                tracing::info!("{id}: installing the repository into its environment");
+                trajectory.stage("environment");
+                match setup.install(workspace.path(), &scratch.join("layer")) {
+                    Ok(installed) => Some(installed.task),
+                    Err(e) => {
+                        tracing::warn!("{id}: {e}; its agents run without their tests");
+                        used.error = Some(e.to_string());
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        *environment = Some(used);
         let outcome = pipeline::masai::run(
             self.backend,
             self.settings,
@@ -450,7 +428,15 @@ impl Batch<'_> {
         let metrics = (!task.patch.trim().is_empty()).then(|| {
             tracing::info!("{id}: stage metrics");
             trajectory.stage("metrics");
-            pipeline::metrics::compute(task, workspace, env.as_ref(), &outcome, scratch)
+            pipeline::metrics::compute(
+                task,
+                workspace,
+                env.as_ref(),
+                self.envs,
+                &outcome,
+                &trajectory.steps,
+                scratch,
+            )
         });
         if let Some(m) = &metrics {
             write_json(&artifacts.join("metrics.json"), m)?;
@@ -472,7 +458,7 @@ impl Batch<'_> {
             if let Some(r) = self.run.finished(id)? {
                 summary.add(&r);
             }
-            if graded && Grader::stored_by_id(id, &self.eval_dir()).is_some_and(|g| g.resolved) {
+            if graded && stored_grade(id, &self.eval_dir()).is_some_and(|g| g.resolved) {
                 resolved += 1;
             }
         }
@@ -562,6 +548,9 @@ impl Failure {
                     RankError::Env(e) => env(e),
                     RankError::Grammar(_) => K::Engine,
                     RankError::Sandbox(_) => K::Sandbox,
+                    RankError::Install(_) => K::Environment,
+                    RankError::RunTest(RunTestError::Env(e)) => env(e),
+                    RankError::RunTest(RunTestError::Sandbox(_)) => K::Sandbox,
                     RankError::Edit(e) => edit(e),
                     RankError::Io { .. } => K::Io,
                 },

@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use super::progress::Display;
-use super::{now, Batch, BatchError, Grader, Opened, Options, RunDir, Summary};
+use super::{now, Batch, BatchError, Opened, Options, RunDir, Summary};
+use crate::eval::pool::Pool;
 use crate::config::Settings;
 use crate::dataset::{Selected, Selection};
 use crate::engine::backing::Backing;
@@ -26,8 +27,10 @@ pub struct RunContext<'a> {
     pub repos: &'a Repos,
     /// Tasks in flight and whether finished tasks run again.
     pub options: Options,
-    /// Grades patches as tasks finish, when given.
-    pub grader: Option<&'a Grader<'a>>,
+    /// The tasks' environments (built once for every point of a sweep).
+    pub envs: &'a Pool<'a>,
+    /// Grade patches as tasks finish.
+    pub evaluate: bool,
     /// The command line, for run.json.
     pub command: Vec<String>,
 }
@@ -124,13 +127,14 @@ pub fn run(
         model: model.location.clone(),
         shared,
         ids: ids.clone(),
+        envs: cx.envs,
     };
     let meter = backing.meter.clone();
     let before = meter.as_ref().map(|m| m.load());
     let display = Display::new(tasks.len(), meter.clone(), label);
-    let outcome = batch.run_all(tasks, cx.options, cx.grader, &display.sink());
+    let outcome = batch.run_all(tasks, cx.options, cx.evaluate, &display.sink());
     display.finish();
-    let summary = batch.run_summary(cx.grader.is_some(), outcome?.elapsed_s)?;
+    let summary = batch.run_summary(cx.evaluate, outcome?.elapsed_s)?;
     let load = match (&meter, &before) {
         (Some(m), Some(b)) => Some(m.load().since(b)),
         _ => None,

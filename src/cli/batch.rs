@@ -5,7 +5,8 @@ use anyhow::{bail, Result};
 
 use super::{BatchArgs, MergeArgs, ReportArgs, RunArgs, SweepArgs};
 use patchwright::batch::sweep;
-use patchwright::batch::{self, Grader, RunContext, RunDir};
+use patchwright::batch::{self, RunContext, RunDir};
+use patchwright::eval::pool::Pool;
 use patchwright::dataset;
 use patchwright::engine::backing::with_model;
 use patchwright::engine::Slots;
@@ -29,15 +30,17 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
     let settings = args.settings.overrides().resolve()?;
     let model = ModelRef::resolve(&settings.model, args.runner.server.as_deref())?;
     let repos = Repos::new(repos_dir)?;
-    let grading = args.runner.grading()?;
-    let grader = grading.as_ref().map(|g| Grader::new(g, &repos));
+    let environments = args.runner.environments()?;
+    let scratch = env_scratch()?;
+    let envs = Pool::new(&environments, &repos, scratch.path());
     let cx = RunContext {
         select: &selection,
         selected: &selected,
         repos_dir,
         repos: &repos,
         options: args.runner.options(),
-        grader: grader.as_ref(),
+        envs: &envs,
+        evaluate: args.runner.evaluate,
         command: std::env::args().collect(),
     };
     // A run directory of another run is refused before the model loads.
@@ -56,6 +59,14 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
         println!("metrics: {}", out.join("metrics.json").display());
     }
     Ok(0)
+}
+
+/// Where environment builds check out their setup commits (removed at the
+/// end of the command).
+fn env_scratch() -> Result<tempfile::TempDir> {
+    Ok(tempfile::Builder::new()
+        .prefix("patchwright-env-")
+        .tempdir()?)
 }
 
 /// `patchwright run`: one task of a dataset, as a batch of one.
@@ -94,16 +105,18 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
             .join(" × ")
     );
     let repos = Repos::new(&args.repos)?;
-    let grading = args.runner.grading()?;
-    // One grader for every point: environments are built once.
-    let grader = grading.as_ref().map(|g| Grader::new(g, &repos));
+    let environments = args.runner.environments()?;
+    // One pool for every point: environments are built once.
+    let scratch = env_scratch()?;
+    let envs = Pool::new(&environments, &repos, scratch.path());
     let cx = RunContext {
         select: &selection,
         selected: &selected,
         repos_dir: &args.repos,
         repos: &repos,
         options: args.runner.options(),
-        grader: grader.as_ref(),
+        envs: &envs,
+        evaluate: args.runner.evaluate,
         command: std::env::args().collect(),
     };
     let server = args.runner.server.as_deref();

@@ -531,11 +531,13 @@ impl RunnerArgs {
 
     /// How to grade, with `--evaluate`: one task at a time, each as soon as
     /// it is solved.
-    pub fn grading(&self) -> Result<Option<EnvSettings>> {
+    /// The environments of the run's tasks (the agents', the Ranker's,
+    /// the metrics' and, with `--evaluate`, grading's).
+    pub fn environments(&self) -> Result<EnvSettings> {
         let options = self
             .env
             .options(Some(1), eval::DEFAULT_TEST_TIMEOUT_S, false, false);
-        Ok(self.evaluate.then(|| options.resolve()).transpose()?)
+        Ok(options.resolve()?)
     }
 
     /// `--repos` must be a directory and `--jobs` at least 1.

@@ -5,6 +5,7 @@
 
 pub mod build;
 pub mod log;
+pub mod task;
 pub mod spec;
 
 use std::path::{Path, PathBuf};

@@ -8,6 +8,7 @@
 //! sandbox, with the network off.
 
 pub mod grade;
+pub mod pool;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,9 +20,11 @@ use patchwright_sandbox as sandbox;
 
 use crate::config::EnvSettings;
 use crate::dataset::Task;
-use crate::env::build::{self, git_safe, quote, BuildError, Layer, Plan};
-use crate::env::spec::{Directives, Spec, SpecError};
-use crate::env::{EnvError, Environment};
+use crate::env::build::{self, quote, BuildError, Plan};
+use crate::env::log;
+use crate::env::spec::SpecError;
+use crate::env::task::{test_directives, InstallError, Setup, INSTALL_TIMEOUT_S};
+use crate::env::Environment;
 use crate::record::grade::{self as graded, ErrorKind, InfraError, InstanceReport, Summary};
 /// Reading predictions files lives with the other run files.
 use crate::record::RecordError;
@@ -29,17 +32,10 @@ use crate::repo::{self, RepoError, Repos, Workspace};
 
 /// SWE-bench's limit on one task's tests.
 pub const DEFAULT_TEST_TIMEOUT_S: u64 = 1800;
-/// Installing one commit into its layer (no downloads: everything is in
-/// the environment) takes seconds; compiled extensions take minutes.
-pub const INSTALL_TIMEOUT_S: u64 = 1200;
 /// Logs of verbose runners (Django at verbosity 2, sympy) reach a few MB.
 pub const TEST_OUTPUT_BYTES: usize = 32 << 20;
 /// A test run holds the repository's test data in memory (xarray, sympy).
 pub const TEST_MEMORY_BYTES: u64 = 8 << 30;
-/// Files of a test patch that are not tests (SWE-bench's NON_TEST_EXTS).
-pub const NON_TEST_EXTS: &[&str] = &[
-    ".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml",
-];
 
 /// Why grading could not start, or why a (repository, version) has no
 /// environment or a task's commit could not be prepared.
@@ -185,8 +181,8 @@ pub fn evaluate_all(
         .filter(|t| needs_run(patches.get(&t.instance_id).map(String::as_str), settings))
         .cloned()
         .collect();
-    let envs = ensure_envs(&plans(&needed, settings, repos), settings, repos, &work);
-    let prepared = prepare_commits(&needed, &envs, settings, repos, &work);
+    let pool = pool::Pool::new(settings, repos, &work);
+    pool.ensure(&needed);
     let next = AtomicUsize::new(0);
     let reports = Mutex::new(Vec::new());
     let jobs = settings.jobs.max(1).min(tasks.len().max(1));
@@ -196,13 +192,7 @@ pub fn evaluate_all(
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(task) = tasks.get(i) else { break };
                 let patch = patches.get(&task.instance_id).map(String::as_str);
-                let env = match prepared.get(&task.instance_id) {
-                    Some(Err(e)) => Some(Err(&**e)),
-                    _ => envs
-                        .get(&(task.repo.clone(), task.version.clone()))
-                        .map(|r| r.as_ref().map_err(|e| &**e)),
-                };
-                let report = evaluate_caught(task, patch, env, settings, repos, out);
+                let report = grade_with(&pool, task, patch, out);
                 on_done(&report);
                 reports
                     .lock()
@@ -228,18 +218,23 @@ fn needs_run(patch: Option<&str>, settings: &EnvSettings) -> bool {
     }
 }
 
-/// [`evaluate_one`], with a panic (a bug) ending this task's grading as an
-/// error in its report, not the run.
-pub fn evaluate_caught(
+/// Grades `patch` for `task` in its environment from `pool` (built on
+/// first need); the report goes under `out/logs/<id>/`. A panic (a bug)
+/// ends this task's grading as an error in its report, not the run.
+pub fn grade_with(
+    pool: &pool::Pool<'_>,
     task: &Task,
     patch: Option<&str>,
-    env: Option<Result<&(Plan, Environment), &EvalError>>,
-    settings: &EnvSettings,
-    repos: &Repos,
     out: &Path,
 ) -> InstanceReport {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        evaluate_one(task, patch, env, settings, repos, out)
+        let setup = needs_run(patch, pool.settings).then(|| pool.setup(task));
+        let setup = match &setup {
+            Some(Ok(s)) => Ok(s),
+            Some(Err(e)) => Err(&**e),
+            None => Err(&EvalError::NoEnvironment),
+        };
+        evaluate_one(task, patch, setup, pool.settings, pool.repos, out)
     }))
     .unwrap_or_else(|_| {
         let mut r = InstanceReport::new(&task.instance_id, patch);
@@ -251,11 +246,12 @@ pub fn evaluate_caught(
     })
 }
 
-/// Grades one task; never fails: what went wrong is in the report.
+/// Grades one task in `setup`'s environment; never fails: what went
+/// wrong is in the report.
 pub fn evaluate_one(
     task: &Task,
     patch: Option<&str>,
-    env: Option<Result<&(Plan, Environment), &EvalError>>,
+    setup: Result<&Setup, &EvalError>,
     settings: &EnvSettings,
     repos: &Repos,
     out: &Path,
@@ -269,17 +265,14 @@ pub fn evaluate_one(
         let _ = std::fs::create_dir_all(&logdir);
         let _ = std::fs::write(logdir.join("patch.diff"), patch);
         let work = out.join(".work").join(&task.instance_id);
-        let env = env.unwrap_or(Err(&EvalError::NoEnvironment));
-        let result = env
+        let result = setup
             .map_err(|e| InfraError {
                 kind: ErrorKind::EnvironmentMissing,
                 message: e.to_string(),
             })
-            .and_then(|(plan, env)| {
+            .and_then(|setup| {
                 let ctx = TaskRun {
-                    spec: &plan.spec,
-                    wheelhouse: plan.wheelhouse(),
-                    env,
+                    setup,
                     repos,
                     work: &work,
                     logdir: &logdir,
@@ -323,9 +316,7 @@ impl RunLog {
 }
 
 struct TaskRun<'a> {
-    spec: &'a Spec,
-    wheelhouse: PathBuf,
-    env: &'a Environment,
+    setup: &'a Setup,
     repos: &'a Repos,
     work: &'a Path,
     logdir: &'a Path,
@@ -341,21 +332,22 @@ impl TaskRun<'_> {
         log: &mut RunLog,
     ) -> Result<(), InfraError> {
         let TaskRun {
-            spec,
-            ref wheelhouse,
-            env,
+            setup,
             repos,
             work,
             logdir,
             test_timeout_s,
         } = *self;
+        let Some(spec) = setup.spec.as_ref().map(|s| &s.spec) else {
+            return Err(infra(ErrorKind::EnvironmentMissing)(
+                "grading needs an environment built from a spec",
+            ));
+        };
         let source = repos
             .locate(&task.repo)
             .map_err(infra(ErrorKind::RepositoryMissing))?;
         let ws = Workspace::create(&source, &task.base_commit, &work.join("repo"))
             .map_err(infra(ErrorKind::RepositoryMissing))?;
-        let layer = Layer::create(env, &work.join("layer"))
-            .map_err(infra(ErrorKind::EnvironmentMissing))?;
         let inputs = work.join("inputs");
         std::fs::create_dir_all(&inputs).map_err(|e| {
             infra(ErrorKind::Sandbox)(format!("cannot create {}: {e}", inputs.display()))
@@ -366,41 +358,39 @@ impl TaskRun<'_> {
                 .map_err(|e| infra(ErrorKind::Sandbox)(format!("write {}: {e}", p.display())))?;
             Ok(p)
         };
-        let policy = task_policy(ws.path(), env, &layer, spec, &inputs)
-            .map_err(infra(ErrorKind::Sandbox))?;
+        // With the dependencies the commit declares: they are in the
+        // environment, or in its wheelhouse when this commit needs others
+        // (installed into the layer, which shadows the environment's).
+        let install = setup.install_command().unwrap_or_default();
+
+        // 1. The repository installed at its base commit into the task's
+        // layer (the same preparation the agents' worktrees get): an
+        // environment problem if this fails.
+        log.step(&format!("install at base commit: {install}"));
+        let task_env = match setup.install(ws.path(), &work.join("layer")) {
+            Ok(installed) => {
+                if let Some(o) = &installed.outcome {
+                    log.output(o);
+                }
+                installed.task
+            }
+            Err(InstallError::Failed { status, outcome, .. }) => {
+                log.output(&outcome);
+                return Err(infra(ErrorKind::InstallFailed)(format!(
+                    "the repository did not install at its base commit (status {status}); see \
+                     run_instance.log"
+                )));
+            }
+            Err(InstallError::Layer(e)) => return Err(infra(ErrorKind::EnvironmentMissing)(e)),
+            Err(e) => return Err(infra(ErrorKind::Sandbox)(e)),
+        };
+        let mut policy = task_env.policy(ws.path()).map_err(infra(ErrorKind::Sandbox))?;
+        policy.extra_ro_binds.push(inputs.clone());
         let run = |cmd: String, timeout_s: u64| -> Result<sandbox::Outcome, InfraError> {
             let mut p = policy.clone();
             p.limits.timeout_ms = timeout_s * 1000;
             sandbox::run(&p, &["bash".into(), "-c".into(), cmd]).map_err(infra(ErrorKind::Sandbox))
         };
-        // With the dependencies the commit declares: they are in the
-        // environment, or in its wheelhouse when this commit needs others
-        // (installed into the layer, which shadows the environment's).
-        let install = build::with_pip_flags(
-            &spec.install,
-            &format!(
-                "--no-build-isolation --no-index --find-links {} --disable-pip-version-check",
-                quote(&wheelhouse.to_string_lossy())
-            ),
-        );
-
-        // 1. The repository installed at its base commit: an environment
-        // problem if this fails.
-        let mut setup = String::from("set -euo pipefail\n");
-        for cmd in &spec.pre_install {
-            setup += &format!("{cmd}\n");
-        }
-        setup += &format!("{install}\n");
-        log.step(&format!("install at base commit: {}", install));
-        let o = run(setup, INSTALL_TIMEOUT_S)?;
-        log.output(&o);
-        if !o.success() {
-            return Err(infra(ErrorKind::InstallFailed)(format!(
-                "the repository did not install at its base commit (status {}); see \
-                 run_instance.log",
-                o.cli_exit_code()
-            )));
-        }
         repo::commit_all(ws.path(), "patchwright: installed").map_err(infra(ErrorKind::Sandbox))?;
 
         // 2. The model patch.
@@ -475,12 +465,7 @@ impl TaskRun<'_> {
 
         // 5. The tests, alone in their own sandbox run: the log is theirs.
         let directives = test_directives(&files, spec.test_directives);
-        let mut script = String::new();
-        for cmd in &spec.eval_commands {
-            script += &format!("{cmd}\n");
-        }
-        let args: Vec<String> = directives.iter().map(|d| quote(d)).collect();
-        script += &format!("{} {}\n", spec.test_cmd, args.join(" "));
+        let script = task_env.test_script(&files);
         log.step(&format!(
             "tests: {} {}",
             spec.test_cmd,
@@ -506,7 +491,7 @@ impl TaskRun<'_> {
                 test_timeout_s
             )));
         }
-        let mut statuses = crate::env::log::parse(spec.log_format, &o.output);
+        let mut statuses = log::parse(spec.log_format, &o.output);
         if let Some(why) = grade::distrust(&statuses, o.exit_code) {
             log.step(&why);
             report.untrusted_log = Some(why);
@@ -534,39 +519,6 @@ fn infra<E: std::fmt::Display>(kind: ErrorKind) -> impl Fn(E) -> InfraError {
     }
 }
 
-/// The sandbox policy of a task's install and test runs: the worktree and
-/// the layer writable, the environment and its interpreter read-only, the
-/// inputs (patches) read-only, no network.
-fn task_policy(
-    worktree: &Path,
-    env: &Environment,
-    layer: &Layer,
-    spec: &Spec,
-    inputs: &Path,
-) -> Result<sandbox::Policy, EnvError> {
-    let mut policy = crate::env::policy(worktree, Some(env))?;
-    policy.writable.push(layer.dir.clone());
-    policy.extra_ro_binds.push(inputs.to_path_buf());
-    policy.env.insert(
-        "PATH".into(),
-        format!(
-            "{}:{}:{}",
-            layer.dir.join("bin").display(),
-            env.venv.join("bin").display(),
-            sandbox::DEFAULT_PATH
-        ),
-    );
-    policy
-        .env
-        .insert("VIRTUAL_ENV".into(), layer.dir.display().to_string());
-    for (k, v) in &spec.vars {
-        policy.env.insert(k.clone(), v.clone());
-    }
-    policy.local_hosts = spec.local_hosts.clone();
-    git_safe(&mut policy);
-    Ok(policy)
-}
-
 /// Whether the install must run again after `patch`: not an editable
 /// install, or the patch touches a packaging file or adds a file (an
 /// editable install maps packages, and may miss a new one).
@@ -584,22 +536,6 @@ pub fn patch_files(patch: &str) -> Vec<String> {
         .lines()
         .filter_map(|l| l.strip_prefix("diff --git a/"))
         .filter_map(|rest| rest.split_once(" b/").map(|(_, b)| b.to_string()))
-        .collect()
-}
-
-/// The test command's arguments for the test files of a test patch.
-pub fn test_directives(files: &[String], kind: Directives) -> Vec<String> {
-    files
-        .iter()
-        .filter(|f| !NON_TEST_EXTS.iter().any(|x| f.ends_with(x)))
-        .map(|f| match kind {
-            Directives::Files => f.clone(),
-            Directives::Django => {
-                let f = f.strip_suffix(".py").unwrap_or(f);
-                let f = f.strip_prefix("tests/").unwrap_or(f);
-                f.replace('/', ".")
-            }
-        })
         .collect()
 }
 
@@ -766,6 +702,7 @@ mod tests {
 
     #[test]
     fn directives_follow_swe_bench() {
+        use crate::env::spec::Directives;
         let patch =
             "diff --git a/tests/utils_tests/test_text.py b/tests/utils_tests/test_text.py\n\
                      --- a/x\n+++ b/x\n\

@@ -16,7 +16,7 @@ use crate::agents::{self as agent_defs};
 use crate::config::{AgentSettings, Settings};
 use crate::dataset::Issue;
 use crate::engine::{Backend, EngineError, Sampling};
-use crate::env::Environment;
+use crate::env::task::TaskEnv;
 use crate::index::symbols::CodeIndex;
 use crate::index::IndexError;
 use crate::record::trajectory::EpisodeSummary;
@@ -171,7 +171,7 @@ struct Context<'a> {
     backend: &'a dyn Backend,
     settings: &'a Settings,
     ws: &'a Workspace,
-    env: Option<&'a Environment>,
+    env: Option<&'a TaskEnv>,
     index: CodeIndex,
 }
 
@@ -183,7 +183,10 @@ impl Context<'_> {
             self.index.clone(),
             self.settings.aci.settings(),
         );
-        aci.set_policy(crate::env::policy(self.ws.path(), self.env)?);
+        match self.env {
+            Some(env) => aci.set_environment(env.clone())?,
+            None => aci.set_policy(crate::env::policy(self.ws.path(), None)?),
+        }
         Ok(aci)
     }
 
@@ -250,7 +253,7 @@ pub fn run(
     settings: &Settings,
     issue: &Issue,
     ws: &Workspace,
-    env: Option<&Environment>,
+    env: Option<&TaskEnv>,
     dirs: &Dirs,
     trajectory: &mut Trajectory,
 ) -> Result<Outcome, MasaiError> {

@@ -13,10 +13,13 @@ use crate::record::metrics::Metrics;
 
 use super::masai::Outcome;
 use crate::aci::{check, SubmittedTest};
-use crate::agents::ranker::{passed_tests, touched_files};
+use crate::agents::ranker::{prepare_like, touched_files};
 use crate::dataset::Task;
 use crate::edit::EditError;
-use crate::env::{self, EnvError, Environment};
+use crate::env::task::{InstallError, TaskEnv};
+use crate::env::EnvError;
+use crate::eval::{self, pool::Pool};
+use crate::record::trajectory::{Step, TimedStep};
 use crate::index::symbols::{self, SymbolKind};
 use crate::repo::{RepoError, Workspace};
 use patchwright_sandbox as sandbox;
@@ -39,8 +42,10 @@ pub enum MetricsError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("the task's tests are not pytest node ids")]
-    NotPytest,
+    #[error(transparent)]
+    Install(#[from] InstallError),
+    #[error(transparent)]
+    RunTest(#[from] check::RunTestError),
 }
 
 impl MetricsError {
@@ -127,17 +132,6 @@ fn share(gold: &[String], hit: impl Fn(&str) -> bool) -> Option<f64> {
     Some(gold.iter().filter(|g| hit(g)).count() as f64 / gold.len() as f64)
 }
 
-fn run_tests(
-    dir: &Path,
-    env: Option<&Environment>,
-    command: &str,
-) -> Result<sandbox::Outcome, MetricsError> {
-    let mut policy = env::policy(dir, env)?;
-    policy.limits.timeout_ms = TEST_TIMEOUT_S * 1000;
-    let argv = ["bash".to_string(), "-c".to_string(), command.to_string()];
-    Ok(sandbox::run(&policy, &argv)?)
-}
-
 /// A scratch worktree of `ws` with `patches` applied.
 fn patched(ws: &Workspace, dir: &Path, patches: &[&str]) -> Result<Workspace, MetricsError> {
     let w = ws.clone_to(dir)?;
@@ -147,64 +141,96 @@ fn patched(ws: &Workspace, dir: &Path, patches: &[&str]) -> Result<Workspace, Me
     Ok(w)
 }
 
-/// Whether `patch` resolves `task`: with it and the test patch applied,
-/// every FAIL_TO_PASS and PASS_TO_PASS test passes (pytest ids only).
-fn resolves(
-    task: &Task,
-    ws: &Workspace,
-    env: Option<&Environment>,
-    patch: &str,
-    dir: &Path,
-) -> Result<bool, MetricsError> {
-    let tests: Vec<&String> = task.fail_to_pass.iter().chain(&task.pass_to_pass).collect();
-    if tests.iter().any(|t| !t.contains("::")) {
-        return Err(MetricsError::NotPytest);
-    }
-    let files = touched_files(&task.test_patch);
-    let w = patched(ws, dir, &[patch, &task.test_patch])?;
-    let out = run_tests(
-        w.path(),
-        env,
-        &format!(
-            "python -m pytest -rA -p no:cacheprovider {}",
-            files.join(" ")
-        ),
-    );
-    // Scratch: a failure to delete it is harmless.
-    let _ = w.remove();
-    let passed = passed_tests(&out?.output);
-    Ok(tests.iter().all(|t| passed.contains(t.as_str())))
-}
-
+/// Whether the reproduction test passes with the gold patch, run as the
+/// Ranker runs it: in a worktree prepared like the task's.
 fn reproduction_passes(
     ws: &Workspace,
-    env: Option<&Environment>,
+    env: Option<&TaskEnv>,
     gold: &str,
     test: &SubmittedTest,
     dir: &Path,
 ) -> Result<bool, MetricsError> {
-    let w = patched(ws, dir, &[gold])?;
-    let full = crate::edit::resolve(w.path(), &test.path)?;
-    if let Some(parent) = full.parent() {
-        std::fs::create_dir_all(parent).map_err(MetricsError::io("create", parent))?;
-    }
-    std::fs::write(&full, &test.text).map_err(MetricsError::io("write", &full))?;
-    let out = run_tests(w.path(), env, &test.command);
+    let w = patched(ws, &dir.join("repo"), &[gold])?;
+    let result = (|| {
+        let env = prepare_like(env, w.path(), &dir.join("layer"))?;
+        let full = crate::edit::resolve(w.path(), &test.path)?;
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).map_err(MetricsError::io("create", parent))?;
+        }
+        std::fs::write(&full, &test.text).map_err(MetricsError::io("write", &full))?;
+        let (_, verdict) = check::run_test(w.path(), env.as_ref(), &test.command, TEST_TIMEOUT_S)?;
+        Ok(verdict == check::Verdict::Passed)
+    })();
     let _ = w.remove();
-    Ok(check::verdict(&out?) == check::Verdict::Passed)
+    let _ = std::fs::remove_dir_all(dir);
+    result
 }
 
-/// The metrics of one task's outcome. `ws` must be at the base commit.
+/// Observations of agent turns that show the repository or its
+/// dependencies missing: `No module named 'x'` where `x`'s top-level name
+/// is a package or module at the repository's top (its own package), or
+/// names no module of the repository at all (a dependency, or a module
+/// the agent imported without writing it: the count cannot tell those
+/// apart). `root` is the workspace at the base commit.
+pub fn env_import_errors(root: &Path, steps: &[TimedStep]) -> usize {
+    static MISSING: std::sync::LazyLock<Option<regex::Regex>> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"(?:ModuleNotFoundError|ImportError): No module named '([A-Za-z0-9_.]+)'")
+            .ok()
+    });
+    let Some(re) = MISSING.as_ref() else {
+        return 0;
+    };
+    let files = crate::index::python_files(root).unwrap_or_default();
+    steps
+        .iter()
+        .filter_map(|s| match &s.step {
+            Step::Action(a) => Some(a.observation.as_str()),
+            _ => None,
+        })
+        .filter(|obs| {
+            re.captures_iter(obs).any(|c| {
+                let top = c[1].split('.').next().unwrap_or_default();
+                is_package(root, top) || !names_a_module(&files, top)
+            })
+        })
+        .count()
+}
+
+/// Whether some file of `files` is the module or package `name` (at any
+/// depth: test helpers imported by their own directory).
+fn names_a_module(files: &[String], name: &str) -> bool {
+    files.iter().any(|f| {
+        let f = format!("/{f}");
+        f.ends_with(&format!("/{name}.py")) || f.contains(&format!("/{name}/"))
+    })
+}
+
+/// Whether `name` is a package or module at the repository's top (or
+/// under `src/`, `lib/`).
+fn is_package(root: &Path, name: &str) -> bool {
+    ["", "src/", "lib/"].iter().any(|prefix| {
+        root.join(format!("{prefix}{name}/__init__.py")).exists()
+            || root.join(format!("{prefix}{name}.py")).exists()
+    })
+}
+
+/// The metrics of one task's outcome. `ws` must be at the base commit,
+/// installed in `env` (the task's environment, if any); whether a
+/// candidate resolves the task is decided by the real grader, in the
+/// task's environment from `pool`, exactly as `eval` grades it.
 pub fn compute(
     task: &Task,
     ws: &Workspace,
-    env: Option<&Environment>,
+    env: Option<&TaskEnv>,
+    pool: &Pool<'_>,
     outcome: &Outcome,
+    steps: &[TimedStep],
     scratch: &Path,
 ) -> Metrics {
     let mut m = Metrics {
         gold_files: touched_files(&task.patch),
         gold_functions: gold_functions(ws.path(), &task.patch),
+        env_import_errors: env_import_errors(ws.path(), steps),
         ..Metrics::default()
     };
     let locs = &outcome.locations.locations;
@@ -243,17 +269,15 @@ pub fn compute(
     let mut resolving = Vec::new();
     let mut checked = true;
     for (i, d) in f.distinct.iter().enumerate() {
-        match resolves(
-            task,
-            ws,
-            env,
-            &d.patch,
-            &scratch.join(format!("resolve-{i}")),
-        ) {
-            Ok(true) => resolving.push(i),
-            Ok(false) => {}
-            Err(e) => {
-                m.notes.push(format!("candidate {i}: {e}"));
+        let out = scratch.join(format!("grade-{i}"));
+        let report = eval::grade_with(pool, task, Some(&d.patch), &out);
+        let _ = std::fs::remove_dir_all(&out);
+        match report.error {
+            None if report.resolved => resolving.push(i),
+            None => {}
+            Some(e) => {
+                m.notes
+                    .push(format!("candidate {i}: not gradable ({:?}): {}", e.kind, e.message));
                 checked = false;
                 break;
             }
@@ -266,7 +290,6 @@ pub fn compute(
     }
     m
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,6 +31,11 @@ pub struct Metrics {
     pub resolving: Option<Vec<usize>>,
     pub any_resolves: Option<bool>,
     pub picked_resolves: Option<bool>,
+    /// Agent observations showing the repository or its dependencies
+    /// missing (`ModuleNotFoundError`/`ImportError` of a module the agent
+    /// did not write): the environment failing the agents.
+    #[serde(default)]
+    pub env_import_errors: usize,
     /// Why something could not be computed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -51,6 +56,7 @@ pub struct Summary {
     pub candidates_distinct: usize,
     pub any_resolves: usize,
     pub picked_resolves: usize,
+    pub env_import_errors: usize,
 }
 
 impl Summary {
@@ -77,6 +83,7 @@ impl Summary {
             candidates_applied: all.iter().map(|m| m.candidates_applied).sum(),
             candidates_parsed: all.iter().map(|m| m.candidates_parsed).sum(),
             candidates_distinct: all.iter().map(|m| m.candidates_distinct).sum(),
+            env_import_errors: all.iter().map(|m| m.env_import_errors).sum(),
             any_resolves: all.iter().filter(|m| m.any_resolves == Some(true)).count(),
             picked_resolves: all
                 .iter()

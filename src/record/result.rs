@@ -2,7 +2,7 @@
 //! (SWE-bench's predictions).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -150,6 +150,43 @@ pub struct TaskResult {
     /// Stage metrics (MASAI pipeline, gold patch known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<Metrics>,
+    /// The environment the task's agents and tests ran in (MASAI
+    /// pipeline; older results have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<EnvironmentUsed>,
+}
+
+/// Where a task's environment came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvironmentSource {
+    /// Built from the (repository, version) spec, the repository
+    /// installed at the task's commit in a layer over it.
+    Spec,
+    /// The virtualenv given with `--environment`, as it is.
+    Given,
+    /// None: the task's commands ran with the system's Python.
+    #[default]
+    None,
+}
+
+/// The environment a task used, as its result records it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EnvironmentUsed {
+    pub source: EnvironmentSource,
+    #[serde(default)]
+    pub repo: String,
+    #[serde(default)]
+    pub version: String,
+    /// The environment's virtualenv.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// The spec's build hash (with `source = spec`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    /// Why there is none, or why the repository did not install into it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A line of `predictions.jsonl`, in SWE-bench's format.

@@ -26,6 +26,42 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Where the tests build environments: `$PATCHWRIGHT_ENVS_DIR`
+/// (`scripts/test` keeps them in the build tree), else the test binary's
+/// temporary directory.
+pub fn envs_dir() -> PathBuf {
+    std::env::var_os("PATCHWRIGHT_ENVS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("envs"))
+}
+
+/// The environment pool over the demo repositories and the committed
+/// specs, built on first need into [`envs_dir`]; one per test binary.
+pub fn demo_pool() -> &'static patchwright::eval::pool::Pool<'static> {
+    static POOL: std::sync::OnceLock<patchwright::eval::pool::Pool<'static>> =
+        std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        let settings = patchwright::config::EnvOptions {
+            specs: None,
+            envs: Some(envs_dir()),
+            pythons: Vec::new(),
+            wheels: None,
+            jobs: Some(1),
+            test_timeout_s: 600,
+            run_empty: false,
+            keep_work: false,
+        }
+        .resolve()
+        .unwrap();
+        let settings: &'static _ = Box::leak(Box::new(settings));
+        let repos: &'static _ = Box::leak(Box::new(
+            patchwright::repo::Repos::new(&root().join("datasets/demo/repos")).unwrap(),
+        ));
+        let scratch: &'static _ = Box::leak(Box::new(tempfile::tempdir().unwrap()));
+        patchwright::eval::pool::Pool::new(settings, repos, scratch.path())
+    })
+}
+
 use std::sync::Mutex;
 
 use patchwright::engine::{

@@ -7,16 +7,12 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
-fn envs_dir() -> PathBuf {
-    std::env::var_os("PATCHWRIGHT_ENVS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("envs"))
-}
+use crate::common::envs_dir;
 
 /// Runs `patchwright eval` with `args`; returns the summary (--json).
 fn eval(dataset: &Path, out: &Path, args: &[&str]) -> Value {

@@ -11,7 +11,7 @@ use common::Scripted;
 use patchwright::config::Settings;
 use patchwright::dataset::Task;
 use patchwright::engine::Backend;
-use patchwright::env::Environment;
+use patchwright::env::task::TaskEnv;
 use patchwright::pipeline::{masai, metrics};
 use patchwright::record::trajectory::Step;
 use patchwright::repo::{Repos, Workspace};
@@ -22,13 +22,11 @@ fn task(id: &str) -> Task {
     common::demo_task(id)
 }
 
-/// The virtualenv with pytest that `scripts/test` makes for the demo
-/// repositories' tests.
-fn environment() -> Environment {
-    let dir = std::env::var_os("PATCHWRIGHT_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| {
-        panic!("PATCHWRIGHT_TEST_VENV is not set: run the suite with scripts/test, which makes a virtualenv with pytest")
-    });
-    Environment::open(&dir).unwrap()
+/// The task's own environment from the pool (built from its spec on
+/// first need), the repository installed into a layer over it in `ws`.
+fn task_env(task: &Task, ws: &Workspace, layer: &Path) -> TaskEnv {
+    let setup = common::demo_pool().setup(task).unwrap();
+    setup.install(ws.path(), layer).unwrap().task
 }
 
 const TEMPLATE: &[&str] = &[
@@ -65,6 +63,7 @@ fn settings(reproduce: bool, candidates: usize) -> Settings {
 struct Run {
     _dir: tempfile::TempDir,
     ws: Workspace,
+    env: TaskEnv,
     outcome: masai::Outcome,
     trajectory: Trajectory,
     artifacts: PathBuf,
@@ -77,7 +76,7 @@ fn run(task: &Task, settings: &Settings, backend: &dyn Backend) -> Run {
     let ws = Workspace::create(&source, &task.base_commit, &dir.path().join("ws")).unwrap();
     let artifacts = dir.path().join("artifacts");
     let mut trajectory = Trajectory::new(&task.instance_id);
-    let env = environment();
+    let env = task_env(task, &ws, &dir.path().join("layer"));
     let outcome = masai::run(
         backend,
         settings,
@@ -95,6 +94,7 @@ fn run(task: &Task, settings: &Settings, backend: &dyn Backend) -> Run {
     Run {
         _dir: dir,
         ws,
+        env,
         outcome,
         trajectory,
         artifacts,
@@ -137,8 +137,17 @@ fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
         "tests/test_template.py"
     );
     let repro = o.reproduction.as_ref().unwrap().test.as_ref().unwrap();
-    assert_eq!(repro.command, "python -m pytest -q tests/test_issue.py");
+    // Run the repository's way (the spec's test command), in the task's
+    // environment, not as the agent typed it.
+    assert_eq!(repro.command, "pytest -rA 'tests/test_issue.py'\n");
     assert!(repro.output.contains("1 failed"), "{}", repro.output);
+    assert!(
+        repro
+            .output
+            .contains("FAILED tests/test_issue.py::test_functions_keep_their_own_results"),
+        "{}",
+        repro.output
+    );
     assert_eq!(o.locations.source, "localizer");
     assert_eq!(o.locations.locations[0].symbol, "memoize");
     for name in ["template", "reproduction", "locations", "fixes", "ranking"] {
@@ -183,8 +192,10 @@ fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
     let m = metrics::compute(
         &task,
         &r.ws,
-        Some(&environment()),
+        Some(&r.env),
+        common::demo_pool(),
         o,
+        &r.trajectory.steps,
         &r.artifacts.join("m"),
     );
     assert_eq!(m.gold_files, ["cachekit/decorators.py"]);
@@ -208,6 +219,7 @@ fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
         (m.any_resolves, m.picked_resolves),
         (Some(true), Some(true))
     );
+    assert_eq!(m.env_import_errors, 0);
 
     // Replayed from the trajectory, the run is the same.
     let file = r.artifacts.join("trajectory.json");

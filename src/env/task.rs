@@ -1,0 +1,272 @@
+//! A task's environment: the (repository, version) environment, a layer
+//! over it with the repository installed at the task's commit in one
+//! worktree, and how that repository's tests are run and read. The agents,
+//! the Ranker, the stage metrics and grading all prepare a worktree through
+//! [`Setup::install`] and run commands under [`TaskEnv::policy`].
+
+use std::path::{Path, PathBuf};
+
+use patchwright_sandbox as sandbox;
+
+use super::build::{self, git_safe, quote, BuildError, Layer};
+use super::spec::{Directives, LogFormat, Spec};
+use super::{EnvError, Environment};
+
+/// Installing one commit into its layer (no downloads: everything is in
+/// the environment or its wheelhouse) takes seconds; compiled extensions
+/// take minutes.
+pub const INSTALL_TIMEOUT_S: u64 = 1200;
+
+/// The test command without a spec (an `--environment` virtualenv): pytest
+/// with its `-rA` summary, which [`LogFormat::Pytest`] reads, and no cache
+/// written into the worktree.
+pub const DEFAULT_TEST_COMMAND: &str = "python -m pytest -rA -p no:cacheprovider";
+
+/// Files of a test patch that are not tests (SWE-bench's NON_TEST_EXTS).
+pub const NON_TEST_EXTS: &[&str] = &[
+    ".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml",
+];
+
+/// Why a worktree could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("cannot make the task's layer: {0}")]
+    Layer(#[from] BuildError),
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    #[error("cannot run the install in the sandbox: {0}")]
+    Sandbox(#[from] sandbox::SandboxError),
+    #[error(
+        "the repository did not install at its commit (`{command}`, status {status}); its \
+         output ends:\n{tail}"
+    )]
+    Failed {
+        command: String,
+        status: i32,
+        tail: String,
+        outcome: Box<sandbox::Outcome>,
+    },
+}
+
+/// What a task's worktrees are prepared from: an environment and, when it
+/// was built from a spec, the spec and the wheelhouse the install reads.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub env: Environment,
+    pub spec: Option<SpecSetup>,
+}
+
+/// The spec side of a [`Setup`].
+#[derive(Debug, Clone)]
+pub struct SpecSetup {
+    pub spec: Spec,
+    /// Packages a task's commit needs beyond the environment's.
+    pub wheelhouse: PathBuf,
+    /// The environment's build hash (names its directory).
+    pub hash: String,
+}
+
+/// A worktree prepared by [`Setup::install`].
+#[derive(Debug, Clone)]
+pub struct TaskEnv {
+    /// What it was prepared from (and other worktrees of the task can be).
+    pub setup: Setup,
+    /// The layer the repository is installed into (with a spec).
+    pub layer: Option<PathBuf>,
+}
+
+/// The result of [`Setup::install`]: the prepared environment, and the
+/// install's command and run (with a spec).
+#[derive(Debug)]
+pub struct Installed {
+    pub task: TaskEnv,
+    pub command: Option<String>,
+    pub outcome: Option<sandbox::Outcome>,
+}
+
+impl Setup {
+    /// A virtualenv given as is (`--environment`): nothing is installed.
+    pub fn given(env: Environment) -> Setup {
+        Setup { env, spec: None }
+    }
+
+    /// The install command with pip kept offline, reading the wheelhouse.
+    pub fn install_command(&self) -> Option<String> {
+        let s = self.spec.as_ref()?;
+        Some(build::with_pip_flags(
+            &s.spec.install,
+            &format!(
+                "--no-build-isolation --no-index --find-links {} --disable-pip-version-check",
+                quote(&s.wheelhouse.to_string_lossy())
+            ),
+        ))
+    }
+
+    /// Prepares `worktree` (at the commit to install): with a spec, a layer
+    /// at `layer_dir` over the environment, and the repository installed
+    /// into it in the sandbox (network off), as grading does; without one,
+    /// the environment as it is. Files the install leaves in the worktree
+    /// (egg-info, built extensions) are excluded from git there, so diffs
+    /// and resets never see them.
+    pub fn install(&self, worktree: &Path, layer_dir: &Path) -> Result<Installed, InstallError> {
+        let Some(s) = &self.spec else {
+            return Ok(Installed {
+                task: TaskEnv {
+                    setup: self.clone(),
+                    layer: None,
+                },
+                command: None,
+                outcome: None,
+            });
+        };
+        let layer = Layer::create(&self.env, layer_dir)?;
+        let task = TaskEnv {
+            setup: self.clone(),
+            layer: Some(layer.dir),
+        };
+        let install = self.install_command().unwrap_or_default();
+        let mut script = String::from("set -euo pipefail\n");
+        for cmd in &s.spec.pre_install {
+            script += &format!("{cmd}\n");
+        }
+        script += &format!("{install}\n");
+        let mut policy = task.policy(worktree)?;
+        policy.limits.timeout_ms = INSTALL_TIMEOUT_S * 1000;
+        let outcome = sandbox::run(&policy, &["bash".into(), "-c".into(), script])?;
+        if !outcome.success() {
+            let tail: Vec<&str> = outcome.output.lines().rev().take(15).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(InstallError::Failed {
+                command: install,
+                status: outcome.cli_exit_code(),
+                tail: tail.join("\n"),
+                outcome: Box::new(outcome),
+            });
+        }
+        exclude_untracked(worktree);
+        Ok(Installed {
+            task,
+            command: Some(install),
+            outcome: Some(outcome),
+        })
+    }
+}
+
+/// Adds the worktree's untracked files to its `.git/info/exclude` (only
+/// repositories patchwright created get here). Best effort: a failure
+/// leaves build outputs visible to `git status`, nothing worse.
+fn exclude_untracked(worktree: &Path) {
+    let out = std::process::Command::new("git")
+        .args(["ls-files", "--others", "--exclude-standard", "--directory"])
+        .current_dir(worktree)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output();
+    let Ok(out) = out else { return };
+    let listed = String::from_utf8_lossy(&out.stdout);
+    if listed.trim().is_empty() {
+        return;
+    }
+    let exclude = worktree.join(".git/info/exclude");
+    if let Some(parent) = exclude.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
+    text.push_str("# left by patchwright's install of the repository\n");
+    for l in listed.lines().filter(|l| !l.is_empty()) {
+        text.push('/');
+        text.push_str(l);
+        text.push('\n');
+    }
+    let _ = std::fs::write(&exclude, text);
+}
+
+impl TaskEnv {
+    /// The spec the environment was built from, if any.
+    pub fn spec(&self) -> Option<&Spec> {
+        self.setup.spec.as_ref().map(|s| &s.spec)
+    }
+
+    /// The sandbox policy of commands in `worktree`: the worktree (and the
+    /// layer) writable, the environment and its interpreter read-only, the
+    /// layer's then the environment's `bin/` first on PATH, the spec's
+    /// variables and local hosts, no network.
+    pub fn policy(&self, worktree: &Path) -> Result<sandbox::Policy, EnvError> {
+        let env = &self.setup.env;
+        let mut policy = super::policy(worktree, Some(env))?;
+        if let Some(layer) = &self.layer {
+            policy.writable.push(layer.clone());
+            policy.env.insert(
+                "PATH".into(),
+                format!(
+                    "{}:{}:{}",
+                    layer.join("bin").display(),
+                    env.venv.join("bin").display(),
+                    sandbox::DEFAULT_PATH
+                ),
+            );
+            policy
+                .env
+                .insert("VIRTUAL_ENV".into(), layer.display().to_string());
+        }
+        if let Some(spec) = self.spec() {
+            for (k, v) in &spec.vars {
+                policy.env.insert(k.clone(), v.clone());
+            }
+            policy.local_hosts = spec.local_hosts.clone();
+        }
+        git_safe(&mut policy);
+        Ok(policy)
+    }
+
+    /// How this repository's test logs are read: the spec's format, else
+    /// pytest's `-rA` summary.
+    pub fn log_format(&self) -> LogFormat {
+        self.spec().map_or(LogFormat::Pytest, |s| s.log_format)
+    }
+
+    /// The script that runs the tests of `files` (repository paths) the
+    /// repository's way: the spec's `eval_commands`, then its test command
+    /// on the files as its runner names them; without a spec, pytest.
+    pub fn test_script(&self, files: &[String]) -> String {
+        match self.spec() {
+            Some(spec) => test_script(spec, files),
+            None => {
+                let args: Vec<String> = files.iter().map(|f| quote(f)).collect();
+                format!("{DEFAULT_TEST_COMMAND} {}\n", args.join(" "))
+            }
+        }
+    }
+}
+
+/// The test script of `spec` for `files`: its `eval_commands`, then its
+/// test command on the files' directives.
+pub fn test_script(spec: &Spec, files: &[String]) -> String {
+    let mut script = String::new();
+    for cmd in &spec.eval_commands {
+        script += &format!("{cmd}\n");
+    }
+    let args: Vec<String> = test_directives(files, spec.test_directives)
+        .iter()
+        .map(|d| quote(d))
+        .collect();
+    script += &format!("{} {}\n", spec.test_cmd, args.join(" "));
+    script
+}
+
+/// The test command's arguments for test files (SWE-bench's directives:
+/// paths, or Django's dotted labels under `tests/`).
+pub fn test_directives(files: &[String], kind: Directives) -> Vec<String> {
+    files
+        .iter()
+        .filter(|f| !NON_TEST_EXTS.iter().any(|x| f.ends_with(x)))
+        .map(|f| match kind {
+            Directives::Files => f.clone(),
+            Directives::Django => {
+                let f = f.strip_suffix(".py").unwrap_or(f);
+                let f = f.strip_prefix("tests/").unwrap_or(f);
+                f.replace('/', ".")
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,145 @@
+//! The one way to a task's environment: a pool of the environments of
+//! (repository, version, spec hash), built on first need (or found built by
+//! `env build`), each task's own commit's dependencies prepared in its
+//! wheelhouse. Agents, the Ranker, the stage metrics and grading all take
+//! a task's [`Setup`] from here, and prepare their worktrees with
+//! [`Setup::install`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::config::EnvSettings;
+use crate::dataset::Task;
+use crate::env::task::{Setup, SpecSetup};
+use crate::record::result::{EnvironmentSource, EnvironmentUsed};
+use crate::repo::Repos;
+
+use super::{ensure_envs, plans, prepare_commits, EvalError, Envs, Unavailable};
+
+/// The environments of a run, shared by its tasks (and a sweep's points).
+pub struct Pool<'a> {
+    pub settings: &'a EnvSettings,
+    pub repos: &'a Repos,
+    /// Checkouts made while building.
+    scratch: PathBuf,
+    /// By (repository, version); the lock also keeps two tasks from
+    /// building or preparing one at once.
+    envs: Mutex<Envs>,
+    /// Each task's own commit's dependencies, by instance id.
+    prepared: Mutex<BTreeMap<String, Result<(), Unavailable>>>,
+    /// Repositories already reported as having no environment.
+    reported: Mutex<BTreeSet<String>>,
+}
+
+impl<'a> Pool<'a> {
+    /// A pool over `settings`' specs and environments directory; builds
+    /// check out under `scratch`.
+    pub fn new(settings: &'a EnvSettings, repos: &'a Repos, scratch: &Path) -> Pool<'a> {
+        Pool {
+            settings,
+            repos,
+            scratch: scratch.to_path_buf(),
+            envs: Mutex::new(Envs::new()),
+            prepared: Mutex::new(BTreeMap::new()),
+            reported: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// The environments of all of `tasks`, built now (grading's warm-up).
+    pub fn ensure(&self, tasks: &[Task]) {
+        for t in tasks {
+            let _ = self.setup(t);
+        }
+    }
+
+    /// `task`'s setup: its (repository, version) environment, built on
+    /// first need, with the task's commit's dependencies prepared.
+    pub fn setup(&self, task: &Task) -> Result<Setup, Unavailable> {
+        let key = (task.repo.clone(), task.version.clone());
+        let mut envs = self.envs.lock().unwrap_or_else(|e| e.into_inner());
+        if !envs.contains_key(&key) {
+            let plans = plans(std::slice::from_ref(task), self.settings, self.repos);
+            envs.extend(ensure_envs(&plans, self.settings, self.repos, &self.scratch));
+        }
+        let (plan, env) = match envs.get(&key) {
+            Some(Ok(pair)) => pair.clone(),
+            Some(Err(e)) => return Err(e.clone()),
+            None => return Err(Arc::new(EvalError::NotPlanned)),
+        };
+        let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+        if !prepared.contains_key(&task.instance_id) {
+            prepared.extend(prepare_commits(
+                std::slice::from_ref(task),
+                &envs,
+                self.settings,
+                self.repos,
+                &self.scratch,
+            ));
+        }
+        if let Some(Err(e)) = prepared.get(&task.instance_id) {
+            return Err(e.clone());
+        }
+        Ok(Setup {
+            env,
+            spec: Some(SpecSetup {
+                wheelhouse: plan.wheelhouse(),
+                hash: plan.hash.clone(),
+                spec: plan.spec,
+            }),
+        })
+    }
+
+    /// The setup the agents of `task` work in: `given` (`--environment`)
+    /// when set, else the task's own. Either way, what was used (or why
+    /// there is none) for the task's result; a repository without one is
+    /// logged once per pool.
+    pub fn for_agents(
+        &self,
+        task: &Task,
+        given: Option<&Path>,
+    ) -> (Option<Setup>, EnvironmentUsed) {
+        let mut used = EnvironmentUsed {
+            source: EnvironmentSource::None,
+            repo: task.repo.clone(),
+            version: task.version.clone(),
+            ..EnvironmentUsed::default()
+        };
+        if let Some(venv) = given {
+            used.source = EnvironmentSource::Given;
+            used.dir = Some(venv.to_path_buf());
+            return match crate::env::Environment::open(venv) {
+                Ok(env) => (Some(Setup::given(env)), used),
+                Err(e) => {
+                    used.error = Some(e.to_string());
+                    (None, used)
+                }
+            };
+        }
+        match self.setup(task) {
+            Ok(setup) => {
+                used.source = EnvironmentSource::Spec;
+                used.dir = Some(setup.env.venv.clone());
+                used.hash = setup.spec.as_ref().map(|s| s.hash.clone());
+                (Some(setup), used)
+            }
+            Err(e) => {
+                let first = self
+                    .reported
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(task.repo.clone());
+                if first {
+                    tracing::warn!(
+                        "{} {}: no environment ({e}); its tasks run without their tests \
+                         (give one with --environment, or a spec in datasets/envs)",
+                        task.repo,
+                        task.version
+                    );
+                }
+                used.error = Some(e.to_string());
+                (None, used)
+            }
+        }
+    }
+}
