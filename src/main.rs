@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cli::batch::run(args),
         Command::Env(EnvCommand::Build(args)) => cli::evaluation::env_build(args),
         Command::Eval(args) => cli::evaluation::eval(args),
+        Command::Check(args) => cli::evaluation::check(args),
     };
     match result {
         Ok(0) => ExitCode::SUCCESS,

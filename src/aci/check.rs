@@ -109,6 +109,8 @@ pub fn verdict_in(format: crate::env::spec::LogFormat, outcome: &Outcome) -> Ver
     }
     match outcome.exit_code {
         Some(0) => Verdict::Passed,
-        other => Verdict::Broken(format!("the tests passed but the runner exited with {other:?}")),
+        other => Verdict::Broken(format!(
+            "the tests passed but the runner exited with {other:?}"
+        )),
     }
 }

@@ -637,7 +637,12 @@ impl Aci {
             None => command.to_string(),
         };
         let started = SystemTime::now();
-        let ran = check::run_test(&self.root, self.env.as_ref(), &command, self.settings.run_timeout_s);
+        let ran = check::run_test(
+            &self.root,
+            self.env.as_ref(),
+            &command,
+            self.settings.run_timeout_s,
+        );
         self.reindex_changed_since(started);
         let (outcome, verdict) = match ran {
             Ok(r) => r,

@@ -41,11 +41,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime};
 
+use crate::aci::check::RunTestError;
 use crate::config::Kind;
 use crate::config::Settings;
 use crate::dataset::Task;
 use crate::engine::{Backend, EngineError};
-use crate::aci::check::RunTestError;
 use crate::env::EnvError;
 use crate::eval::{self, pool::Pool};
 use crate::pipeline::{self, masai::MasaiError};

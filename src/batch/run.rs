@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 
 use super::progress::Display;
 use super::{now, Batch, BatchError, Opened, Options, RunDir, Summary};
-use crate::eval::pool::Pool;
 use crate::config::Settings;
 use crate::dataset::{Selected, Selection};
 use crate::engine::backing::Backing;
 use crate::engine::Load;
+use crate::eval::pool::Pool;
 use crate::models::ModelRef;
 use crate::record::metrics::Summary as MetricsSummary;
 use crate::record::run::{ModelInfo, RunRecord, RunSelection};

@@ -6,10 +6,10 @@ use anyhow::{bail, Result};
 use super::{BatchArgs, MergeArgs, ReportArgs, RunArgs, SweepArgs};
 use patchwright::batch::sweep;
 use patchwright::batch::{self, RunContext, RunDir};
-use patchwright::eval::pool::Pool;
 use patchwright::dataset;
 use patchwright::engine::backing::with_model;
 use patchwright::engine::Slots;
+use patchwright::eval::pool::Pool;
 use patchwright::models::ModelRef;
 use patchwright::repo::Repos;
 

@@ -1,13 +1,14 @@
-//! `env build` and `eval`: the test environments, and grading patches in
-//! them.
+//! `env build`, `eval` and `check`: the test environments, grading
+//! patches in them, and checking the pipeline's test stages in them.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::{EnvBuildArgs, EvalArgs};
-use patchwright::eval::{self, PatchSource};
+use super::{CheckArgs, EnvBuildArgs, EvalArgs};
+use patchwright::eval::{self, pool::Pool, PatchSource};
+use patchwright::pipeline::check;
 use patchwright::repo::Repos;
 
 /// `patchwright env build`: the environments of the tasks; 1 if any failed.
@@ -122,4 +123,80 @@ pub fn eval(args: EvalArgs) -> Result<i32> {
         eprintln!("  {kind}: {}", ids.join(" "));
     }
     Ok(0)
+}
+
+/// `patchwright check`: the pipeline's test stages in each task's
+/// environment, with a scripted model; 1 if a task does not pass.
+pub fn check(args: CheckArgs) -> Result<i32> {
+    let tasks = args.tasks.tasks()?;
+    let settings = args
+        .env
+        .options(Some(1), eval::DEFAULT_TEST_TIMEOUT_S, false, false)
+        .resolve()?;
+    let repos = Repos::new(&args.tasks.repos)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("patchwright-check-")
+        .tempdir()
+        .context("cannot create a scratch directory")?;
+    let pool = Pool::new(&settings, &repos, &scratch.path().join("builds"));
+    let mut rows = Vec::new();
+    for (i, task) in tasks.iter().enumerate() {
+        eprintln!("[{}/{}] {}", i + 1, tasks.len(), task.instance_id);
+        let row = check::check(task, &repos, &pool, &scratch.path().join("task"));
+        eprintln!(
+            "  reproduction {}, order {:?}{} ({:.0} s)",
+            if row.reproduction_accepted {
+                "accepted"
+            } else {
+                "not accepted"
+            },
+            row.order,
+            row.error
+                .as_deref()
+                .map(|e| format!(", error: {e}"))
+                .unwrap_or_default(),
+            row.seconds
+        );
+        rows.push(row);
+    }
+    let passed = rows
+        .iter()
+        .filter(|r| r.reproduction_accepted && r.gold_first && r.error.is_none())
+        .count();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!("| task | environment | reproduction accepted | gold first | order | seconds |");
+        println!("|---|---|---|---|---|---|");
+        for r in &rows {
+            let env =
+                r.environment
+                    .as_ref()
+                    .map_or("-".to_string(), |e| match (&e.error, &e.dir) {
+                        (Some(err), _) => {
+                            format!("none: {}", err.lines().next().unwrap_or_default())
+                        }
+                        (None, Some(dir)) => format!(
+                            "{} {}",
+                            serde_json::to_value(e.source)
+                                .map(|v| v.as_str().unwrap_or_default().to_string())
+                                .unwrap_or_default(),
+                            dir.file_name()
+                                .map(|n| n.to_string_lossy().into_owned())
+                                .unwrap_or_default()
+                        ),
+                        (None, None) => "none".into(),
+                    });
+            println!(
+                "| {} | {env} | {} | {} | {} | {:.0} |",
+                r.instance_id,
+                if r.reproduction_accepted { "yes" } else { "no" },
+                if r.gold_first { "yes" } else { "no" },
+                r.order.join(" > "),
+                r.seconds
+            );
+        }
+    }
+    eprintln!("{passed} of {} tasks pass the check", rows.len());
+    Ok(if passed == rows.len() { 0 } else { 1 })
 }

@@ -80,6 +80,25 @@ pub enum Command {
     /// (network off), FAIL_TO_PASS and PASS_TO_PASS all passing. Writes
     /// OUT/report.json (the summary) and OUT/logs/<id>/.
     Eval(EvalArgs),
+    /// Check the MASAI pipeline's test stages in each task's own
+    /// environment, with a scripted model that knows the answer: the
+    /// Reproducer is handed the task's test file as its test patch leaves
+    /// it, the Fixer offers the gold patch and a wrong one. Each task
+    /// passes when the Reproducer accepts the test and the Ranker puts the
+    /// gold patch first. A check of the machinery (it reads the answer),
+    /// never a result. Exit status 1 when a task does not pass.
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub tasks: TaskArgs,
+    #[command(flatten)]
+    pub env: EnvArgs,
+    /// Print the rows as JSON on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand)]

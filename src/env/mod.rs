@@ -5,8 +5,8 @@
 
 pub mod build;
 pub mod log;
-pub mod task;
 pub mod spec;
+pub mod task;
 
 use std::path::{Path, PathBuf};
 

@@ -374,7 +374,9 @@ impl TaskRun<'_> {
                 }
                 installed.task
             }
-            Err(InstallError::Failed { status, outcome, .. }) => {
+            Err(InstallError::Failed {
+                status, outcome, ..
+            }) => {
                 log.output(&outcome);
                 return Err(infra(ErrorKind::InstallFailed)(format!(
                     "the repository did not install at its base commit (status {status}); see \
@@ -384,7 +386,9 @@ impl TaskRun<'_> {
             Err(InstallError::Layer(e)) => return Err(infra(ErrorKind::EnvironmentMissing)(e)),
             Err(e) => return Err(infra(ErrorKind::Sandbox)(e)),
         };
-        let mut policy = task_env.policy(ws.path()).map_err(infra(ErrorKind::Sandbox))?;
+        let mut policy = task_env
+            .policy(ws.path())
+            .map_err(infra(ErrorKind::Sandbox))?;
         policy.extra_ro_binds.push(inputs.clone());
         let run = |cmd: String, timeout_s: u64| -> Result<sandbox::Outcome, InfraError> {
             let mut p = policy.clone();

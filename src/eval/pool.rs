@@ -15,7 +15,7 @@ use crate::env::task::{Setup, SpecSetup};
 use crate::record::result::{EnvironmentSource, EnvironmentUsed};
 use crate::repo::Repos;
 
-use super::{ensure_envs, plans, prepare_commits, EvalError, Envs, Unavailable};
+use super::{ensure_envs, plans, prepare_commits, Envs, EvalError, Unavailable};
 
 /// The environments of a run, shared by its tasks (and a sweep's points).
 pub struct Pool<'a> {
@@ -60,7 +60,12 @@ impl<'a> Pool<'a> {
         let mut envs = self.envs.lock().unwrap_or_else(|e| e.into_inner());
         if !envs.contains_key(&key) {
             let plans = plans(std::slice::from_ref(task), self.settings, self.repos);
-            envs.extend(ensure_envs(&plans, self.settings, self.repos, &self.scratch));
+            envs.extend(ensure_envs(
+                &plans,
+                self.settings,
+                self.repos,
+                &self.scratch,
+            ));
         }
         let (plan, env) = match envs.get(&key) {
             Some(Ok(pair)) => pair.clone(),

@@ -19,8 +19,8 @@ use crate::edit::EditError;
 use crate::env::task::{InstallError, TaskEnv};
 use crate::env::EnvError;
 use crate::eval::{self, pool::Pool};
-use crate::record::trajectory::{Step, TimedStep};
 use crate::index::symbols::{self, SymbolKind};
+use crate::record::trajectory::{Step, TimedStep};
 use crate::repo::{RepoError, Workspace};
 use patchwright_sandbox as sandbox;
 
@@ -100,7 +100,7 @@ pub fn changed_lines(patch: &str) -> Vec<(String, BTreeSet<usize>)> {
 
 /// The innermost functions (or, outside any, classes) of the base
 /// version of each file that hold a changed line.
-fn gold_functions(root: &Path, patch: &str) -> Vec<String> {
+pub fn gold_functions(root: &Path, patch: &str) -> Vec<String> {
     let mut out = BTreeSet::new();
     for (path, lines) in changed_lines(patch) {
         let Ok(text) = crate::aci::read_text(root, &path) else {
@@ -174,8 +174,10 @@ fn reproduction_passes(
 /// apart). `root` is the workspace at the base commit.
 pub fn env_import_errors(root: &Path, steps: &[TimedStep]) -> usize {
     static MISSING: std::sync::LazyLock<Option<regex::Regex>> = std::sync::LazyLock::new(|| {
-        regex::Regex::new(r"(?:ModuleNotFoundError|ImportError): No module named '([A-Za-z0-9_.]+)'")
-            .ok()
+        regex::Regex::new(
+            r"(?:ModuleNotFoundError|ImportError): No module named '([A-Za-z0-9_.]+)'",
+        )
+        .ok()
     });
     let Some(re) = MISSING.as_ref() else {
         return 0;
@@ -276,8 +278,10 @@ pub fn compute(
             None if report.resolved => resolving.push(i),
             None => {}
             Some(e) => {
-                m.notes
-                    .push(format!("candidate {i}: not gradable ({:?}): {}", e.kind, e.message));
+                m.notes.push(format!(
+                    "candidate {i}: not gradable ({:?}): {}",
+                    e.kind, e.message
+                ));
                 checked = false;
                 break;
             }

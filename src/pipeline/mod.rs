@@ -2,6 +2,7 @@
 //! default) or the first, single-call pipeline (`first`), chosen in the
 //! configuration file; the MASAI stages can be switched off one by one.
 
+pub mod check;
 pub mod first;
 pub mod masai;
 pub mod metrics;

@@ -1,0 +1,434 @@
+//! A check of the MASAI pipeline's test machinery on a task, with a
+//! scripted model that knows the answer: the Issue Reproducer hands in the
+//! task's own test file as its test patch leaves it (the FAIL_TO_PASS
+//! tests in it), the Edit Localizer records the functions the gold patch
+//! changes, and the Fixer offers a wrong patch and the gold patch. In the
+//! task's own environment the Reproducer must accept the test (it fails on
+//! the base commit inside a test's body) and the Ranker must put the gold
+//! patch first. Like the stage metrics, this reads the answer: it checks
+//! the machinery, it is never a result.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::masai::{self, Dirs};
+use super::metrics;
+use crate::config::Settings;
+use crate::dataset::Task;
+use crate::engine::{
+    Backend, Candidate, Conversation, EngineError, Generation, Request, Stats, Stop,
+};
+use crate::eval::pool::Pool;
+use crate::index::symbols;
+use crate::record::result::EnvironmentUsed;
+use crate::record::trajectory::Step;
+use crate::repo::{Repos, Workspace};
+use crate::trajectory::Trajectory;
+
+/// A test command's limit in the check: whole test files of large
+/// repositories (Django's, sympy's) take minutes.
+pub const CHECK_TEST_TIMEOUT_S: u64 = 900;
+
+/// The comment the wrong candidate adds: it applies, parses, and fixes
+/// nothing.
+pub const WRONG_LINE: &str = "# patchwright check: a change that fixes nothing";
+
+/// What the check found for one task.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckRow {
+    pub instance_id: String,
+    pub repo: String,
+    pub version: String,
+    pub environment: Option<EnvironmentUsed>,
+    /// The test file handed in as the reproduction.
+    pub test_file: Option<String>,
+    /// The Reproducer accepted it.
+    pub reproduction_accepted: bool,
+    /// `submit_test`'s last observation (why it was not accepted).
+    pub reproducer_said: String,
+    /// The Ranker's order, by name (`gold`, `wrong`).
+    pub order: Vec<String>,
+    /// The reproduction test with each candidate (`gold`, `wrong`).
+    pub reproduction_with_gold: Option<bool>,
+    pub reproduction_with_wrong: Option<bool>,
+    /// The gold patch came first.
+    pub gold_first: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub seconds: f64,
+}
+
+/// Why a task cannot be checked.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("the test patch changes no Python test file")]
+    NoTestFile,
+    #[error("the gold patch {0}: SEARCH/REPLACE blocks cannot write it")]
+    Unscriptable(String),
+    #[error(transparent)]
+    Repo(#[from] crate::repo::RepoError),
+    #[error(transparent)]
+    Masai(#[from] masai::MasaiError),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Checks `task` (see the module's documentation); `scratch` is emptied
+/// and used for its worktrees.
+pub fn check(task: &Task, repos: &Repos, pool: &Pool<'_>, scratch: &Path) -> CheckRow {
+    let started = Instant::now();
+    let mut row = CheckRow {
+        instance_id: task.instance_id.clone(),
+        repo: task.repo.clone(),
+        version: task.version.clone(),
+        ..CheckRow::default()
+    };
+    let _ = std::fs::remove_dir_all(scratch);
+    if let Err(e) = run_check(task, repos, pool, scratch, &mut row) {
+        row.error = Some(e.to_string());
+    }
+    let _ = std::fs::remove_dir_all(scratch);
+    row.seconds = started.elapsed().as_secs_f64();
+    row
+}
+
+fn run_check(
+    task: &Task,
+    repos: &Repos,
+    pool: &Pool<'_>,
+    scratch: &Path,
+    row: &mut CheckRow,
+) -> Result<(), CheckError> {
+    let source = repos.locate(&task.repo)?;
+    let ws = Workspace::create(&source, &task.base_commit, &scratch.join("ws"))?;
+    let test_file = reproduction_file(task).ok_or(CheckError::NoTestFile)?;
+    row.test_file = Some(test_file.clone());
+    let test_text = {
+        let w = ws.clone_to(&scratch.join("test-patched"))?;
+        crate::repo::apply_patch(w.path(), &task.test_patch)?;
+        let path = w.path().join(&test_file);
+        let text = std::fs::read_to_string(&path).map_err(|source| CheckError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let _ = w.remove();
+        text
+    };
+    let base_lines = crate::aci::read_text(ws.path(), &test_file)
+        .map(|t| t.lines().count())
+        .unwrap_or(0);
+    let gold = search_replace(&task.patch, None)?;
+    let wrong = search_replace(&task.patch, Some(WRONG_LINE))?;
+    let (locate, located) = locations(ws.path(), &task.patch);
+
+    let (setup, used) = pool.for_agents(task, None);
+    row.environment = Some(used);
+    let env = match &setup {
+        Some(s) => match s.install(ws.path(), &scratch.join("layer")) {
+            Ok(i) => Some(i.task),
+            Err(e) => {
+                if let Some(u) = row.environment.as_mut() {
+                    u.error = Some(e.to_string());
+                }
+                None
+            }
+        },
+        None => None,
+    };
+
+    // The reproducer: open (or create) the file, replace its text, hand it
+    // in: three turns, its step limit.
+    let open = if base_lines == 0 {
+        format!("The test file is new.\n\n```\ncreate {test_file}\n```")
+    } else {
+        format!("I open the test file.\n\n```\nopen {test_file}\n```")
+    };
+    let edit = format!(
+        "I write the tests the issue needs.\n\n```\nedit 1:{}\n{}\nend_of_edit\n```",
+        base_lines.max(1),
+        test_text.trim_end_matches('\n')
+    );
+    let submit = format!(
+        "They should fail on this code.\n\n```\nsubmit_test {test_file} python -m pytest {test_file}\n```"
+    );
+    let mut calls: Vec<Vec<String>> = vec![vec![open], vec![edit], vec![submit]];
+    for (path, symbol) in &locate {
+        calls.push(vec![format!(
+            "This is a place to change.\n\n```\nlocate {path}::{symbol}\n```"
+        )]);
+    }
+    calls.push(vec!["That is all.\n\n```\nsubmit\n```".to_string()]);
+    calls.push(vec![
+        format!("Reasoning: a harmless comment.\n\n{wrong}"),
+        format!("Reasoning: the fix.\n\n{gold}"),
+    ]);
+    let model = ScriptedModel {
+        calls,
+        next: Mutex::new(0),
+    };
+
+    let mut settings = Settings::defaults("scripted");
+    settings.pipeline.template = false;
+    settings.pipeline.reproduce = true;
+    settings.pipeline.rank = true;
+    settings.agents.reproducer.max_steps = 3;
+    settings.agents.localizer.max_steps = locate.len() + 1;
+    settings.fixer.candidates = 2;
+    settings.ranker.compare = false;
+    settings.ranker.test_timeout_s = CHECK_TEST_TIMEOUT_S;
+    settings.aci.run_timeout_s = CHECK_TEST_TIMEOUT_S;
+    let mut trajectory = Trajectory::new(&task.instance_id);
+    let outcome = masai::run(
+        &model,
+        &settings,
+        &task.issue(),
+        &ws,
+        env.as_ref(),
+        &Dirs {
+            artifacts: scratch.join("artifacts"),
+            scratch: scratch.join("candidates"),
+            shared: None,
+        },
+        &mut trajectory,
+    )?;
+    row.reproducer_said = trajectory
+        .steps
+        .iter()
+        .rev()
+        .find_map(|s| match &s.step {
+            Step::Action(a) if a.action.starts_with("submit_test") => {
+                Some(a.observation.chars().take(2000).collect())
+            }
+            _ => None,
+        })
+        .unwrap_or_default();
+    row.reproduction_accepted = outcome
+        .reproduction
+        .as_ref()
+        .is_some_and(|r| r.test.is_some());
+    let name = |i: usize| -> String {
+        let members = outcome
+            .fixes
+            .distinct
+            .get(i)
+            .map(|d| d.members.clone())
+            .unwrap_or_default();
+        match members.first() {
+            Some(0) => "wrong".into(),
+            Some(1) => "gold".into(),
+            _ => format!("candidate {i}"),
+        }
+    };
+    if let Some(r) = &outcome.ranking {
+        row.order = r.order.iter().map(|&i| name(i)).collect();
+        for e in &r.evaluations {
+            match name(e.distinct).as_str() {
+                "gold" => row.reproduction_with_gold = e.reproduction,
+                "wrong" => row.reproduction_with_wrong = e.reproduction,
+                _ => {}
+            }
+        }
+    } else {
+        row.order = (0..outcome.fixes.distinct.len()).map(name).collect();
+    }
+    row.gold_first = row.order.first().is_some_and(|n| n == "gold");
+    if located.is_empty() {
+        row.error = Some("the gold patch changes no function or class".into());
+    }
+    Ok(())
+}
+
+/// The test file whose tests the task's FAIL_TO_PASS names (pytest ids
+/// name it), else the test patch's first Python file.
+fn reproduction_file(task: &Task) -> Option<String> {
+    let files: Vec<String> = crate::eval::patch_files(&task.test_patch)
+        .into_iter()
+        .filter(|f| f.ends_with(".py"))
+        .collect();
+    task.fail_to_pass
+        .iter()
+        .filter_map(|t| t.split("::").next())
+        .find(|p| files.iter().any(|f| f == p))
+        .map(str::to_string)
+        .or_else(|| files.first().cloned())
+}
+
+/// What the localizer records: each gold-changed function (or, in a file
+/// where the change is outside any, the file's first symbol, so that the
+/// Fixer may edit the file).
+fn locations(root: &Path, patch: &str) -> (Vec<(String, String)>, Vec<String>) {
+    let gold = metrics::gold_functions(root, patch);
+    let mut out: Vec<(String, String)> = gold
+        .iter()
+        .filter_map(|g| g.split_once("::"))
+        .map(|(p, s)| (p.to_string(), s.to_string()))
+        .collect();
+    for (path, _) in metrics::changed_lines(patch) {
+        if out.iter().any(|(p, _)| *p == path) {
+            continue;
+        }
+        let Ok(text) = crate::aci::read_text(root, &path) else {
+            continue;
+        };
+        if let Some(s) = symbols::parse_symbols(&path, &text).symbols.first() {
+            out.push((path, s.qualname.clone()));
+        }
+    }
+    (out, gold)
+}
+
+/// The patch as SEARCH/REPLACE blocks, one per hunk (its old lines, its
+/// new lines); with `comment`, instead, each first hunk of a file with
+/// `comment` put before its old lines (a wrong fix).
+pub fn search_replace(patch: &str, comment: Option<&str>) -> Result<String, CheckError> {
+    let mut out = String::new();
+    let mut path: Option<String> = None;
+    let mut hunk: Option<(Vec<String>, Vec<String>)> = None;
+    let mut commented = false;
+    let flush = |out: &mut String,
+                 path: &Option<String>,
+                 hunk: &mut Option<(Vec<String>, Vec<String>)>,
+                 commented: &mut bool| {
+        if let (Some(p), Some((old, new))) = (path, hunk.take()) {
+            if comment.is_some() && *commented {
+                return;
+            }
+            let new = match comment {
+                Some(c) => {
+                    *commented = true;
+                    let indent: String = old
+                        .iter()
+                        .find(|l| !l.trim().is_empty())
+                        .map(|l| l.chars().take_while(|c| c.is_whitespace()).collect())
+                        .unwrap_or_default();
+                    std::iter::once(format!("{indent}{c}"))
+                        .chain(old.iter().cloned())
+                        .collect()
+                }
+                None => new,
+            };
+            out.push_str(&format!(
+                "{p}\n<<<<<<< SEARCH\n{}\n=======\n{}\n>>>>>>> REPLACE\n",
+                old.join("\n"),
+                new.join("\n")
+            ));
+        }
+    };
+    for line in patch.lines() {
+        if let Some(rest) = line.strip_prefix("diff --git a/") {
+            flush(&mut out, &path, &mut hunk, &mut commented);
+            commented = false;
+            path = rest.split(" b/").next().map(str::to_string);
+        } else if line.starts_with("new file mode") || line.starts_with("deleted file mode") {
+            return Err(CheckError::Unscriptable(format!(
+                "creates or deletes {}",
+                path.clone().unwrap_or_default()
+            )));
+        } else if line.starts_with("@@") {
+            flush(&mut out, &path, &mut hunk, &mut commented);
+            hunk = Some((Vec::new(), Vec::new()));
+        } else if let Some((old, new)) = hunk.as_mut() {
+            if line.starts_with("---") || line.starts_with("+++") || line.starts_with('\\') {
+                continue;
+            }
+            match line.split_at_checked(1) {
+                Some((" ", rest)) => {
+                    old.push(rest.to_string());
+                    new.push(rest.to_string());
+                }
+                Some(("-", rest)) => old.push(rest.to_string()),
+                Some(("+", rest)) => new.push(rest.to_string()),
+                _ if line.is_empty() => {
+                    old.push(String::new());
+                    new.push(String::new());
+                }
+                _ => {}
+            }
+        }
+    }
+    flush(&mut out, &path, &mut hunk, &mut commented);
+    Ok(out)
+}
+
+/// Answers each call with the next scripted candidates, whatever it was
+/// asked; past the script, an error.
+struct ScriptedModel {
+    calls: Vec<Vec<String>>,
+    next: Mutex<usize>,
+}
+
+struct ScriptedConversation<'a>(&'a ScriptedModel);
+
+impl Conversation for ScriptedConversation<'_> {
+    fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError> {
+        let mut next = self.0.next.lock().unwrap_or_else(|e| e.into_inner());
+        let call = self.0.calls.get(*next).ok_or_else(|| {
+            EngineError::Backend(format!(
+                "the check's script has {} calls; the pipeline asked for more",
+                self.0.calls.len()
+            ))
+        })?;
+        *next += 1;
+        let n = request.n.max(1);
+        let candidates: Vec<Candidate> = (0..n)
+            .map(|i| Candidate {
+                text: call.get(i).or(call.last()).cloned().unwrap_or_default(),
+                tokens: Vec::new(),
+                stop: Stop::EndOfText,
+            })
+            .collect();
+        Ok(Generation {
+            stats: Stats {
+                prompt_tokens: 0,
+                prompt_tokens_evaluated: 0,
+                prompt_tokens_reused: 0,
+                generated_tokens: vec![0; candidates.len()],
+                prompt_s: 0.0,
+                decode_s: 0.0,
+                total_s: 0.0,
+            },
+            candidates,
+        })
+    }
+}
+
+impl Backend for ScriptedModel {
+    fn conversation(
+        &self,
+        _n_seq_max: usize,
+        _reply_tokens: usize,
+    ) -> Result<Box<dyn Conversation + '_>, EngineError> {
+        Ok(Box::new(ScriptedConversation(self)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_patch_becomes_search_replace_blocks() -> Result<(), Box<dyn std::error::Error>> {
+        let patch = "diff --git a/p/m.py b/p/m.py\n--- a/p/m.py\n+++ b/p/m.py\n@@ -1,3 +1,3 @@\n def f():\n-    return 1\n+    return 2\n \n@@ -10,2 +10,3 @@\n     x = 1\n+    y = 2\n     z = 3\n";
+        assert_eq!(
+            search_replace(patch, None)?,
+            "p/m.py\n<<<<<<< SEARCH\ndef f():\n    return 1\n\n=======\ndef f():\n    return 2\n\n>>>>>>> REPLACE\n\
+             p/m.py\n<<<<<<< SEARCH\n    x = 1\n    z = 3\n=======\n    x = 1\n    y = 2\n    z = 3\n>>>>>>> REPLACE\n"
+        );
+        assert_eq!(
+            search_replace(patch, Some("# no"))?,
+            "p/m.py\n<<<<<<< SEARCH\ndef f():\n    return 1\n\n=======\n# no\ndef f():\n    return 1\n\n>>>>>>> REPLACE\n"
+        );
+        let new = "diff --git a/n.py b/n.py\nnew file mode 100644\n";
+        assert!(matches!(
+            search_replace(new, None),
+            Err(CheckError::Unscriptable(_))
+        ));
+        Ok(())
+    }
+}
