@@ -241,8 +241,8 @@ fn no_test_reason(output: &str) -> String {
 
 /// pytest's signs of a broken test file: `ERROR path` (a collection error:
 /// the module did not import or compile), a missing fixture, `ERROR
-/// path::test` (a fixture or setup failed before the body ran), and a path
-/// that does not exist.
+/// path::test` (a fixture, setup or teardown failed, not the body), and a
+/// path that does not exist.
 fn pytest_broken(
     output: &str,
     tests: &BTreeMap<String, TestStatus>,
@@ -284,8 +284,10 @@ fn pytest_broken(
             .lines()
             .find_map(|l| l.strip_prefix(&format!("ERROR {test} - ")));
         return Some(match cause {
-            Some(cause) => format!("the setup of {test} failed before its body ran: {cause}"),
-            None => format!("the setup of {test} failed before its body ran"),
+            Some(cause) => {
+                format!("a fixture, setup or teardown of {test} failed, not its body: {cause}")
+            }
+            None => format!("a fixture, setup or teardown of {test} failed, not its body"),
         });
     }
     output
@@ -579,7 +581,7 @@ ERROR: file or directory not found: tests/test_nothere.py
             Some("pytest could not collect tests/test_issue.py: ImportError: cannot import name 'parse' from 'pkg'")),
         ("missing fixture", Some(1), PT_FIXTURE, Some(MISSING_FIXTURE_REASON)),
         ("fixture raised", Some(1), PT_SETUP,
-            Some("the setup of tests/test_issue.py::test_a failed before its body ran: OSError: port in use")),
+            Some("a fixture, setup or teardown of tests/test_issue.py::test_a failed, not its body: OSError: port in use")),
         ("skipped only", Some(0), PT_SKIP, Some("every test was skipped: no test ran")),
         ("no tests", Some(5), PT_EMPTY, Some("no test ran")),
         ("no such file", Some(4), PT_MISSING,
@@ -716,7 +718,7 @@ ERROR:   py39: commands failed
             ("classic collection error", Some(2), CLASSIC_IMPORT,
                 Some("pytest could not collect astropy/io/tests/test_issue.py (an import or syntax error in it)")),
             ("classic setup error", Some(1), CLASSIC_FIXTURE,
-                Some("the setup of astropy/io/tests/test_issue.py::test_a failed before its body ran")),
+                Some("a fixture, setup or teardown of astropy/io/tests/test_issue.py::test_a failed, not its body")),
             ("tox, failure in colour", Some(1), TOX_FAIL, Some("")),
             ("tox, syntax error", Some(1), TOX_SYNTAX,
                 Some("pytest could not collect tests/test_ext_napoleon.py: SyntaxError: invalid syntax")),

@@ -529,8 +529,17 @@ mod tests {
         Ok(())
     }
 
+    /// Name, files, touched files, cap, and the files expected.
+    type Case = (
+        &'static str,
+        &'static [Tree],
+        &'static [&'static str],
+        usize,
+        &'static [&'static str],
+    );
+
     #[rustfmt::skip]
-    const CASES: &[(&str, &[Tree], &[&str], usize, &[&str])] = &[
+    const CASES: &[Case] = &[
         ("direct import", &[PKG, &[
             ("tests/test_core.py", "import pkg.core\n"),
             ("tests/test_os.py", "import os\n"),
