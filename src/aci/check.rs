@@ -30,14 +30,19 @@ pub const BROKEN_MARKERS: &[&str] = &[
 /// pytest's exit status when tests ran and some failed.
 pub const PYTEST_TESTS_FAILED: i32 = 1;
 
+/// What one run of a test command says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
+    /// Tests ran and all passed.
     Passed,
+    /// A test failed in its body: a reproduction.
     Failed,
+    /// The test or the command is wrong, with the reason.
     Broken(String),
 }
 
-/// Classifies one run of a test command.
+/// Classifies one run of a free-form test command (no environment spec, so
+/// no log format): by marker strings and pytest's exit status.
 pub fn verdict(outcome: &Outcome) -> Verdict {
     if outcome.timed_out {
         return Verdict::Broken("it timed out".into());
