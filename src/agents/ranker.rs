@@ -15,6 +15,7 @@ use super::fixer::Fixes;
 use crate::aci::{check, SubmittedTest};
 use crate::dataset::Issue;
 use crate::edit::EditError;
+use crate::index::imports;
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
 use crate::env::log::{self as testlog, TestStatus};
 use crate::env::task::TaskEnv;
@@ -121,6 +122,21 @@ pub fn touched_files(patch: &str) -> Vec<String> {
     out.sort();
     out.dedup();
     out
+}
+
+/// The regression test files of a change to `touched`: the test files
+/// whose imports reach a touched module (closest first, at most
+/// [`imports::REGRESSION_FILES`]); when imports reach none (a plugin
+/// loaded by name, say), those whose name holds a touched module's name.
+/// Only their tests that pass on the base commit count.
+pub fn regression_tests(root: &Path, all_files: &[String], touched: &[String]) -> Vec<String> {
+    let by_imports = imports::importing_tests(root, all_files, touched, imports::REGRESSION_FILES);
+    if !by_imports.is_empty() {
+        return by_imports;
+    }
+    let mut by_name = regression_files(all_files, touched);
+    by_name.truncate(imports::REGRESSION_FILES);
+    by_name
 }
 
 /// Test files of the modules `sources` names: test files whose name holds
@@ -239,7 +255,7 @@ pub fn rank(
         .flat_map(|d| touched_files(&d.patch))
         .collect();
     let all = crate::index::python_files(ws.path()).unwrap_or_default();
-    let regression = regression_files(&all, &touched);
+    let regression = regression_tests(ws.path(), &all, &touched);
     let (regression_script, format) = test_run(environment, &regression);
     let base_passing = if regression.is_empty() {
         BTreeSet::new()

@@ -3,9 +3,11 @@
 //! classes, functions and methods in them from tree-sitter, with their
 //! signatures, line ranges and docstrings, indexed in parallel and cached per
 //! repository and commit, plus syntax errors for checking an edit
-//! (`symbols.rs`).
+//! (`symbols.rs`); the test files that import a module, directly or through
+//! other modules (`imports.rs`).
 
 pub mod bm25;
+pub mod imports;
 pub mod symbols;
 
 use std::path::Path;

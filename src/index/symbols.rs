@@ -111,7 +111,7 @@ thread_local! {
 
 /// The syntax tree of `source`, or `None` when tree-sitter cannot parse at
 /// all (the grammar's ABI refused by the library: a build problem, logged).
-fn parse_tree(source: &str) -> Option<Tree> {
+pub(crate) fn parse_tree(source: &str) -> Option<Tree> {
     PARSER.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
