@@ -276,7 +276,7 @@ pub enum PreflightError {
     #[error(
         "bubblewrap {path} could not build the sandbox, so no sandboxed command can run: \
          {detail}; host user-namespace settings: {}; enable unprivileged user namespaces \
-         ({}), and in a container allow them (e.g. docker run --security-opt \
+         ({} where this kernel has them), and in a container allow them (e.g. docker run --security-opt \
          seccomp=unconfined --security-opt apparmor=unconfined, or --privileged)",
         describe_sysctls(.sysctls),
         enable_sysctls()
@@ -386,7 +386,7 @@ pub fn flags_in(args: &[String]) -> Result<Vec<BwrapFlag>, PreflightError> {
 /// the given order). Pure.
 pub fn missing_flags(found: BwrapVersion, flags: &[BwrapFlag]) -> Vec<BwrapFlag> {
     let mut missing: Vec<BwrapFlag> = flags.iter().filter(|f| f.since > found).copied().collect();
-    missing.sort_by(|a, b| b.since.cmp(&a.since));
+    missing.sort_by_key(|f| std::cmp::Reverse(f.since));
     missing
 }
 
