@@ -13,6 +13,8 @@ use patchwright::repo::Repos;
 /// `patchwright env build`: the environments of the tasks; 1 if any failed.
 pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
     let tasks = args.tasks.tasks()?;
+    // Builds keep the network: their policy's options are checked.
+    super::preflight(true)?;
     let settings = args.env.options(Some(1), 0, false, false).resolve()?;
     let repos = Repos::new(&args.tasks.repos)?;
     let rows = eval::build_envs(
@@ -59,6 +61,7 @@ pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
 /// `patchwright eval`: grades gold, empty or predicted patches.
 pub fn eval(args: EvalArgs) -> Result<i32> {
     let tasks = args.tasks.tasks()?;
+    super::preflight(false)?;
     let options = args
         .env
         .options(args.jobs, args.timeout, args.empty, args.keep_work);
