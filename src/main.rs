@@ -13,7 +13,7 @@ use cli::{Cli, Command, EnvCommand, ModelsCommand, SandboxCommand};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let result = match cli.command {
+    let result = cli::use_bwrap_from_env().and_then(|()| match cli.command {
         Command::Batch(args) => cli::batch::batch(args),
         Command::Sweep(args) => cli::batch::sweep(args),
         Command::Merge(args) => cli::batch::merge(args),
@@ -27,13 +27,17 @@ fn main() -> ExitCode {
         Command::Env(EnvCommand::Build(args)) => cli::evaluation::env_build(args),
         Command::Eval(args) => cli::evaluation::eval(args),
         Command::Check(args) => cli::evaluation::check(args),
-    };
+    });
     match result {
         Ok(0) => ExitCode::SUCCESS,
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
             eprintln!("error: {}", chain(&e));
-            ExitCode::FAILURE
+            if e.downcast_ref::<cli::SandboxUnavailable>().is_some() {
+                ExitCode::from(cli::EXIT_NO_SANDBOX)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -4,7 +4,9 @@
 //! bubblewrap's argument list without touching the system; [`run`] executes
 //! it with resource limits and returns an [`Outcome`]. There is no
 //! unsandboxed fallback: if bubblewrap is missing or cannot build the
-//! sandbox, [`run`] and [`check_available`] return an error.
+//! sandbox, [`run`] and [`check_available`] return an error. [`preflight`]
+//! checks a host once, before any work: bubblewrap present, new enough for
+//! every option the policy uses, and able to build the sandbox.
 //!
 //! See README.md in this crate for what the sandbox does and does not
 //! protect against.
@@ -14,6 +16,7 @@ mod error;
 mod outcome;
 mod output;
 mod policy;
+mod preflight;
 mod run;
 
 pub use error::SandboxError;
@@ -23,4 +26,5 @@ pub use outcome::{
 };
 pub use output::HeadTail;
 pub use policy::*;
+pub use preflight::*;
 pub use run::{check_available, run};

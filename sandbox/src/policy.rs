@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -11,6 +12,37 @@ use crate::error::SandboxError;
 /// Where bubblewrap is looked for unless the policy says otherwise: the path
 /// Debian's and Ubuntu's `bubblewrap` package installs it at.
 pub const DEFAULT_BWRAP: &str = "/usr/bin/bwrap";
+
+/// The bubblewrap binary of this process's host policies, when the program
+/// chose one ([`set_host_bwrap`]).
+static HOST_BWRAP: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes `path` the bubblewrap binary of every policy
+/// [`Policy::for_worktree`] builds in this process, instead of
+/// [`DEFAULT_BWRAP`]: the one place a program's configuration (patchwright's
+/// `PATCHWRIGHT_BWRAP`) reaches every sandbox. Set once, before the first
+/// policy; setting another path later is refused (policies already built
+/// would keep the old one).
+pub fn set_host_bwrap(path: impl Into<PathBuf>) -> Result<(), SandboxError> {
+    let path = path.into();
+    let set = HOST_BWRAP.get_or_init(|| path.clone());
+    if *set != path {
+        return Err(SandboxError::invalid(format!(
+            "the bubblewrap binary is already set to {}: set it once, before any sandbox runs",
+            set.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The bubblewrap binary of this process's host policies: the one
+/// [`set_host_bwrap`] set, else [`DEFAULT_BWRAP`].
+pub fn host_bwrap() -> PathBuf {
+    HOST_BWRAP
+        .get()
+        .cloned()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_BWRAP))
+}
 
 /// Wall-clock limit: ten minutes is longer than a SWE-bench test run
 /// normally takes, and a command that takes longer is wasting the model's
@@ -255,8 +287,8 @@ impl Policy {
     }
 
     /// The default policy for a worktree on this host: the directory is made
-    /// absolute (symlinks resolved) and the base layer is taken from how this
-    /// host lays out /usr, /bin, /lib.
+    /// absolute (symlinks resolved), the base layer is taken from how this
+    /// host lays out /usr, /bin, /lib, and bubblewrap is [`host_bwrap`].
     pub fn for_worktree(dir: impl AsRef<Path>) -> Result<Policy, SandboxError> {
         let dir = dir.as_ref();
         let canonical = std::fs::canonicalize(dir).map_err(|e| SandboxError::Worktree {
@@ -269,7 +301,9 @@ impl Policy {
                 reason: "not a directory".to_string(),
             });
         }
-        Ok(Policy::new(canonical, detect_system_mounts()))
+        let mut policy = Policy::new(canonical, detect_system_mounts());
+        policy.bwrap = host_bwrap();
+        Ok(policy)
     }
 
     /// Checks that the policy cannot expose the whole host or secrets and that
@@ -527,4 +561,29 @@ pub fn bwrap_args(policy: &Policy, command: &[String]) -> Vec<String> {
     a.push("--".to_string());
     a.extend(command.iter().cloned());
     a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sets the default itself, so the other tests of this process (which
+    /// run the host's bubblewrap) see no change.
+    #[test]
+    fn the_host_bwrap_is_set_once_and_reaches_every_host_policy() {
+        set_host_bwrap(DEFAULT_BWRAP).unwrap();
+        set_host_bwrap(DEFAULT_BWRAP).unwrap();
+        match set_host_bwrap("/opt/bwrap/bin/bwrap") {
+            Err(SandboxError::InvalidPolicy { reason }) => assert_eq!(
+                reason,
+                "the bubblewrap binary is already set to /usr/bin/bwrap: set it once, before \
+                 any sandbox runs"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(host_bwrap(), PathBuf::from(DEFAULT_BWRAP));
+        let dir = std::env::temp_dir();
+        let policy = Policy::for_worktree(&dir).unwrap();
+        assert_eq!(policy.bwrap, PathBuf::from(DEFAULT_BWRAP));
+    }
 }

@@ -27,6 +27,9 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
         bail!("--repos and --out are required unless --list is given");
     };
     args.runner.check(repos_dir)?;
+    // Before the settings, the model and any task: an unfit host is one
+    // error, not a batch whose every command fails.
+    super::preflight(false)?;
     let settings = args.settings.overrides().resolve()?;
     let model = ModelRef::resolve(&settings.model, args.runner.server.as_deref())?;
     let repos = Repos::new(repos_dir)?;
@@ -91,6 +94,7 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
         bail!("no task of {} is selected", args.select.dataset.display());
     }
     args.runner.check(&args.repos)?;
+    super::preflight(false)?;
     let base = args.settings.overrides().resolve()?;
     let config = args.settings.config.as_deref();
     let sweep = sweep::prepare(&args.out, &base, config, &args.grid)?;

@@ -14,6 +14,8 @@ use patchwright::repo::Repos;
 /// `patchwright env build`: the environments of the tasks; 1 if any failed.
 pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
     let tasks = args.tasks.tasks()?;
+    // Builds keep the network: their policy's options are checked.
+    super::preflight(true)?;
     let settings = args.env.options(Some(1), 0, false, false).resolve()?;
     let repos = Repos::new(&args.tasks.repos)?;
     let rows = eval::build_envs(
@@ -60,6 +62,7 @@ pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
 /// `patchwright eval`: grades gold, empty or predicted patches.
 pub fn eval(args: EvalArgs) -> Result<i32> {
     let tasks = args.tasks.tasks()?;
+    super::preflight(false)?;
     let options = args
         .env
         .options(args.jobs, args.timeout, args.empty, args.keep_work);
@@ -129,6 +132,7 @@ pub fn eval(args: EvalArgs) -> Result<i32> {
 /// environment, with a scripted model; 1 if a task does not pass.
 pub fn check(args: CheckArgs) -> Result<i32> {
     let tasks = args.tasks.tasks()?;
+    super::preflight(false)?;
     let settings = args
         .env
         .options(Some(1), eval::DEFAULT_TEST_TIMEOUT_S, false, false)

@@ -24,6 +24,65 @@ use patchwright::engine::EngineSettings;
 use patchwright::eval;
 use patchwright_sandbox as sandbox;
 
+/// The environment variable naming the bubblewrap binary every sandbox of
+/// this process uses (default `/usr/bin/bwrap`, `sandbox::DEFAULT_BWRAP`).
+/// Read here only, by [`use_bwrap_from_env`].
+pub const BWRAP_ENV: &str = "PATCHWRIGHT_BWRAP";
+
+/// Exit status when the sandbox cannot work on this host: nothing was
+/// started. Distinct from 1, a command that ran and failed, so scripts and
+/// schedulers can tell a host to fix from a run to look at.
+pub const EXIT_NO_SANDBOX: u8 = 2;
+
+/// Makes `$PATCHWRIGHT_BWRAP` (made absolute; unset or empty: the default)
+/// the bubblewrap of every sandbox policy this process builds.
+pub fn use_bwrap_from_env() -> Result<()> {
+    let Some(value) = std::env::var_os(BWRAP_ENV).filter(|v| !v.is_empty()) else {
+        return Ok(());
+    };
+    let path = std::path::absolute(PathBuf::from(&value))
+        .with_context(|| format!("{BWRAP_ENV}={}: not a usable path", value.to_string_lossy()))?;
+    sandbox::set_host_bwrap(path)?;
+    Ok(())
+}
+
+/// The sandbox cannot work on this host: the preflight's finding, with
+/// what to change here. `main` exits with [`EXIT_NO_SANDBOX`] on it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the sandbox cannot run on this host, so nothing was started \
+     (bubblewrap: {}; set {BWRAP_ENV} to use another)",
+    sandbox::host_bwrap().display()
+)]
+pub struct SandboxUnavailable(#[source] pub sandbox::PreflightError);
+
+/// Checks once, before anything slow (settings, models, environments),
+/// that the sandbox works on this host: the default policy of a temporary
+/// worktree, with the network kept when `network` (environment builds),
+/// through `sandbox::preflight`. Logs what it found.
+pub fn preflight(network: bool) -> Result<()> {
+    let dir = tempfile::tempdir()
+        .context("cannot create a temporary directory to check the sandbox in")?;
+    let mut policy = sandbox::Policy::for_worktree(dir.path())?;
+    if network {
+        policy.allow_network();
+    }
+    let report = sandbox::preflight(&policy).map_err(SandboxUnavailable)?;
+    tracing::info!(
+        "sandbox: bubblewrap {} at {}, {} options checked, probe {:.0} ms{}",
+        report.version,
+        report.bwrap.display(),
+        report.flags.len(),
+        report.probe_secs * 1000.0,
+        report
+            .cgroup_unavailable
+            .map_or(String::new(), |why| format!(
+                "; no per-command cgroup ({why}): memory and process caps are rlimits"
+            ))
+    );
+    Ok(())
+}
+
 /// Resolve GitHub issues offline: SWE-bench tasks in, patches out, with a
 /// local GGUF model loaded in-process.
 #[derive(Parser)]

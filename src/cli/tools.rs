@@ -56,10 +56,18 @@ const SANDBOX_REFUSED: i32 = 125;
 pub fn sandbox_exec(args: ExecArgs) -> Result<i32> {
     // Every refusal (bad flags, bad directory, no sandbox) exits 125, as
     // `timeout` and `docker run` do: the command never ran.
-    let outcome = match args
-        .policy()
-        .and_then(|p| sandbox::run(&p, &args.command).map_err(|e| e.to_string()))
-    {
+    let outcome = match args.policy().and_then(|p| {
+        sandbox::run(&p, &args.command).map_err(|e| match e {
+            // Say why the host cannot sandbox (too old a bubblewrap, no
+            // namespaces) when the default policy's check finds it.
+            sandbox::SandboxError::BwrapNotFound { .. }
+            | sandbox::SandboxError::SetupFailed { .. } => match super::preflight(false) {
+                Err(host) => format!("{host:#}"),
+                Ok(()) => e.to_string(),
+            },
+            e => e.to_string(),
+        })
+    }) {
         Ok(o) => o,
         Err(message) => {
             eprintln!("error: {message}");

@@ -12,6 +12,7 @@ mod generate_cli;
 mod http_backend;
 mod masai;
 mod pipeline;
+mod preflight;
 mod react;
 mod records;
 mod replay;

@@ -1,0 +1,801 @@
+//! The host check made once before any work: is bubblewrap there, is it new
+//! enough for every flag the policy passes it, and can it build the sandbox
+//! (user namespaces)? A program that runs many sandboxed commands calls
+//! [`preflight`] first, so an unfit host is refused with one message saying
+//! what was found and what to install, instead of every command failing.
+//!
+//! The flags checked are not a hand-kept list: they are read from
+//! [`bwrap_args`] of the policy given, and looked up in [`BWRAP_FLAGS`],
+//! the version that introduced each (from bubblewrap's git tags).
+
+use std::fmt;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::error::SandboxError;
+use crate::policy::{bwrap_args, Policy};
+
+/// A bubblewrap version, as `bwrap --version` prints it (`bubblewrap 0.8.0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BwrapVersion {
+    /// Major number.
+    pub major: u32,
+    /// Minor number.
+    pub minor: u32,
+    /// Patch number (0 when the version has only two parts).
+    pub patch: u32,
+}
+
+impl BwrapVersion {
+    /// The version `major.minor.patch`.
+    pub const fn new(major: u32, minor: u32, patch: u32) -> BwrapVersion {
+        BwrapVersion {
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// The version in `bwrap --version`'s output: the word after
+    /// `bubblewrap` on its first line, `MAJOR.MINOR[.PATCH]`, each part's
+    /// leading digits (`0.11.0-rc1` is 0.11.0). `None` when there is none.
+    pub fn parse(output: &str) -> Option<BwrapVersion> {
+        let line = output.lines().find(|l| !l.trim().is_empty())?;
+        let mut words = line.split_whitespace();
+        if words.next()? != "bubblewrap" {
+            return None;
+        }
+        let mut parts = words.next()?.split('.').map(|p| {
+            let digits: String = p.chars().take_while(|c| c.is_ascii_digit()).collect();
+            digits.parse::<u32>().ok()
+        });
+        let major = parts.next()??;
+        let minor = parts.next()??;
+        let patch = match parts.next() {
+            None => 0,
+            Some(p) => p?,
+        };
+        Some(BwrapVersion::new(major, minor, patch))
+    }
+}
+
+impl fmt::Display for BwrapVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// One bubblewrap option the policy may pass: its name, how many arguments
+/// follow it, and the first release that has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BwrapFlag {
+    /// The option, e.g. `--disable-userns`.
+    pub name: &'static str,
+    /// How many arguments follow it in the argument list.
+    pub args: usize,
+    /// The first bubblewrap release that accepts it.
+    pub since: BwrapVersion,
+}
+
+const fn flag(name: &'static str, args: usize, since: (u32, u32, u32)) -> BwrapFlag {
+    BwrapFlag {
+        name,
+        args,
+        since: BwrapVersion::new(since.0, since.1, since.2),
+    }
+}
+
+/// Every option [`bwrap_args`] can emit, with the first bubblewrap release
+/// that parses it (the first git tag of containers/bubblewrap whose
+/// `bubblewrap.c` accepts it). A unit test fails when the policy emits an
+/// option missing here, or when an entry here is no longer emitted.
+pub const BWRAP_FLAGS: &[BwrapFlag] = &[
+    flag("--unshare-all", 0, (0, 1, 7)),
+    flag("--share-net", 0, (0, 1, 7)),
+    flag("--unshare-user", 0, (0, 1, 0)),
+    flag("--disable-userns", 0, (0, 8, 0)),
+    flag("--die-with-parent", 0, (0, 1, 8)),
+    flag("--new-session", 0, (0, 1, 7)),
+    flag("--cap-drop", 1, (0, 2, 0)),
+    flag("--uid", 1, (0, 1, 0)),
+    flag("--gid", 1, (0, 1, 0)),
+    flag("--hostname", 1, (0, 1, 2)),
+    flag("--clearenv", 0, (0, 5, 0)),
+    flag("--setenv", 2, (0, 1, 0)),
+    flag("--ro-bind", 2, (0, 1, 0)),
+    flag("--ro-bind-try", 2, (0, 3, 1)),
+    flag("--symlink", 2, (0, 1, 0)),
+    flag("--ro-bind-data", 2, (0, 1, 2)),
+    flag("--dev", 1, (0, 1, 0)),
+    flag("--proc", 1, (0, 1, 0)),
+    flag("--size", 1, (0, 7, 0)),
+    flag("--tmpfs", 1, (0, 1, 0)),
+    flag("--bind", 2, (0, 1, 0)),
+    flag("--remount-ro", 1, (0, 1, 2)),
+    flag("--chdir", 1, (0, 1, 0)),
+    flag("--json-status-fd", 1, (0, 3, 2)),
+];
+
+/// How long `bwrap --version` may take: it prints one line and exits, so
+/// ten seconds only bounds a binary that hangs.
+pub const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Wall-clock limit of the probe (`true` in the sandbox): it takes
+/// milliseconds; thirty seconds allows a loaded host, and bounds a hang.
+pub const PROBE_TIMEOUT_MS: u64 = 30_000;
+
+/// How often the runner polls `bwrap --version` for its exit.
+const VERSION_POLL_INTERVAL: Duration = Duration::from_millis(5);
+
+/// The command the probe runs in the sandbox: it does nothing and succeeds.
+pub const PROBE_COMMAND: &str = "true";
+
+/// A kernel setting that can keep unprivileged user namespaces from
+/// working, read from /proc when the kernel has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsernsSysctl {
+    /// The sysctl's name, e.g. `user.max_user_namespaces`.
+    pub name: &'static str,
+    /// Its file under /proc/sys.
+    pub path: &'static str,
+    /// The value that blocks user namespaces.
+    pub blocking: &'static str,
+    /// The value to set instead.
+    pub enable: &'static str,
+}
+
+/// The settings read and named when the sandbox cannot be built:
+/// `user.max_user_namespaces` (0 forbids every user namespace), Debian's
+/// and Ubuntu's `kernel.unprivileged_userns_clone` (0 forbids them to
+/// non-root users), and Ubuntu 23.10+'s
+/// `kernel.apparmor_restrict_unprivileged_userns` (1 lets only programs
+/// with an AppArmor profile allowing it create them).
+pub const USERNS_SYSCTLS: &[UsernsSysctl] = &[
+    UsernsSysctl {
+        name: "user.max_user_namespaces",
+        path: "/proc/sys/user/max_user_namespaces",
+        blocking: "0",
+        enable: "15000",
+    },
+    UsernsSysctl {
+        name: "kernel.unprivileged_userns_clone",
+        path: "/proc/sys/kernel/unprivileged_userns_clone",
+        blocking: "0",
+        enable: "1",
+    },
+    UsernsSysctl {
+        name: "kernel.apparmor_restrict_unprivileged_userns",
+        path: "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+        blocking: "1",
+        enable: "0",
+    },
+];
+
+/// One [`UsernsSysctl`] as read on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SysctlReading {
+    /// Which setting.
+    pub sysctl: UsernsSysctl,
+    /// Its value (trimmed), or `None` when the kernel has no such file.
+    pub value: Option<String>,
+}
+
+/// The oldest bubblewrap the default policy works with: the newest `since`
+/// in [`BWRAP_FLAGS`] (`--disable-userns`, 0.8.0).
+pub fn minimum_version() -> BwrapVersion {
+    BWRAP_FLAGS
+        .iter()
+        .map(|f| f.since)
+        .max()
+        .unwrap_or(BwrapVersion::new(0, 0, 0))
+}
+
+/// What to install, for messages: the version needed and where to get it.
+fn install_hint(needs: &BwrapVersion) -> String {
+    format!(
+        "install bubblewrap >= {needs} (`apt-get install bubblewrap` on Debian 12 or Ubuntu \
+         24.04 and later; older releases: a backport, or a build from \
+         https://github.com/containers/bubblewrap) and point the policy's bwrap path at it"
+    )
+}
+
+/// Why this host cannot run sandboxed commands. Each message names what was
+/// found and what to install or enable.
+#[derive(Debug, thiserror::Error)]
+pub enum PreflightError {
+    /// No file at the bubblewrap path.
+    #[error("bubblewrap not found at {path}: {}; commands are never run unsandboxed", install_hint(&minimum_version()))]
+    Missing {
+        /// The path checked.
+        path: PathBuf,
+    },
+
+    /// The bubblewrap path is not an executable file.
+    #[error(
+        "bubblewrap at {path} is not an executable file: {}",
+        install_hint(&minimum_version())
+    )]
+    NotExecutable {
+        /// The path checked.
+        path: PathBuf,
+    },
+
+    /// `bwrap --version` could not be run, failed or hung.
+    #[error("`{path} --version` failed: {detail}; {}", install_hint(&minimum_version()))]
+    VersionFailed {
+        /// The bubblewrap binary.
+        path: PathBuf,
+        /// What went wrong.
+        detail: String,
+    },
+
+    /// `bwrap --version` printed no `bubblewrap X.Y.Z`.
+    #[error(
+        "`{path} --version` printed {output:?}, not `bubblewrap X.Y.Z`: is it bubblewrap? {}",
+        install_hint(&minimum_version())
+    )]
+    Unparsable {
+        /// The bubblewrap binary.
+        path: PathBuf,
+        /// What it printed.
+        output: String,
+    },
+
+    /// The installed bubblewrap predates flags the policy uses.
+    #[error(
+        "bubblewrap {found} at {path} is too old: the sandbox uses {}; {}",
+        describe_flags(.flags),
+        install_hint(.needs)
+    )]
+    TooOld {
+        /// The bubblewrap binary.
+        path: PathBuf,
+        /// Its version.
+        found: BwrapVersion,
+        /// The oldest version that has every flag the policy uses.
+        needs: BwrapVersion,
+        /// The flags it lacks, newest first.
+        flags: Vec<BwrapFlag>,
+    },
+
+    /// The policy passes an option [`BWRAP_FLAGS`] does not list.
+    #[error(
+        "the sandbox policy passes bubblewrap {flag}, which BWRAP_FLAGS does not list: add it \
+         with the release that introduced it (a bug in the sandbox crate)"
+    )]
+    UnknownFlag {
+        /// The option.
+        flag: String,
+    },
+
+    /// bubblewrap could not build the sandbox: it ran, but never started
+    /// the command (user namespaces refused, a mount failed).
+    #[error(
+        "bubblewrap {path} could not build the sandbox, so no sandboxed command can run: \
+         {detail}; host user-namespace settings: {}; enable unprivileged user namespaces \
+         ({} where this kernel has them), and in a container allow them (e.g. docker run --security-opt \
+         seccomp=unconfined --security-opt apparmor=unconfined, or --privileged)",
+        describe_sysctls(.sysctls),
+        enable_sysctls()
+    )]
+    NamespacesUnavailable {
+        /// The bubblewrap binary.
+        path: PathBuf,
+        /// What bubblewrap printed.
+        detail: String,
+        /// The user-namespace settings read on this host.
+        sysctls: Vec<SysctlReading>,
+    },
+
+    /// The sandbox was built, but `true` did not succeed in it.
+    #[error(
+        "bubblewrap {path} built the sandbox but `{PROBE_COMMAND}` failed in it: {detail}; \
+         check that the policy's system mounts hold /usr/bin/{PROBE_COMMAND}"
+    )]
+    ProbeFailed {
+        /// The bubblewrap binary.
+        path: PathBuf,
+        /// Exit status and output.
+        detail: String,
+    },
+
+    /// The probe could not be started (an invalid policy, a system call).
+    #[error("the sandbox probe could not run: {source}")]
+    Probe {
+        /// Why.
+        #[source]
+        source: SandboxError,
+    },
+}
+
+/// `--flag (bubblewrap >= X.Y.Z)` for each flag, comma-separated. Pure.
+pub fn describe_flags(flags: &[BwrapFlag]) -> String {
+    flags
+        .iter()
+        .map(|f| format!("{} (bubblewrap >= {})", f.name, f.since))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `name = value` for each setting, `absent` when the kernel lacks it, and
+/// `(blocks user namespaces)` after a blocking value. Pure.
+pub fn describe_sysctls(readings: &[SysctlReading]) -> String {
+    if readings.is_empty() {
+        return "none read".to_string();
+    }
+    readings
+        .iter()
+        .map(|r| match &r.value {
+            None => format!("{} absent", r.sysctl.name),
+            Some(v) if v == r.sysctl.blocking => {
+                format!("{} = {v} (blocks user namespaces)", r.sysctl.name)
+            }
+            Some(v) => format!("{} = {v}", r.sysctl.name),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The `sysctl -w` settings that enable user namespaces.
+fn enable_sysctls() -> String {
+    let sets: Vec<String> = USERNS_SYSCTLS
+        .iter()
+        .map(|s| format!("{}={}", s.name, s.enable))
+        .collect();
+    format!("sysctl -w {}", sets.join(" "))
+}
+
+/// The [`USERNS_SYSCTLS`] as this host has them.
+pub fn read_userns_sysctls() -> Vec<SysctlReading> {
+    USERNS_SYSCTLS
+        .iter()
+        .map(|s| SysctlReading {
+            sysctl: *s,
+            value: std::fs::read_to_string(s.path)
+                .ok()
+                .map(|v| v.trim().to_string()),
+        })
+        .collect()
+}
+
+/// The options in a bubblewrap argument list (up to `--`), in order, each
+/// once, from [`BWRAP_FLAGS`]: each option's arguments are skipped by its
+/// arity, so a path or value is never taken for an option. Pure.
+pub fn flags_in(args: &[String]) -> Result<Vec<BwrapFlag>, PreflightError> {
+    let mut found: Vec<BwrapFlag> = Vec::new();
+    let mut i = 0;
+    while let Some(arg) = args.get(i) {
+        if arg == "--" {
+            break;
+        }
+        let Some(f) = BWRAP_FLAGS.iter().find(|f| f.name == arg) else {
+            return Err(PreflightError::UnknownFlag { flag: arg.clone() });
+        };
+        if !found.contains(f) {
+            found.push(*f);
+        }
+        i += 1 + f.args;
+    }
+    Ok(found)
+}
+
+/// The flags a bubblewrap of version `found` lacks, newest first (ties in
+/// the given order). Pure.
+pub fn missing_flags(found: BwrapVersion, flags: &[BwrapFlag]) -> Vec<BwrapFlag> {
+    let mut missing: Vec<BwrapFlag> = flags.iter().filter(|f| f.since > found).copied().collect();
+    missing.sort_by_key(|f| std::cmp::Reverse(f.since));
+    missing
+}
+
+/// What the preflight found on a host that can run the sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostReport {
+    /// The bubblewrap binary.
+    pub bwrap: PathBuf,
+    /// Its version.
+    pub version: BwrapVersion,
+    /// The options the policy uses, all supported.
+    pub flags: Vec<BwrapFlag>,
+    /// Why the probe ran without a per-run cgroup (memory and process caps
+    /// fall back to rlimits), or `None` when it had one.
+    pub cgroup_unavailable: Option<String>,
+    /// How long the probe took, in seconds.
+    pub probe_secs: f64,
+}
+
+/// Checks once that `policy` can run on this host, before any work:
+/// bubblewrap exists at `policy.bwrap` and is executable; its version has
+/// every option [`bwrap_args`] passes for this policy ([`BWRAP_FLAGS`]);
+/// and it can build this sandbox: [`PROBE_COMMAND`] is run under the policy
+/// (its timeout capped at [`PROBE_TIMEOUT_MS`]), and a failure names what
+/// bubblewrap printed and the host's user-namespace settings.
+pub fn preflight(policy: &Policy) -> Result<HostReport, PreflightError> {
+    let path = &policy.bwrap;
+    match std::fs::metadata(path) {
+        Err(_) => return Err(PreflightError::Missing { path: path.clone() }),
+        Ok(m) if !m.is_file() || m.permissions().mode() & 0o111 == 0 => {
+            return Err(PreflightError::NotExecutable { path: path.clone() })
+        }
+        Ok(_) => {}
+    }
+    let output = version_output(path)?;
+    let version = BwrapVersion::parse(&output).ok_or_else(|| PreflightError::Unparsable {
+        path: path.clone(),
+        output: output.trim().to_string(),
+    })?;
+    let flags = flags_in(&bwrap_args(policy, &[PROBE_COMMAND.to_string()]))?;
+    let missing = missing_flags(version, &flags);
+    if let Some(newest) = missing.first() {
+        return Err(PreflightError::TooOld {
+            path: path.clone(),
+            found: version,
+            needs: newest.since,
+            flags: missing,
+        });
+    }
+    let mut probe = policy.clone();
+    probe.limits.timeout_ms = probe.limits.timeout_ms.min(PROBE_TIMEOUT_MS);
+    let outcome = match crate::run::run(&probe, &[PROBE_COMMAND.to_string()]) {
+        Ok(o) => o,
+        Err(SandboxError::SetupFailed { message }) => {
+            return Err(PreflightError::NamespacesUnavailable {
+                path: path.clone(),
+                detail: message,
+                sysctls: read_userns_sysctls(),
+            })
+        }
+        Err(source) => return Err(PreflightError::Probe { source }),
+    };
+    if !outcome.success() {
+        return Err(PreflightError::ProbeFailed {
+            path: path.clone(),
+            detail: format!(
+                "exit {:?}, signal {:?}, timed out {}: {}",
+                outcome.exit_code,
+                outcome.signal.map(|s| s.name),
+                outcome.timed_out,
+                outcome.output.trim()
+            ),
+        });
+    }
+    Ok(HostReport {
+        bwrap: path.clone(),
+        version,
+        flags,
+        cgroup_unavailable: outcome.limits.cgroup_unavailable,
+        probe_secs: outcome.wall_time_secs,
+    })
+}
+
+/// What `bwrap --version` printed (stdout, then stderr), run with an empty
+/// environment and bounded by [`VERSION_TIMEOUT`].
+fn version_output(path: &Path) -> Result<String, PreflightError> {
+    let failed = |detail: String| PreflightError::VersionFailed {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let mut child = Command::new(path)
+        .arg("--version")
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| failed(format!("cannot start it: {e}")))?;
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if start.elapsed() >= VERSION_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(failed(format!(
+                    "no answer within {} s",
+                    VERSION_TIMEOUT.as_secs()
+                )));
+            }
+            Ok(None) => std::thread::sleep(VERSION_POLL_INTERVAL),
+            Err(e) => return Err(failed(format!("waiting for it: {e}"))),
+        }
+    };
+    let mut text = String::new();
+    for pipe in [
+        child.stdout.take().map(|p| Box::new(p) as Box<dyn Read>),
+        child.stderr.take().map(|p| Box::new(p) as Box<dyn Read>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let mut bytes = Vec::new();
+        let mut pipe = pipe;
+        pipe.read_to_end(&mut bytes)
+            .map_err(|e| failed(format!("reading its output: {e}")))?;
+        text.push_str(&String::from_utf8_lossy(&bytes));
+    }
+    if !status.success() {
+        return Err(failed(format!("{status}: {}", text.trim())));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Mount, Policy};
+
+    fn v(major: u32, minor: u32, patch: u32) -> BwrapVersion {
+        BwrapVersion::new(major, minor, patch)
+    }
+
+    #[test]
+    fn versions_parse_from_bwrap_version_output() {
+        let cases: &[(&str, Option<BwrapVersion>)] = &[
+            ("bubblewrap 0.8.0\n", Some(v(0, 8, 0))),
+            ("bubblewrap 0.11.1", Some(v(0, 11, 1))),
+            ("  bubblewrap 0.4.0  \n", Some(v(0, 4, 0))),
+            ("\nbubblewrap 0.6.2\nmore\n", Some(v(0, 6, 2))),
+            ("bubblewrap 0.9", Some(v(0, 9, 0))),
+            ("bubblewrap 0.11.0-rc1", Some(v(0, 11, 0))),
+            ("bubblewrap 1.2.3.4", Some(v(1, 2, 3))),
+            ("bubblewrap 10.20.30", Some(v(10, 20, 30))),
+            ("bubblewrap", None),
+            ("bubblewrap x.y.z", None),
+            ("bubblewrap 0", None),
+            ("bubblewrap 0.x.1", None),
+            ("bubblewrap 0.8.x", None),
+            ("bwrap 0.8.0", None),
+            ("", None),
+            ("Usage: bwrap [OPTIONS...] [--] COMMAND [ARGS...]", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(BwrapVersion::parse(text), *want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn versions_order_numerically_and_print_in_full() {
+        let cases: &[(BwrapVersion, BwrapVersion, std::cmp::Ordering)] = &[
+            (v(0, 8, 0), v(0, 8, 0), std::cmp::Ordering::Equal),
+            (v(0, 7, 9), v(0, 8, 0), std::cmp::Ordering::Less),
+            (v(0, 10, 0), v(0, 9, 0), std::cmp::Ordering::Greater),
+            (v(1, 0, 0), v(0, 11, 1), std::cmp::Ordering::Greater),
+            (v(0, 8, 1), v(0, 8, 0), std::cmp::Ordering::Greater),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(a.cmp(b), *want, "{a} vs {b}");
+        }
+        assert_eq!(v(0, 11, 1).to_string(), "0.11.1");
+    }
+
+    /// A policy that makes `bwrap_args` emit every kind of option.
+    fn full_policy() -> Policy {
+        let mounts = vec![
+            Mount::RoBind {
+                src: "/usr".into(),
+                dest: "/usr".into(),
+            },
+            Mount::RoBindTry {
+                src: "/etc/ld.so.cache".into(),
+                dest: "/etc/ld.so.cache".into(),
+            },
+            Mount::Symlink {
+                target: "usr/bin".into(),
+                link: "/bin".into(),
+            },
+        ];
+        let mut p = Policy::new("/work/repo", mounts);
+        p.network = true;
+        p.extra_ro_binds.push("/opt/python".into());
+        p.writable.push("/work/layer".into());
+        p
+    }
+
+    fn names(flags: &[BwrapFlag]) -> Vec<&'static str> {
+        flags.iter().map(|f| f.name).collect()
+    }
+
+    #[test]
+    fn the_table_lists_exactly_the_options_the_policy_emits() {
+        let args = bwrap_args(&full_policy(), &["true".to_string()]);
+        let mut used = names(&flags_in(&args).unwrap());
+        let mut table = names(BWRAP_FLAGS);
+        used.sort_unstable();
+        table.sort_unstable();
+        assert_eq!(used, table);
+        // And every option's arity matches the argv: the walk ends exactly
+        // at `--`, having consumed every argument.
+        let dashdash = args.iter().position(|a| a == "--").unwrap();
+        let mut i = 0;
+        while i < dashdash {
+            let f = BWRAP_FLAGS.iter().find(|f| f.name == args[i]).unwrap();
+            i += 1 + f.args;
+        }
+        assert_eq!(i, dashdash);
+    }
+
+    #[test]
+    fn options_are_read_by_arity_and_unknown_ones_refused() {
+        let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        // A value that looks like an option is an argument, not an option.
+        let args = s(&["--setenv", "X", "--size", "--chdir", "/w", "--", "--bogus"]);
+        assert_eq!(names(&flags_in(&args).unwrap()), ["--setenv", "--chdir"]);
+        match flags_in(&s(&["--uid", "1", "--overlay", "a", "b"])) {
+            Err(PreflightError::UnknownFlag { flag }) => assert_eq!(flag, "--overlay"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn missing_flags_by_version() {
+        let flags = flags_in(&bwrap_args(&full_policy(), &["true".to_string()])).unwrap();
+        let cases: &[(BwrapVersion, &[&str])] = &[
+            (v(0, 11, 1), &[]),
+            (v(0, 8, 0), &[]),
+            (v(0, 7, 0), &["--disable-userns"]),
+            (v(0, 6, 0), &["--disable-userns", "--size"]),
+            (v(0, 4, 1), &["--disable-userns", "--size", "--clearenv"]),
+            (
+                v(0, 3, 1),
+                &[
+                    "--disable-userns",
+                    "--size",
+                    "--clearenv",
+                    "--json-status-fd",
+                ],
+            ),
+            (
+                v(0, 1, 8),
+                &[
+                    "--disable-userns",
+                    "--size",
+                    "--clearenv",
+                    "--json-status-fd",
+                    "--ro-bind-try",
+                    "--cap-drop",
+                ],
+            ),
+        ];
+        for (found, want) in cases {
+            assert_eq!(names(&missing_flags(*found, &flags)), *want, "{found}");
+        }
+        assert_eq!(minimum_version(), v(0, 8, 0));
+    }
+
+    #[test]
+    fn too_old_names_the_version_the_flags_and_what_to_install() {
+        let found = v(0, 6, 0);
+        let flags = flags_in(&bwrap_args(&full_policy(), &["true".to_string()])).unwrap();
+        let missing = missing_flags(found, &flags);
+        let e = PreflightError::TooOld {
+            path: "/usr/bin/bwrap".into(),
+            found,
+            needs: missing[0].since,
+            flags: missing,
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "bubblewrap 0.6.0 at /usr/bin/bwrap is too old: the sandbox uses \
+                 --disable-userns (bubblewrap >= 0.8.0), --size (bubblewrap >= 0.7.0); \
+                 install bubblewrap >= 0.8.0 ("
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn sysctls_are_described_with_the_blocking_ones_marked() {
+        let r = |i: usize, value: Option<&str>| SysctlReading {
+            sysctl: USERNS_SYSCTLS[i],
+            value: value.map(String::from),
+        };
+        let cases: Vec<(Vec<SysctlReading>, &str)> = vec![
+            (vec![], "none read"),
+            (
+                vec![r(0, Some("96364")), r(1, None), r(2, Some("0"))],
+                "user.max_user_namespaces = 96364, kernel.unprivileged_userns_clone absent, \
+                 kernel.apparmor_restrict_unprivileged_userns = 0",
+            ),
+            (
+                vec![r(0, Some("0")), r(1, Some("0")), r(2, Some("1"))],
+                "user.max_user_namespaces = 0 (blocks user namespaces), \
+                 kernel.unprivileged_userns_clone = 0 (blocks user namespaces), \
+                 kernel.apparmor_restrict_unprivileged_userns = 1 (blocks user namespaces)",
+            ),
+        ];
+        for (readings, want) in cases {
+            assert_eq!(describe_sysctls(&readings), want);
+        }
+    }
+
+    /// A fake bubblewrap: a shell script printing `version` for
+    /// `--version`, and doing `run` otherwise.
+    fn fake_bwrap(dir: &Path, version: &str, run: &str) -> PathBuf {
+        let path = dir.join("bwrap");
+        std::fs::write(
+            &path,
+            format!("#!/bin/sh\nif [ \"$1\" = --version ]; then {version}; exit 0; fi\n{run}\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn policy_with(bwrap: &Path, worktree: &Path) -> Policy {
+        let mut p = Policy::for_worktree(worktree).unwrap();
+        p.bwrap = bwrap.to_path_buf();
+        p
+    }
+
+    #[test]
+    fn an_unfit_bubblewrap_is_refused_with_what_was_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let wt = tempfile::tempdir().unwrap();
+        let made = std::cell::Cell::new(0);
+        let fake = |version: &str, run: &str| {
+            made.set(made.get() + 1);
+            let sub = dir.path().join(format!("fake{}", made.get()));
+            std::fs::create_dir(&sub).unwrap();
+            fake_bwrap(&sub, version, run)
+        };
+        let missing = dir.path().join("nowhere/bwrap");
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, "").unwrap();
+        let cases: Vec<(PathBuf, &str)> = vec![
+            (missing.clone(), "Missing"),
+            (plain.clone(), "NotExecutable"),
+            (dir.path().to_path_buf(), "NotExecutable"),
+            (fake("echo bubblewrap 0.6.0", "exit 0"), "TooOld"),
+            (fake("echo nonsense", "exit 0"), "Unparsable"),
+            (fake("exit 3", "exit 0"), "VersionFailed"),
+            (
+                fake(
+                    "echo bubblewrap 0.8.0",
+                    "echo 'bwrap: setting up uid map: Permission denied' >&2; exit 1",
+                ),
+                "NamespacesUnavailable",
+            ),
+        ];
+        for (bwrap, want) in cases {
+            let err = preflight(&policy_with(&bwrap, wt.path())).unwrap_err();
+            let kind = format!("{err:?}");
+            assert!(kind.starts_with(want), "{}: {kind}", bwrap.display());
+            let text = err.to_string();
+            assert!(text.contains(&bwrap.display().to_string()), "{text}");
+            assert!(
+                text.contains("install") || text.contains("enable"),
+                "{text}"
+            );
+        }
+        let err = preflight(&policy_with(
+            &fake(
+                "echo bubblewrap 0.8.0",
+                "echo 'bwrap: setting up uid map: Permission denied' >&2; exit 1",
+            ),
+            wt.path(),
+        ))
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("bwrap: setting up uid map: Permission denied"),
+            "{text}"
+        );
+        assert!(text.contains("user.max_user_namespaces"), "{text}");
+    }
+
+    #[test]
+    fn the_hosts_bubblewrap_passes() {
+        let wt = tempfile::tempdir().unwrap();
+        let policy = Policy::for_worktree(wt.path()).unwrap();
+        let report = preflight(&policy).unwrap();
+        assert_eq!(report.bwrap, policy.bwrap);
+        assert!(report.version >= minimum_version(), "{}", report.version);
+        assert_eq!(
+            names(&report.flags),
+            names(&flags_in(&bwrap_args(&policy, &["true".to_string()])).unwrap())
+        );
+    }
+}
