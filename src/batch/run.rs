@@ -100,6 +100,7 @@ pub fn run(
     let mut record = RunRecord {
         command: cx.command.clone(),
         dataset: selected.dataset,
+        environments: Vec::new(),
         finished_at: None,
         identity: identity.clone(),
         jobs: Some(cx.options.jobs),
@@ -162,6 +163,11 @@ pub fn run(
             metrics.picked_resolves
         );
     }
+    let mut results = Vec::new();
+    for id in &ids {
+        results.extend(run.finished(id)?);
+    }
+    record.environments = crate::record::run::environments(&results);
     record.summary = Some(summary.clone());
     record.model_load = load.clone();
     record.finished_at = Some(now());

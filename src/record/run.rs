@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::result::{Status, TaskErrorKind, TaskResult};
+use super::result::{EnvironmentUsed, Status, TaskErrorKind, TaskResult};
 use super::RecordError;
 use crate::engine::Load;
 
@@ -22,6 +22,11 @@ pub struct RunRecord {
     #[serde(default)]
     pub dataset: Option<DatasetInfo>,
     /// When the batch ended; `None` while it runs.
+    /// The environments the run's tasks used, one per (repository,
+    /// version, source, directory): built from a spec, given with
+    /// `--environment`, or none and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environments: Vec<EnvironmentUsed>,
     #[serde(default)]
     pub finished_at: Option<String>,
     /// What a resumed run must share with this one (settings and model).
@@ -57,6 +62,21 @@ pub struct RunRecord {
     /// Versions of what produced the run.
     #[serde(default)]
     pub versions: serde_json::Value,
+}
+
+/// The distinct environments of `results` (the first error of each kept).
+pub fn environments<'a>(results: impl IntoIterator<Item = &'a TaskResult>) -> Vec<EnvironmentUsed> {
+    let mut out: Vec<EnvironmentUsed> = Vec::new();
+    for e in results.into_iter().filter_map(|r| r.environment.as_ref()) {
+        let same = |o: &EnvironmentUsed| {
+            (&o.repo, &o.version, o.source, &o.dir, &o.hash)
+                == (&e.repo, &e.version, e.source, &e.dir, &e.hash)
+        };
+        if !out.iter().any(same) {
+            out.push(e.clone());
+        }
+    }
+    out
 }
 
 impl RunRecord {

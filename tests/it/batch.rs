@@ -241,13 +241,12 @@ fn a_batch_writes_predictions_trajectories_and_run_json() {
 }
 
 /// The MASAI pipeline, the default, through `patchwright run` on SmolLM2
-/// with small budgets: every stage runs, the Fixer's candidates come from
-/// one prompt evaluation, and the artifacts and metrics are written.
+/// with small budgets: every stage runs in the task's own environment
+/// (from its spec, no `--environment`), the Fixer's candidates come from
+/// one prompt evaluation, the artifacts and metrics are written, and the
+/// metrics' grade of the picked patch is the grader's.
 #[test]
 fn run_drives_the_masai_pipeline_on_one_task() {
-    let venv = std::env::var("PATCHWRIGHT_TEST_VENV").unwrap_or_else(|_| {
-        panic!("PATCHWRIGHT_TEST_VENV is not set: run the suite with scripts/test, which makes a virtualenv with pytest")
-    });
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("masai.toml");
     std::fs::write(
@@ -277,8 +276,6 @@ fn run_drives_the_masai_pipeline_on_one_task() {
         "smollm2-135m",
         "--config",
         config.to_str().unwrap(),
-        "--environment",
-        &venv,
         "--out",
         out.to_str().unwrap(),
     ]);
@@ -335,4 +332,18 @@ fn run_drives_the_masai_pipeline_on_one_task() {
         "{graded:#}"
     );
     assert_eq!(graded["error_instances"], 0, "{graded:#}");
+    // The environment: the task's own, named in its result and run.json.
+    assert_eq!(result["environment"]["source"], "spec", "{result:#}");
+    assert_eq!(result["environment"]["repo"], "demo/cachekit");
+    assert!(result["environment"]["error"].is_null(), "{result:#}");
+    let run_json = read_json(&out.join("run.json"));
+    assert_eq!(run_json["environments"][0]["source"], "spec", "{run_json:#}");
+    assert!(metrics["env_import_errors"].is_u64(), "{metrics:#}");
+    // One grader: the metrics' picked_resolves is eval's verdict.
+    let resolved = graded["resolved_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|id| id == "demo__cachekit-1");
+    assert_eq!(metrics["picked_resolves"], resolved, "{metrics:#} {graded:#}");
 }
