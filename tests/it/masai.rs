@@ -183,7 +183,17 @@ fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
     assert_eq!(ranking.order, [1, 0]);
     assert_eq!(ranking.evaluations[1].reproduction, Some(true));
     assert_eq!(ranking.evaluations[0].reproduction, Some(false));
-    assert_eq!(ranking.regression_files, ["tests/test_decorators.py"]);
+    // Regression tests by what they import: the decorators' own tests
+    // first, then those reaching cachekit.decorators through the package.
+    assert_eq!(
+        ranking.regression_files,
+        [
+            "tests/test_decorators.py",
+            "tests/test_keys.py",
+            "tests/test_lru.py",
+            "tests/test_ttl.py"
+        ]
+    );
     assert!(ranking.base_passing > 0);
     assert!(ranking.comparison.is_none());
     assert_eq!(o.patch, task.patch);

@@ -1,0 +1,50 @@
+//! `patchwright check` on every demo task: with a scripted model that
+//! hands in the task's own test file (as its test patch leaves it) and
+//! offers the gold patch and a wrong one, the Reproducer accepts the test
+//! in the task's own environment (built from its spec) and the Ranker puts
+//! the gold patch first. `scripts/check-pipeline` runs the same command on
+//! real SWE-bench tasks.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::{envs_dir, root};
+
+#[test]
+fn the_reproducer_accepts_the_tasks_test_and_the_ranker_puts_gold_first() {
+    let o = Command::new(env!("CARGO_BIN_EXE_patchwright"))
+        .current_dir(root())
+        .args([
+            "check",
+            "--json",
+            "--dataset",
+            "datasets/demo/tasks.jsonl",
+            "--repos",
+            "datasets/demo/repos",
+            "--envs",
+        ])
+        .arg(envs_dir())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "check failed:\n{stderr}");
+    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rows.len(), 10, "{stderr}");
+    for r in &rows {
+        let id = &r["instance_id"];
+        assert_eq!(r["environment"]["source"], "spec", "{id}: {r:#}");
+        assert_eq!(r["reproduction_accepted"], true, "{id}: {r:#}");
+        assert_eq!(r["order"], serde_json::json!(["gold", "wrong"]), "{id}: {r:#}");
+        assert_eq!(
+            (&r["reproduction_with_gold"], &r["reproduction_with_wrong"]),
+            (&Value::Bool(true), &Value::Bool(false)),
+            "{id}: {r:#}"
+        );
+        let said = r["reproducer_said"].as_str().unwrap();
+        assert!(
+            said.starts_with("Accepted (run the repository's way: `pytest -rA "),
+            "{id}: {said}"
+        );
+    }
+}
