@@ -282,6 +282,20 @@ pub fn reset_worktree(dir: &Path) -> Result<(), RepoError> {
     Ok(())
 }
 
+/// The untracked files of the working tree at `dir` (ignored ones not
+/// listed), as repository paths.
+pub fn untracked_files(dir: &Path) -> Result<Vec<String>, RepoError> {
+    let out = git(
+        dir,
+        &["ls-files", "--others", "--exclude-standard", "-z"].map(AsRef::as_ref),
+    )?;
+    Ok(out
+        .split('\0')
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
 /// Commits everything in the working tree at `dir` (ignored files stay
 /// out), so that [`reset_worktree`] comes back to this state.
 pub fn commit_all(dir: &Path, message: &str) -> Result<(), RepoError> {

@@ -142,10 +142,11 @@ pub fn verdict_in(format: LogFormat, outcome: &Outcome) -> Verdict {
         }
         _ => {}
     }
-    let output = match ANSI_COLOUR.as_ref() {
+    let whole = match ANSI_COLOUR.as_ref() {
         Some(re) => re.replace_all(&outcome.output, "").into_owned(),
         None => outcome.output.clone(),
     };
+    let output = summary_part(format, &whole).to_string();
     let tests = log::parse(format, &output);
     // The plain pytest parser reads every pytest family's `ERROR id` and
     // `SKIPPED` summary lines, which the seaborn one drops.
@@ -156,7 +157,7 @@ pub fn verdict_in(format: LogFormat, outcome: &Outcome) -> Verdict {
     let broken = match format {
         LogFormat::Django => django_broken(&output),
         LogFormat::Sympy => sympy_broken(&output),
-        _ => pytest_broken(&output, &tests, &plain),
+        _ => pytest_broken(&whole, &tests, &plain),
     };
     if let Some(reason) = broken {
         return Verdict::Broken(reason);
@@ -179,7 +180,7 @@ pub fn verdict_in(format: LogFormat, outcome: &Outcome) -> Verdict {
         {
             return Verdict::Broken("every test was skipped: no test ran".into());
         }
-        return Verdict::Broken(no_test_reason(&output));
+        return Verdict::Broken(no_test_reason(&whole));
     }
     match (failed, code) {
         (true, TESTS_FAILED) => Verdict::Failed,
@@ -194,6 +195,31 @@ pub fn verdict_in(format: LogFormat, outcome: &Outcome) -> Verdict {
             Verdict::Broken(format!("no test failed, yet it exited with status {code}"))
         }
     }
+}
+
+/// The header of pytest's `-r` summary.
+pub const PYTEST_SUMMARY_HEADER: &str = " short test summary info ";
+
+/// What a verdict reads of a pytest `-rA` log: from its last summary
+/// header on, when it has one. Before it come the failures' reports,
+/// which for a test of a test runner (pytest's own tests) hold inner
+/// runs' output, `ERROR collecting` sections and summaries included,
+/// that are not this run's. Other formats read their whole log.
+fn summary_part(format: LogFormat, output: &str) -> &str {
+    if !matches!(format, LogFormat::Pytest | LogFormat::PytestOptions) {
+        return output;
+    }
+    output
+        .match_indices(PYTEST_SUMMARY_HEADER)
+        .filter_map(|(at, _)| {
+            let line_start = output[..at].rfind('\n').map_or(0, |i| i + 1);
+            output[line_start..at]
+                .chars()
+                .all(|c| c == '=')
+                .then_some(line_start)
+        })
+        .last()
+        .map_or(output, |start| &output[start..])
 }
 
 /// Whether a parsed id names a test rather than being a pseudo-id like
@@ -276,6 +302,7 @@ fn pytest_broken(
     }
     if let Some(name) = MISSING_FIXTURE
         .as_ref()
+        .filter(|_| !errors.is_empty())
         .and_then(|re| re.captures(output))
         .and_then(|c| c.get(1))
     {
@@ -294,6 +321,9 @@ fn pytest_broken(
             }
             None => format!("a fixture, setup or teardown of {test} failed, not its body"),
         });
+    }
+    if tests.keys().any(|id| names_a_test(id)) {
+        return None;
     }
     output
         .lines()
@@ -1069,5 +1099,40 @@ DO *NOT* COMMIT!
         for (line, want) in cases {
             assert_eq!(last_exception(line).as_deref(), want, "{line}");
         }
+    }
+
+    /// A test of a test runner (pytest's own) prints inner runs' output,
+    /// collection errors and summaries included, in its failure report:
+    /// only the run's own last summary counts.
+    #[test]
+    fn inner_runs_in_a_failure_report_are_not_this_runs() {
+        let log = "\
+============================= test session starts ==============================
+collected 3 items
+
+testing/test_mark.py .F.                                                  [100%]
+
+=================================== FAILURES ===================================
+____________________________ test_wrong_marker _________________________________
+----------------------------- Captured stdout call -----------------------------
+==================================== ERRORS ====================================
+_______________ ERROR collecting test_mark_with_wrong_marker.py ________________
+E   TypeError: got <class 'pytestmark'> instead of Mark
+=========================== short test summary info ============================
+ERROR test_mark_with_wrong_marker.py - TypeError: got <class 'pytestmark'>
+E       AssertionError: expected the marker to be refused
+=========================== short test summary info ============================
+PASSED testing/test_mark.py::test_a
+FAILED testing/test_mark.py::test_wrong_marker - AssertionError: expected the marker
+PASSED testing/test_mark.py::test_c
+========================= 1 failed, 2 passed in 0.52s ==========================
+";
+        for format in [LogFormat::Pytest, LogFormat::PytestOptions] {
+            assert_eq!(verdict_in(format, &outcome(Some(1), log)), Verdict::Failed, "{format:?}");
+        }
+        let passing = log
+            .replace("FAILED testing/test_mark.py::test_wrong_marker - AssertionError: expected the marker", "PASSED testing/test_mark.py::test_wrong_marker")
+            .replace("1 failed, 2 passed", "3 passed");
+        assert_eq!(verdict_in(LogFormat::Pytest, &outcome(Some(0), &passing)), Verdict::Passed);
     }
 }

@@ -158,6 +158,46 @@ pub struct SubmittedTest {
     pub text: String,
     /// The command's output on the check run.
     pub output: String,
+    /// Other files the agent had created when it handed the test in (data
+    /// the test reads, a helper module), placed with it wherever it runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<TestFile>,
+}
+
+/// A file that goes with a submitted test.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TestFile {
+    pub path: String,
+    pub text: String,
+}
+
+/// Most files that go with a submitted test.
+pub const MAX_TEST_FILES: usize = 20;
+/// Largest file that goes with a submitted test (data, not build output).
+pub const MAX_TEST_FILE_BYTES: u64 = 1 << 20;
+
+impl SubmittedTest {
+    /// Writes the test and the files that go with it into the worktree at
+    /// `dir` (paths resolved with `edit::resolve`).
+    pub fn place(&self, dir: &Path) -> Result<(), EditError> {
+        let all = std::iter::once((self.path.as_str(), self.text.as_str()))
+            .chain(self.files.iter().map(|f| (f.path.as_str(), f.text.as_str())));
+        for (path, text) in all {
+            let full = crate::edit::resolve(dir, path)?;
+            let io = |action: &'static str| {
+                move |e: std::io::Error| EditError::Io {
+                    action,
+                    path: path.to_string(),
+                    message: e.to_string(),
+                }
+            };
+            if let Some(parent) = full.parent() {
+                std::fs::create_dir_all(parent).map_err(io("create the directory of"))?;
+            }
+            std::fs::write(&full, text).map_err(io("write"))?;
+        }
+        Ok(())
+    }
 }
 
 /// A place to edit recorded with `locate`.
@@ -678,8 +718,31 @@ impl Aci {
             command: command.clone(),
             text,
             output: outcome.output.clone(),
+            files: self.created_files(path),
         });
         (format!("Accepted{ran_as}: {path}."), true)
+    }
+
+    /// The text files the agent created (untracked, not ignored), but
+    /// `except`: at most [`MAX_TEST_FILES`] of at most
+    /// [`MAX_TEST_FILE_BYTES`] each.
+    fn created_files(&self, except: &str) -> Vec<TestFile> {
+        crate::repo::untracked_files(&self.root)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| p != except)
+            .filter(|p| {
+                crate::edit::resolve(&self.root, p)
+                    .ok()
+                    .and_then(|f| std::fs::symlink_metadata(f).ok())
+                    .is_some_and(|m| m.is_file() && m.len() <= MAX_TEST_FILE_BYTES)
+            })
+            .filter_map(|p| {
+                let text = read_text(&self.root, &p).ok()?;
+                Some(TestFile { path: p, text })
+            })
+            .take(MAX_TEST_FILES)
+            .collect()
     }
 
     fn run(&mut self, command: &str) -> String {

@@ -220,19 +220,6 @@ pub fn prepare_like(
     }
 }
 
-/// Writes the reproduction test into `dir` (a candidate's worktree).
-fn place_test(dir: &Path, test: &SubmittedTest) -> Result<(), RankError> {
-    let full = crate::edit::resolve(dir, &test.path)?;
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| RankError::Io { path, source }
-    };
-    if let Some(parent) = full.parent() {
-        std::fs::create_dir_all(parent).map_err(io(parent))?;
-    }
-    std::fs::write(&full, &test.text).map_err(io(&full))
-}
-
 /// Tries every distinct candidate and orders them. `environment` is the
 /// task's (the workspace `ws` installed in it); each candidate's worktree
 /// is prepared the same way.
@@ -293,7 +280,7 @@ pub fn rank(
                         let layer = scratch.join(format!("candidate-{i}-layer"));
                         let env = prepare_like(environment, cand.path(), &layer)?;
                         if let Some(test) = reproduction {
-                            place_test(cand.path(), test)?;
+                            test.place(cand.path())?;
                             let (_, verdict) = check::run_test(
                                 cand.path(),
                                 env.as_ref(),

@@ -153,11 +153,7 @@ fn reproduction_passes(
     let w = patched(ws, &dir.join("repo"), &[gold])?;
     let result = (|| {
         let env = prepare_like(env, w.path(), &dir.join("layer"))?;
-        let full = crate::edit::resolve(w.path(), &test.path)?;
-        if let Some(parent) = full.parent() {
-            std::fs::create_dir_all(parent).map_err(MetricsError::io("create", parent))?;
-        }
-        std::fs::write(&full, &test.text).map_err(MetricsError::io("write", &full))?;
+        test.place(w.path())?;
         let (_, verdict) = check::run_test(w.path(), env.as_ref(), &test.command, TEST_TIMEOUT_S)?;
         Ok(verdict == check::Verdict::Passed)
     })();
