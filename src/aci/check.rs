@@ -1128,11 +1128,18 @@ PASSED testing/test_mark.py::test_c
 ========================= 1 failed, 2 passed in 0.52s ==========================
 ";
         for format in [LogFormat::Pytest, LogFormat::PytestOptions] {
-            assert_eq!(verdict_in(format, &outcome(Some(1), log)), Verdict::Failed, "{format:?}");
+            assert_eq!(
+                verdict_in(format, &outcome(Some(1), log)),
+                Verdict::Failed,
+                "{format:?}"
+            );
         }
         let passing = log
             .replace("FAILED testing/test_mark.py::test_wrong_marker - AssertionError: expected the marker", "PASSED testing/test_mark.py::test_wrong_marker")
             .replace("1 failed, 2 passed", "3 passed");
-        assert_eq!(verdict_in(LogFormat::Pytest, &outcome(Some(0), &passing)), Verdict::Passed);
+        assert_eq!(
+            verdict_in(LogFormat::Pytest, &outcome(Some(0), &passing)),
+            Verdict::Passed
+        );
     }
 }

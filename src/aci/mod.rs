@@ -180,8 +180,11 @@ impl SubmittedTest {
     /// Writes the test and the files that go with it into the worktree at
     /// `dir` (paths resolved with `edit::resolve`).
     pub fn place(&self, dir: &Path) -> Result<(), EditError> {
-        let all = std::iter::once((self.path.as_str(), self.text.as_str()))
-            .chain(self.files.iter().map(|f| (f.path.as_str(), f.text.as_str())));
+        let all = std::iter::once((self.path.as_str(), self.text.as_str())).chain(
+            self.files
+                .iter()
+                .map(|f| (f.path.as_str(), f.text.as_str())),
+        );
         for (path, text) in all {
             let full = crate::edit::resolve(dir, path)?;
             let io = |action: &'static str| {

@@ -7,7 +7,7 @@
 //! FAIL_TO_PASS, PASS_TO_PASS or the gold patch.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -15,11 +15,11 @@ use super::fixer::Fixes;
 use crate::aci::{check, SubmittedTest};
 use crate::dataset::Issue;
 use crate::edit::EditError;
-use crate::index::imports;
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
 use crate::env::log::{self as testlog, TestStatus};
 use crate::env::task::TaskEnv;
 use crate::env::{self, spec::LogFormat};
+use crate::index::imports;
 use crate::record::trajectory::{ModelCall, Step};
 use crate::repo::{RepoError, Workspace};
 use crate::trajectory::Trajectory;
@@ -104,11 +104,6 @@ pub enum RankError {
     /// The reproduction test's path is not one inside the worktree.
     #[error(transparent)]
     Edit(#[from] EditError),
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
 }
 
 /// The paths a patch changes.

@@ -552,7 +552,6 @@ impl Failure {
                     RankError::RunTest(RunTestError::Env(e)) => env(e),
                     RankError::RunTest(RunTestError::Sandbox(_)) => K::Sandbox,
                     RankError::Edit(e) => edit(e),
-                    RankError::Io { .. } => K::Io,
                 },
                 MasaiError::Artifact { .. } => K::Io,
             },
@@ -692,13 +691,6 @@ mod tests {
                     path: "t.py".into(),
                     message: "disk full".into(),
                 }))),
-                K::Io,
-            ),
-            (
-                Failure::Masai(MasaiError::Rank(RankError::Io {
-                    path: "t.py".into(),
-                    source: io(),
-                })),
                 K::Io,
             ),
             (

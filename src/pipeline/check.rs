@@ -109,16 +109,26 @@ fn run_check(
     let ws = Workspace::create(&source, &task.base_commit, &scratch.join("ws"))?;
     let test_file = reproduction_file(task).ok_or(CheckError::NoTestFile)?;
     row.test_file = Some(test_file.clone());
-    let test_text = {
+    // The test file as the test patch leaves it, and the files the patch
+    // adds beside it (data the tests read), which the reproducer creates.
+    let (test_text, added) = {
         let w = ws.clone_to(&scratch.join("test-patched"))?;
         crate::repo::apply_patch(w.path(), &task.test_patch)?;
-        let path = w.path().join(&test_file);
-        let text = std::fs::read_to_string(&path).map_err(|source| CheckError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let read = |rel: &str| {
+            let path = w.path().join(rel);
+            std::fs::read_to_string(&path).map_err(|source| CheckError::Read {
+                path: path.display().to_string(),
+                source,
+            })
+        };
+        let text = read(&test_file)?;
+        let added: Vec<(String, String)> = crate::eval::patch_files(&task.test_patch)
+            .into_iter()
+            .filter(|f| *f != test_file && !ws.path().join(f).exists())
+            .filter_map(|f| read(&f).ok().map(|t| (f, t)))
+            .collect();
         let _ = w.remove();
-        text
+        (text, added)
     };
     let base_lines = crate::aci::read_text(ws.path(), &test_file)
         .map(|t| t.lines().count())
@@ -157,7 +167,17 @@ fn run_check(
     let submit = format!(
         "They should fail on this code.\n\n```\nsubmit_test {test_file} python -m pytest {test_file}\n```"
     );
-    let mut calls: Vec<Vec<String>> = vec![vec![open], vec![edit], vec![submit]];
+    let mut calls: Vec<Vec<String>> = Vec::new();
+    for (path, text) in &added {
+        calls.push(vec![format!(
+            "The tests need this file.\n\n```\ncreate {path}\n```"
+        )]);
+        calls.push(vec![format!(
+            "Its content.\n\n```\nedit 1:1\n{}\nend_of_edit\n```",
+            text.trim_end_matches('\n')
+        )]);
+    }
+    calls.extend([vec![open], vec![edit], vec![submit]]);
     for (path, symbol) in &locate {
         calls.push(vec![format!(
             "This is a place to change.\n\n```\nlocate {path}::{symbol}\n```"
@@ -177,7 +197,7 @@ fn run_check(
     settings.pipeline.template = false;
     settings.pipeline.reproduce = true;
     settings.pipeline.rank = true;
-    settings.agents.reproducer.max_steps = 3;
+    settings.agents.reproducer.max_steps = 3 + 2 * added.len();
     settings.agents.localizer.max_steps = locate.len() + 1;
     settings.fixer.candidates = 2;
     settings.ranker.compare = false;

@@ -7,7 +7,7 @@
 //! one that does.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::record::metrics::Metrics;
 
@@ -36,27 +36,10 @@ pub enum MetricsError {
     /// The reproduction test's path is not one inside the worktree.
     #[error(transparent)]
     Edit(#[from] EditError),
-    #[error("cannot {action} {}: {source}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
     #[error(transparent)]
     Install(#[from] InstallError),
     #[error(transparent)]
     RunTest(#[from] check::RunTestError),
-}
-
-impl MetricsError {
-    fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> MetricsError {
-        let path = path.to_path_buf();
-        move |source| MetricsError::Io {
-            action,
-            path,
-            source,
-        }
-    }
 }
 
 /// Wall-clock limit of one test run while computing metrics.

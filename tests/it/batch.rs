@@ -337,7 +337,10 @@ fn run_drives_the_masai_pipeline_on_one_task() {
     assert_eq!(result["environment"]["repo"], "demo/cachekit");
     assert!(result["environment"]["error"].is_null(), "{result:#}");
     let run_json = read_json(&out.join("run.json"));
-    assert_eq!(run_json["environments"][0]["source"], "spec", "{run_json:#}");
+    assert_eq!(
+        run_json["environments"][0]["source"], "spec",
+        "{run_json:#}"
+    );
     assert!(metrics["env_import_errors"].is_u64(), "{metrics:#}");
     // One grader: the metrics' picked_resolves is eval's verdict.
     let resolved = graded["resolved_ids"]
@@ -345,5 +348,8 @@ fn run_drives_the_masai_pipeline_on_one_task() {
         .unwrap()
         .iter()
         .any(|id| id == "demo__cachekit-1");
-    assert_eq!(metrics["picked_resolves"], resolved, "{metrics:#} {graded:#}");
+    assert_eq!(
+        metrics["picked_resolves"], resolved,
+        "{metrics:#} {graded:#}"
+    );
 }

@@ -35,7 +35,11 @@ fn the_reproducer_accepts_the_tasks_test_and_the_ranker_puts_gold_first() {
         let id = &r["instance_id"];
         assert_eq!(r["environment"]["source"], "spec", "{id}: {r:#}");
         assert_eq!(r["reproduction_accepted"], true, "{id}: {r:#}");
-        assert_eq!(r["order"], serde_json::json!(["gold", "wrong"]), "{id}: {r:#}");
+        assert_eq!(
+            r["order"],
+            serde_json::json!(["gold", "wrong"]),
+            "{id}: {r:#}"
+        );
         assert_eq!(
             (&r["reproduction_with_gold"], &r["reproduction_with_wrong"]),
             (&Value::Bool(true), &Value::Bool(false)),
