@@ -148,3 +148,66 @@ impl<'a> Pool<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::build::{Index, Pythons};
+    use crate::env::spec::Specs;
+    use crate::record::result::EnvironmentSource;
+
+    fn task(repo: &str) -> Result<Task, serde_json::Error> {
+        serde_json::from_value(serde_json::json!({
+            "instance_id": "o__r-1", "repo": repo, "base_commit": "abc",
+            "problem_statement": "it breaks", "version": "1.0",
+        }))
+    }
+
+    #[test]
+    fn the_agents_environment_is_the_override_the_spec_or_none_and_why(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let settings = EnvSettings {
+            specs: Specs::default(),
+            pythons: Pythons::discover_at(None, &[]),
+            envs_root: dir.path().join("envs"),
+            index: Index::Online,
+            jobs: 1,
+            test_timeout_s: 60,
+            run_empty: false,
+            keep_work: false,
+        };
+        let repos = Repos::new(dir.path())?;
+        let pool = Pool::new(&settings, &repos, dir.path());
+        let t = task("o/r")?;
+
+        // No spec, no override: none, and why.
+        let (setup, used) = pool.for_agents(&t, None);
+        assert!(setup.is_none());
+        assert_eq!(
+            (used.source, used.repo.as_str(), used.version.as_str()),
+            (EnvironmentSource::None, "o/r", "1.0")
+        );
+        assert!(used.error.is_some_and(|e| e.contains("o/r")));
+
+        // An override that is no virtualenv: given, and why it is unusable.
+        let venv = dir.path().join("no-venv");
+        let (setup, used) = pool.for_agents(&t, Some(&venv));
+        assert!(setup.is_none());
+        assert_eq!(used.source, EnvironmentSource::Given);
+        assert_eq!(used.dir.as_deref(), Some(venv.as_path()));
+        assert!(used.error.is_some());
+
+        // A real virtualenv as the override: used as it is, no spec.
+        std::fs::create_dir_all(venv.join("bin"))?;
+        std::fs::write(
+            venv.join("pyvenv.cfg"),
+            format!("home = {}\n", dir.path().display()),
+        )?;
+        let (setup, used) = pool.for_agents(&t, Some(&venv));
+        let setup = setup.ok_or("no setup from a real virtualenv")?;
+        assert!(setup.spec.is_none());
+        assert_eq!((used.source, used.error), (EnvironmentSource::Given, None));
+        Ok(())
+    }
+}
