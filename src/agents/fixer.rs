@@ -5,16 +5,18 @@
 //! not apply, break the syntax, or change nothing are dropped; duplicates
 //! (the same normalised diff) are merged and counted.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::budget::{self, Budget};
 use crate::aci::Location;
 use crate::dataset::Issue;
 use crate::edit;
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
 use crate::index::symbols;
-use crate::record::trajectory::{ModelCall, Step};
+use crate::record::trajectory::{Cut, ModelCall, Step, Trim};
 use crate::repo::RepoError;
 use crate::trajectory::Trajectory;
 
@@ -127,24 +129,222 @@ Then write each change as a SEARCH/REPLACE block: the file's path on its own lin
 `=======`, the new lines, and `>>>>>>> REPLACE`. Keep SEARCH short: the lines that change \
 and one line around them.";
 
-/// The code of the located spans, with context, grouped per file.
+/// The code of the located spans, with context, grouped per file: each
+/// span whole.
 pub fn code_sections(root: &Path, locations: &[Location]) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for loc in locations {
-        let Ok(text) = crate::aci::read_text(root, &loc.path) else {
-            continue;
-        };
-        let lines: Vec<&str> = text.lines().collect();
-        let start = loc.start_line.saturating_sub(CONTEXT_LINES).max(1);
-        let end = (loc.end_line + CONTEXT_LINES).min(lines.len());
-        if start > end {
+    sections(&read_located(root, locations), None).0
+}
+
+/// Lines kept after a span's first line (its signature, then usually its
+/// docstring) when a span is trimmed.
+pub const SIGNATURE_WINDOW_LINES: usize = 10;
+
+/// Lines kept before a span's last line when it is trimmed: where a
+/// function returns.
+pub const END_WINDOW_LINES: usize = 3;
+
+/// Lines kept on each side of a line that names something the issue
+/// names, when a span is trimmed.
+pub const MATCH_WINDOW_LINES: usize = 5;
+
+/// Lines naming something from the issue that get a window, per span: a
+/// name the whole class uses would otherwise keep it all.
+pub const MAX_MATCHED_LINES: usize = 8;
+
+/// Left-out runs shorter than this are kept: a note in place of a line or
+/// two saves nothing.
+pub const MIN_GAP_LINES: usize = 3;
+
+/// Shortest name from the issue looked for in a span (shorter ones, `x`,
+/// `id`, match everywhere).
+pub const MIN_IDENTIFIER_CHARS: usize = 3;
+
+/// Said under the code when a span was trimmed, so no SEARCH copies a note.
+const TRIMMED_NOTE: &str = "(Lines of the form `# ... lines A-B left out ...` stand for code \
+not shown; they are not in the file: never copy them into SEARCH.)";
+
+/// A located span and its file's lines.
+#[derive(Debug, Clone)]
+struct Located {
+    location: Location,
+    lines: Vec<String>,
+}
+
+/// The located spans whose files can be read and whose lines exist.
+fn read_located(root: &Path, locations: &[Location]) -> Vec<Located> {
+    locations
+        .iter()
+        .filter_map(|loc| {
+            let text = crate::aci::read_text(root, &loc.path).ok()?;
+            let lines: Vec<String> = text.lines().map(str::to_string).collect();
+            let (start, end) = shown_range(loc, lines.len());
+            (start <= end).then(|| Located {
+                location: loc.clone(),
+                lines,
+            })
+        })
+        .collect()
+}
+
+/// The lines shown of a span (1-based, inclusive): the span and
+/// [`CONTEXT_LINES`] around it.
+fn shown_range(loc: &Location, file_lines: usize) -> (usize, usize) {
+    let start = loc.start_line.saturating_sub(CONTEXT_LINES).max(1);
+    let end = (loc.end_line + CONTEXT_LINES).min(file_lines);
+    (start, end)
+}
+
+/// Names the issue mentions the way code is written: with an underscore,
+/// a capital after the first letter (`QuerySet`), after a dot (`.area`) or
+/// before a parenthesis (`area(`), at least [`MIN_IDENTIFIER_CHARS`] long.
+pub fn issue_identifiers(issue: &str) -> BTreeSet<String> {
+    let bytes = issue.as_bytes();
+    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut out = BTreeSet::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !is_word(bytes[i]) {
+            i += 1;
             continue;
         }
-        let snippet = lines[start - 1..end].join("\n");
+        let start = i;
+        while i < bytes.len() && is_word(bytes[i]) {
+            i += 1;
+        }
+        let word = &issue[start..i];
+        if word.len() < MIN_IDENTIFIER_CHARS || word.as_bytes()[0].is_ascii_digit() {
+            continue;
+        }
+        let code_like = word.contains('_')
+            || word.chars().skip(1).any(|c| c.is_ascii_uppercase())
+            || (start > 0 && bytes[start - 1] == b'.')
+            || bytes.get(i) == Some(&b'(');
+        if code_like {
+            out.insert(word.to_string());
+        }
+    }
+    out
+}
+
+/// Whether `line` has `name` as a whole word.
+fn names(line: &str, name: &str) -> bool {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    line.match_indices(name).any(|(at, _)| {
+        let before = line[..at].chars().next_back();
+        let after = line[at + name.len()..].chars().next();
+        !before.is_some_and(is_word) && !after.is_some_and(is_word)
+    })
+}
+
+/// The lines of a span kept when it is trimmed (1-based, within its shown
+/// range): the context before and the signature with
+/// [`SIGNATURE_WINDOW_LINES`] after it, [`END_WINDOW_LINES`] before its
+/// last line and the context after, and [`MATCH_WINDOW_LINES`] around
+/// each of the first [`MAX_MATCHED_LINES`] lines naming an identifier of
+/// the issue; gaps under [`MIN_GAP_LINES`] are kept too.
+pub fn kept_lines(
+    lines: &[String],
+    loc: &Location,
+    identifiers: &BTreeSet<String>,
+) -> BTreeSet<usize> {
+    let (start, end) = shown_range(loc, lines.len());
+    let mut keep = BTreeSet::new();
+    if start > end {
+        return keep;
+    }
+    let mut window = |a: usize, b: usize| {
+        for n in a.max(start)..=b.min(end) {
+            keep.insert(n);
+        }
+    };
+    window(start, loc.start_line + SIGNATURE_WINDOW_LINES);
+    window(loc.end_line.saturating_sub(END_WINDOW_LINES), end);
+    let matched = (loc.start_line.max(start)..=loc.end_line.min(end))
+        .filter(|&n| {
+            let line = &lines[n - 1];
+            identifiers.iter().any(|id| names(line, id))
+        })
+        .take(MAX_MATCHED_LINES)
+        .collect::<Vec<_>>();
+    for n in matched {
+        window(n.saturating_sub(MATCH_WINDOW_LINES), n + MATCH_WINDOW_LINES);
+    }
+    // Fill the gaps too short to be worth a note.
+    let mut gap_start = None;
+    for n in start..=end {
+        match (keep.contains(&n), gap_start) {
+            (false, None) => gap_start = Some(n),
+            (true, Some(g)) => {
+                if n - g < MIN_GAP_LINES {
+                    for m in g..n {
+                        keep.insert(m);
+                    }
+                }
+                gap_start = None;
+            }
+            _ => {}
+        }
+    }
+    keep
+}
+
+/// The note standing for lines `a`-`b`, indented like `next` (the line
+/// after them).
+fn gap_note(a: usize, b: usize, next: &str) -> String {
+    let indent: String = next.chars().take_while(|c| c.is_whitespace()).collect();
+    format!("{indent}# ... lines {a}-{b} left out ...")
+}
+
+/// The sections of the prompt, grouped per file, and the spans' cuts:
+/// whole, or trimmed to [`kept_lines`] when `identifiers` is given.
+fn sections(
+    located: &[Located],
+    identifiers: Option<&BTreeSet<String>>,
+) -> (Vec<(String, String)>, Vec<Cut>) {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut cuts = Vec::new();
+    for l in located {
+        let loc = &l.location;
+        let (start, end) = shown_range(loc, l.lines.len());
+        let keep: BTreeSet<usize> = match identifiers {
+            Some(ids) => kept_lines(&l.lines, loc, ids),
+            None => (start..=end).collect(),
+        };
+        let mut shown: Vec<String> = Vec::new();
+        let mut left_out: Vec<(usize, usize)> = Vec::new();
+        let mut n = start;
+        while n <= end {
+            if keep.contains(&n) {
+                shown.push(l.lines[n - 1].clone());
+                n += 1;
+                continue;
+            }
+            let a = n;
+            while n <= end && !keep.contains(&n) {
+                n += 1;
+            }
+            let next = l.lines.get(n - 1).filter(|_| n <= end).map_or("", |s| s);
+            shown.push(gap_note(a, n - 1, next));
+            left_out.push((a, n - 1));
+        }
+        let snippet = shown.join("\n");
+        let note = if left_out.is_empty() {
+            String::new()
+        } else {
+            format!("\n{TRIMMED_NOTE}")
+        };
         let section = format!(
-            "{}::{} (lines {start}-{end})\n```python\n{snippet}\n```",
+            "{}::{} (lines {start}-{end})\n```python\n{snippet}\n```{note}",
             loc.path, loc.symbol
         );
+        if !left_out.is_empty() {
+            cuts.push(Cut::Span {
+                path: loc.path.clone(),
+                symbol: loc.symbol.clone(),
+                kept_lines: keep.len(),
+                left_out,
+            });
+        }
         match out.iter_mut().find(|(p, _)| *p == loc.path) {
             Some((_, s)) => {
                 s.push_str("\n\n");
@@ -153,20 +353,105 @@ pub fn code_sections(root: &Path, locations: &[Location]) -> Vec<(String, String
             None => out.push((loc.path.clone(), section)),
         }
     }
-    out
+    (out, cuts)
 }
 
-/// The prompt of the Fixer.
-pub fn messages(issue: &Issue, sections: &[(String, String)]) -> Vec<Message> {
+/// The prompt of the Fixer, showing `issue` (the issue's text, whole or
+/// cut).
+pub fn messages(issue: &str, sections: &[(String, String)]) -> Vec<Message> {
     let code: Vec<&str> = sections.iter().map(|(_, s)| s.as_str()).collect();
     vec![
         Message::system(SYSTEM),
         Message::user(format!(
             "ISSUE:\n{}\n\nTHE CODE TO FIX:\n\n{}\n\n{INSTRUCTIONS}",
-            issue.problem_statement.trim(),
+            issue.trim(),
             code.join("\n\n")
         )),
     ]
+}
+
+/// The Fixer's prompt as it will be sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    pub messages: Vec<Message>,
+    /// The files shown, which SEARCH/REPLACE blocks may name.
+    pub paths: Vec<String>,
+    /// The record of the cuts made to fit the context (`None`: nothing
+    /// was cut, or the backend does not say its context).
+    pub trim: Option<Trim>,
+}
+
+/// The Fixer's prompt fitted to the context: everything whole if it fits;
+/// else, in order until it fits, the spans trimmed to [`kept_lines`], the
+/// issue cut to a head and a tail ([`budget::fit_issue`]), and the last
+/// locations left out (the issue as long as fits with those left). When
+/// even one trimmed span and the shortest issue do not fit, the smallest
+/// prompt, with a trim whose `fits` is false.
+pub fn fit_prompt(
+    conversation: &dyn Conversation,
+    root: &Path,
+    issue: &str,
+    locations: &[Location],
+    reply_tokens: usize,
+) -> Result<Prompt, FixError> {
+    let located = read_located(root, locations);
+    if located.is_empty() {
+        return Err(FixError::NoLocations);
+    }
+    let issue = issue.trim();
+    let identifiers = issue_identifiers(issue);
+    let build = |text: &str, n: usize, trim: bool| {
+        let (sections, cuts) = sections(&located[..n], trim.then_some(&identifiers));
+        let paths: Vec<String> = sections.iter().map(|(p, _)| p.clone()).collect();
+        (messages(text, &sections), paths, cuts)
+    };
+    let all = located.len();
+    let (msgs, paths, _) = build(issue, all, false);
+    let Some(budget) = Budget::of(conversation, reply_tokens) else {
+        return Ok(Prompt {
+            messages: msgs,
+            paths,
+            trim: None,
+        });
+    };
+    let (full_tokens, fits) = budget.measure(conversation, &msgs)?;
+    if fits {
+        return Ok(Prompt {
+            messages: msgs,
+            paths,
+            trim: None,
+        });
+    }
+    let dropped = |n: usize| {
+        located[n..].iter().map(|l| Cut::Location {
+            path: l.location.path.clone(),
+            symbol: l.location.symbol.clone(),
+        })
+    };
+    for n in (1..=all).rev() {
+        let fitted = budget::fit_issue(conversation, &budget, issue, |t| build(t, n, true).0)?;
+        if let Some(cut) = fitted {
+            let (msgs, paths, mut cuts) = build(&cut.text, n, true);
+            cuts.extend(cut.cut);
+            cuts.extend(dropped(n));
+            let tokens = conversation.count_tokens(&msgs)?;
+            return Ok(Prompt {
+                messages: msgs,
+                paths,
+                trim: Some(budget.trim("fixer", full_tokens, tokens, cuts)),
+            });
+        }
+    }
+    let shortest = budget::cut_issue(issue, budget::MIN_ISSUE_CHARS);
+    let (msgs, paths, mut cuts) = build(&shortest.text, 1, true);
+    cuts.extend(shortest.cut);
+    cuts.extend(dropped(1));
+    let tokens = conversation.count_tokens(&msgs)?;
+    Ok(Prompt {
+        messages: msgs,
+        paths,
+        trim: Some(budget.trim("fixer", full_tokens, tokens, cuts)),
+    })
 }
 
 /// Normalised for deduplication: no `index` lines, no trailing spaces.
@@ -195,12 +480,39 @@ pub fn run(
     if locations.is_empty() {
         return Err(FixError::NoLocations);
     }
-    let sections = code_sections(root, locations);
-    let paths: Vec<String> = sections.iter().map(|(p, _)| p.clone()).collect();
-    if paths.is_empty() {
-        return Err(FixError::NoLocations);
+    let prompt = fit_prompt(
+        conversation,
+        root,
+        &issue.problem_statement,
+        locations,
+        settings.max_tokens as usize,
+    )?;
+    let Prompt {
+        messages: msgs,
+        paths,
+        trim,
+    } = prompt;
+    let mut fixes = Fixes {
+        candidates: Vec::new(),
+        distinct: Vec::new(),
+    };
+    if let Some(t) = trim {
+        let fits = t.fits;
+        if !fits {
+            tracing::warn!(
+                "{}: the fixer's smallest prompt ({} tokens) does not fit the context of {} \
+                 with {} kept for the reply: no candidates",
+                issue.instance_id,
+                t.prompt_tokens,
+                t.context,
+                t.reserved
+            );
+        }
+        trajectory.record(Step::Trimmed(Box::new(t)));
+        if !fits {
+            return Ok(fixes);
+        }
     }
-    let msgs = messages(issue, &sections);
     let g = grammar::search_replace_with_reasoning(&paths)?;
     let n = settings.candidates.max(1);
     let temperatures: Vec<f32> = (0..n)
@@ -226,10 +538,6 @@ pub fn run(
         &generation,
     ))));
 
-    let mut fixes = Fixes {
-        candidates: Vec::new(),
-        distinct: Vec::new(),
-    };
     for (index, c) in generation.candidates.iter().enumerate() {
         let (status, patch) = try_candidate(root, base, &c.text, &paths)?;
         let status = match (&status, &patch) {

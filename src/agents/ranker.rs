@@ -11,13 +11,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::budget::{self, Budget};
 use super::fixer::Fixes;
 use crate::aci::{check, SubmittedTest};
 use crate::dataset::Issue;
 use crate::edit::EditError;
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
 use crate::env::{self, Environment};
-use crate::record::trajectory::{ModelCall, Step};
+use crate::record::trajectory::{Cut, ModelCall, Step, Trim};
 use crate::repo::{RepoError, Workspace};
 use crate::trajectory::Trajectory;
 use patchwright_sandbox as sandbox;
@@ -65,6 +66,14 @@ pub struct Comparison {
     pub tied: Vec<usize>,
     pub chosen: usize,
     pub reasoning: String,
+    /// Tied candidates left out of the prompt because they did not fit the
+    /// context (the last in `tied`'s order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<usize>,
+    /// Why the model was not asked (fewer than two candidates fit): the
+    /// first of `tied` is chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -311,6 +320,82 @@ pub fn rank(
 /// Most tokens of the comparison's reasoning and choice.
 const COMPARE_TOKENS: u32 = 192;
 
+/// The comparison's prompt over the first `shown` of `tied`, showing
+/// `issue` (whole or cut).
+fn compare_messages(issue: &str, fixes: &Fixes, tied: &[usize]) -> Vec<Message> {
+    let listed: Vec<String> = tied
+        .iter()
+        .enumerate()
+        .map(|(n, &i)| {
+            format!(
+                "Candidate {}:\n```diff\n{}```",
+                n + 1,
+                fixes.distinct.get(i).map_or("", |d| d.patch.as_str())
+            )
+        })
+        .collect();
+    vec![
+        Message::system("You are an expert Python developer who reviews patches."),
+        Message::user(format!(
+            "ISSUE:\n{}\n\n{}\n\nWhich candidate fixes the issue best? Start with `Reasoning:` \
+             and one line comparing them, then `Best:` and the candidate's number.",
+            issue.trim(),
+            listed.join("\n\n")
+        )),
+    ]
+}
+
+/// The comparison's prompt fitted to the context: as many of `tied` as
+/// fit, in their order (at least two), each with the issue as long as fits
+/// beside them. `None` (with the record of why) when fewer than two fit.
+fn fit_compare(
+    conversation: &dyn Conversation,
+    issue: &str,
+    fixes: &Fixes,
+    tied: &[usize],
+) -> Result<(Option<(Vec<Message>, usize)>, Option<Trim>), RankError> {
+    let issue = issue.trim();
+    let full = compare_messages(issue, fixes, tied);
+    let Some(budget) = Budget::of(conversation, COMPARE_TOKENS as usize) else {
+        return Ok((Some((full, tied.len())), None));
+    };
+    let (full_tokens, fits) = budget.measure(conversation, &full)?;
+    if fits {
+        return Ok((Some((full, tied.len())), None));
+    }
+    let left_out = |k: usize| {
+        tied[k..]
+            .iter()
+            .map(|&distinct| Cut::Candidate { distinct })
+            .collect::<Vec<_>>()
+    };
+    for k in (2..=tied.len()).rev() {
+        let shown = &tied[..k];
+        let fitted = budget::fit_issue(conversation, &budget, issue, |t| {
+            compare_messages(t, fixes, shown)
+        })?;
+        if let Some(cut) = fitted {
+            let msgs = compare_messages(&cut.text, fixes, shown);
+            let tokens = conversation.count_tokens(&msgs)?;
+            let mut cuts: Vec<Cut> = cut.cut.into_iter().collect();
+            cuts.extend(left_out(k));
+            return Ok((
+                Some((msgs, k)),
+                Some(budget.trim("ranker", full_tokens, tokens, cuts)),
+            ));
+        }
+    }
+    let shortest = budget::cut_issue(issue, budget::MIN_ISSUE_CHARS);
+    let smallest = compare_messages(&shortest.text, fixes, &tied[..tied.len().min(2)]);
+    let tokens = conversation.count_tokens(&smallest)?;
+    let mut cuts: Vec<Cut> = shortest.cut.into_iter().collect();
+    cuts.extend(left_out(1));
+    Ok((None, Some(budget.trim("ranker", full_tokens, tokens, cuts))))
+}
+
+/// Asks the model which of the `tied` candidates is best, showing as many
+/// as fit the context; with fewer than two fitting, the first is taken
+/// without a call.
 fn compare(
     conversation: &mut dyn Conversation,
     issue: &Issue,
@@ -319,26 +404,27 @@ fn compare(
     sampling: &Sampling,
     trajectory: &mut Trajectory,
 ) -> Result<Comparison, RankError> {
-    let listed: Vec<String> = tied
-        .iter()
-        .enumerate()
-        .map(|(n, &i)| {
-            format!(
-                "Candidate {}:\n```diff\n{}```",
-                n + 1,
-                fixes.distinct[i].patch
-            )
-        })
-        .collect();
-    let msgs = vec![
-        Message::system("You are an expert Python developer who reviews patches."),
-        Message::user(format!(
-            "ISSUE:\n{}\n\n{}\n\nWhich candidate fixes the issue best? Start with `Reasoning:` \
-             and one line comparing them, then `Best:` and the candidate's number.",
-            issue.problem_statement.trim(),
-            listed.join("\n\n")
-        )),
-    ];
+    let (fitted, trim) = fit_compare(conversation, &issue.problem_statement, fixes, tied)?;
+    if let Some(t) = &trim {
+        trajectory.record(Step::Trimmed(Box::new(t.clone())));
+    }
+    let Some((msgs, shown)) = fitted else {
+        let (tokens, context) = trim.map_or((0, 0), |t| (t.prompt_tokens, t.context));
+        return Ok(Comparison {
+            tied: tied.to_vec(),
+            chosen: tied.first().copied().unwrap_or(0),
+            reasoning: String::new(),
+            left_out: tied.get(1..).unwrap_or_default().to_vec(),
+            skipped: Some(format!(
+                "two candidates and the shortest issue take {tokens} tokens, more than the \
+                 context of {context} holds with {COMPARE_TOKENS} kept for the reply: the first \
+                 in order is taken"
+            )),
+        });
+    };
+    let left_out = tied[shown..].to_vec();
+    let tied_all = tied;
+    let tied = &tied[..shown];
     let numbers: Vec<String> = (1..=tied.len()).map(|n| n.to_string()).collect();
     let g = format!(
         "root ::= \"Reasoning: \" [^\\n]{{1,{}}} \"\\nBest: \" ({})\n",
@@ -383,9 +469,11 @@ fn compare(
         .map(|(r, _)| r.trim().to_string())
         .unwrap_or_default();
     Ok(Comparison {
-        tied: tied.to_vec(),
+        tied: tied_all.to_vec(),
         chosen: tied[number - 1],
         reasoning,
+        left_out,
+        skipped: None,
     })
 }
 

@@ -27,6 +27,14 @@
 //! - `edit`: `blocks` and `definitions` [{path, applied_to, matched,
 //!   error}], `unterminated`.
 //! - `diff`: `files`, `bytes` of the final patch.
+//! - `trimmed` (a prompt cut to fit the context, before its `model_call`):
+//!   `purpose`, `context`, `reserved` (the reply's tokens), `full_tokens`
+//!   (the prompt before any cut), `prompt_tokens` (as sent), `fits` (false
+//!   when even the smallest prompt did not fit and no call was made),
+//!   `cuts` [{`cut`: `issue` (`kept_chars`, `dropped_chars`,
+//!   `dropped_lines`), `span` (`path`, `symbol`, `kept_lines`,
+//!   `left_out` [[first, last]]), `location` (`path`, `symbol`: left out
+//!   whole), or `candidate` (`distinct`: a tied candidate not shown)}].
 
 use serde::{Deserialize, Serialize};
 
@@ -145,6 +153,108 @@ pub enum Step {
     Stage { name: String },
     /// A stage's output was taken from shared stages instead of run.
     Reused { stage: String, from: String },
+    /// A prompt cut to fit the model's context, and what was cut.
+    Trimmed(Box<Trim>),
+}
+
+/// A prompt cut to fit the context (recorded before its call, or instead
+/// of it when even the smallest prompt does not fit).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trim {
+    /// The call the prompt is for (`fixer`, `ranker`, `localizer`, ...).
+    #[serde(default)]
+    pub purpose: String,
+    /// The context the prompt and its reply must fit in, in tokens.
+    #[serde(default)]
+    pub context: usize,
+    /// Tokens kept for the reply.
+    #[serde(default)]
+    pub reserved: usize,
+    /// Tokens of the prompt before any cut.
+    #[serde(default)]
+    pub full_tokens: usize,
+    /// Tokens of the prompt as sent (the smallest one when none fits).
+    #[serde(default)]
+    pub prompt_tokens: usize,
+    /// False when even the smallest prompt does not fit: the model was not
+    /// called.
+    #[serde(default)]
+    pub fits: bool,
+    /// What was cut, in the order the cuts were made.
+    #[serde(default)]
+    pub cuts: Vec<Cut>,
+}
+
+/// One cut made to a prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cut", rename_all = "snake_case")]
+pub enum Cut {
+    /// The issue's middle left out: its head and tail kept.
+    Issue {
+        #[serde(default)]
+        kept_chars: usize,
+        #[serde(default)]
+        dropped_chars: usize,
+        #[serde(default)]
+        dropped_lines: usize,
+    },
+    /// Lines of a located span left out (the lines that matter kept).
+    Span {
+        #[serde(default)]
+        path: String,
+        #[serde(default)]
+        symbol: String,
+        #[serde(default)]
+        kept_lines: usize,
+        /// Line ranges left out, 1-based and inclusive.
+        #[serde(default)]
+        left_out: Vec<(usize, usize)>,
+    },
+    /// A location left out of the prompt whole.
+    Location {
+        #[serde(default)]
+        path: String,
+        #[serde(default)]
+        symbol: String,
+    },
+    /// A tied candidate not shown to the ranker's comparison.
+    Candidate {
+        /// Its index into the distinct candidates.
+        #[serde(default)]
+        distinct: usize,
+    },
+}
+
+impl Cut {
+    /// The cut in a few words, for logs and the report.
+    pub fn describe(&self) -> String {
+        match self {
+            Cut::Issue {
+                kept_chars,
+                dropped_chars,
+                dropped_lines,
+            } => format!(
+                "issue: {dropped_chars} characters ({dropped_lines} lines) left out, {kept_chars} kept"
+            ),
+            Cut::Span {
+                path,
+                symbol,
+                kept_lines,
+                left_out,
+            } => {
+                let ranges: Vec<String> = left_out
+                    .iter()
+                    .map(|(a, b)| format!("{a}-{b}"))
+                    .collect();
+                format!(
+                    "{path}::{symbol}: lines {} left out, {kept_lines} kept",
+                    ranges.join(", ")
+                )
+            }
+            Cut::Location { path, symbol } => format!("{path}::{symbol}: left out whole"),
+            Cut::Candidate { distinct } => format!("candidate {distinct}: not shown"),
+        }
+    }
 }
 
 /// One ReAct turn.

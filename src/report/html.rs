@@ -648,6 +648,23 @@ fn step_html(out: &mut String, timed: &TimedStep) {
                 esc(from)
             );
         }
+        Step::Trimmed(t) => {
+            w!(
+                out,
+                "<li><span class=\"kind\">trimmed</span> <code>{}</code>{at} \
+                 <span class=\"meta\">· {} → {} prompt tokens, {} kept for the reply, context {}{}</span><ul>",
+                esc(&t.purpose),
+                count(t.full_tokens),
+                count(t.prompt_tokens),
+                count(t.reserved),
+                count(t.context),
+                if t.fits { "" } else { " · does not fit: no call made" }
+            );
+            for c in &t.cuts {
+                w!(out, "<li>{}</li>", esc(&c.describe()));
+            }
+            out.push_str("</ul>");
+        }
     }
     out.push_str("</li>");
 }
