@@ -630,3 +630,332 @@ fn try_candidate(
     crate::repo::reset_worktree(root)?;
     Ok(result)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::budget::fake::{self, Fake};
+    use crate::record::trajectory::Cut;
+
+    type R = Result<(), Box<dyn std::error::Error>>;
+
+    /// A 600-line class: `class Big:` on line 1, `target_method` defined on
+    /// line 300, other methods around it.
+    fn big_class() -> String {
+        (1..=600)
+            .map(|n| match n {
+                1 => "class Big:".to_string(),
+                300 => "    def target_method(self):".to_string(),
+                301 => "        return 'wrong'".to_string(),
+                n if n % 2 == 0 => format!("    def method_{n}(self):"),
+                n => format!("        return {n}"),
+            })
+            .map(|l| l + "\n")
+            .collect()
+    }
+
+    /// A 30,000-character issue: a head naming `Big.target_method()`,
+    /// filler lines, and a tail.
+    fn long_issue() -> String {
+        let head = "HEAD: calling Big.target_method() returns 'wrong'.\n";
+        let tail = "\nTAIL: expected 'right'.";
+        let filler_len = 30_000 - head.len() - tail.len();
+        let filler: String = (0..)
+            .map(|i| format!("filler line {i:04} with plain words in it\n"))
+            .flat_map(|l| l.chars().collect::<Vec<_>>())
+            .take(filler_len)
+            .collect();
+        format!("{head}{filler}{tail}")
+    }
+
+    fn workspace(files: &[(&str, &str)]) -> Result<tempfile::TempDir, std::io::Error> {
+        let dir = tempfile::tempdir()?;
+        for (path, text) in files {
+            let full = dir.path().join(path);
+            if let Some(parent) = full.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(full, text)?;
+        }
+        Ok(dir)
+    }
+
+    fn location(path: &str, symbol: &str, start_line: usize, end_line: usize) -> Location {
+        Location {
+            path: path.into(),
+            symbol: symbol.into(),
+            start_line,
+            end_line,
+        }
+    }
+
+    /// A 200-line function every line of which names `target_method`.
+    fn busy_function() -> String {
+        let mut out = String::from("def helper():\n");
+        for n in 2..=200 {
+            out.push_str(&format!("    x{n} = target_method({n})\n"));
+        }
+        out
+    }
+
+    fn issue_of(text: &str) -> Issue {
+        Issue {
+            instance_id: "demo__big-1".into(),
+            repo: "demo/big".into(),
+            base_commit: "0".repeat(40),
+            problem_statement: text.into(),
+            created_at: None,
+        }
+    }
+
+    #[test]
+    fn a_long_issue_and_a_large_class_fit() -> R {
+        let dir = workspace(&[("pkg/big.py", &big_class())])?;
+        let issue = long_issue();
+        assert_eq!(issue.chars().count(), 30_000);
+        let locs = [location("pkg/big.py", "Big", 1, 600)];
+        let conversation = Fake::new(4096, "");
+        let untrimmed = messages(&issue, &code_sections(dir.path(), &locs));
+        assert_eq!(fake::tokens(&untrimmed), 10_997);
+
+        let p = fit_prompt(&conversation, dir.path(), &issue, &locs, 512)?;
+        let trim = p.trim.ok_or("nothing was cut")?;
+        assert_eq!(
+            trim,
+            Trim {
+                purpose: "fixer".into(),
+                context: 4096,
+                reserved: 512,
+                full_tokens: 10_997,
+                prompt_tokens: 3577,
+                fits: true,
+                cuts: vec![
+                    Cut::Span {
+                        path: "pkg/big.py".into(),
+                        symbol: "Big".into(),
+                        kept_lines: 26,
+                        left_out: vec![(12, 294), (306, 596)],
+                    },
+                    Cut::Issue {
+                        kept_chars: 12_880,
+                        dropped_chars: 17_120,
+                        dropped_lines: 428,
+                    },
+                ],
+            }
+        );
+        assert_eq!(fake::tokens(&p.messages), 3577);
+        assert!(3577 <= 4096 - 512);
+        assert_eq!(p.paths, ["pkg/big.py"]);
+        let user = &p.messages[1].content;
+        let lines: Vec<&str> = user.lines().collect();
+        for wanted in [
+            // The issue's head and tail, and the note between them.
+            "HEAD: calling Big.target_method() returns 'wrong'.",
+            "[... 17,120 characters (428 lines) of the issue left out ...]",
+            "TAIL: expected 'right'.",
+            // The signature, the located method and the span's end.
+            "class Big:",
+            "    def target_method(self):",
+            "        return 'wrong'",
+            "    def method_600(self):",
+            // The notes, indented like the line after them.
+            "        # ... lines 12-294 left out ...",
+            "        # ... lines 306-596 left out ...",
+            TRIMMED_NOTE,
+        ] {
+            assert_eq!(
+                lines.iter().filter(|l| **l == wanted).count(),
+                1,
+                "{wanted:?} in\n{user}"
+            );
+        }
+        // Lines 11 and 12: the last before the first note, and one left out.
+        assert!(lines.contains(&"        return 11"));
+        assert!(!lines.contains(&"    def method_12(self):"));
+        Ok(())
+    }
+
+    #[test]
+    fn the_last_locations_go_when_the_shortest_issue_does_not_fit() -> R {
+        let dir = workspace(&[
+            ("pkg/big.py", &big_class()),
+            ("pkg/busy.py", &busy_function()),
+        ])?;
+        let issue = long_issue();
+        let locs = [
+            location("pkg/big.py", "Big", 1, 600),
+            location("pkg/busy.py", "helper", 1, 200),
+        ];
+        // Both spans trimmed and the shortest issue take 822 tokens; the
+        // Big class alone and the shortest issue, 647.
+        let conversation = Fake::new(700 + 512, "");
+        let p = fit_prompt(&conversation, dir.path(), &issue, &locs, 512)?;
+        let trim = p.trim.ok_or("nothing was cut")?;
+        let shortest = budget::cut_issue(&issue, budget::MIN_ISSUE_CHARS);
+        let located = read_located(dir.path(), &locs);
+        let (both, _) = sections(&located, Some(&issue_identifiers(&issue)));
+        assert_eq!(fake::tokens(&messages(&shortest.text, &both)), 822);
+        assert_eq!(
+            (trim.fits, trim.prompt_tokens, trim.full_tokens),
+            (true, 697, 12_452)
+        );
+        assert_eq!(
+            trim.cuts,
+            [
+                Cut::Span {
+                    path: "pkg/big.py".into(),
+                    symbol: "Big".into(),
+                    kept_lines: 26,
+                    left_out: vec![(12, 294), (306, 596)],
+                },
+                Cut::Issue {
+                    kept_chars: 1360,
+                    dropped_chars: 28_640,
+                    dropped_lines: 716,
+                },
+                Cut::Location {
+                    path: "pkg/busy.py".into(),
+                    symbol: "helper".into(),
+                },
+            ]
+        );
+        assert_eq!(p.paths, ["pkg/big.py"]);
+        Ok(())
+    }
+
+    #[test]
+    fn with_no_room_no_call_is_made_and_no_candidate_comes() -> R {
+        let dir = workspace(&[("pkg/big.py", &big_class())])?;
+        let issue = issue_of(&long_issue());
+        let locs = [location("pkg/big.py", "Big", 1, 600)];
+        let mut conversation = Fake::new(700, "Reasoning: x");
+        let mut trajectory = Trajectory::new("demo__big-1");
+        let settings = FixerSettings::default();
+        let fixes = run(
+            &mut conversation,
+            dir.path(),
+            "HEAD",
+            &issue,
+            &locs,
+            &settings,
+            &Sampling::default(),
+            &mut trajectory,
+        )?;
+        assert_eq!(fixes.candidates, []);
+        assert_eq!(fixes.distinct, []);
+        assert_eq!(conversation.prompts.len(), 0);
+        let steps: Vec<&Step> = trajectory.steps.iter().map(|s| &s.step).collect();
+        let [Step::Trimmed(t)] = steps.as_slice() else {
+            return Err(format!("one trimmed step expected: {steps:?}").into());
+        };
+        assert_eq!(
+            (t.fits, t.prompt_tokens, t.context, t.reserved),
+            (false, 647, 700, 512)
+        );
+        assert_eq!(
+            t.cuts[1],
+            Cut::Issue {
+                kept_chars: 1160,
+                dropped_chars: 28_840,
+                dropped_lines: 721,
+            }
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_fitted_prompt_is_the_one_sent_and_its_cut_is_recorded_first() -> R {
+        let dir = workspace(&[("pkg/big.py", &big_class())])?;
+        let issue = issue_of(&long_issue());
+        let locs = [location("pkg/big.py", "Big", 1, 600)];
+        let mut conversation = Fake::new(4096, "Reasoning: no blocks");
+        let mut trajectory = Trajectory::new("demo__big-1");
+        let settings = FixerSettings {
+            candidates: 2,
+            ..FixerSettings::default()
+        };
+        let fixes = run(
+            &mut conversation,
+            dir.path(),
+            "HEAD",
+            &issue,
+            &locs,
+            &settings,
+            &Sampling::default(),
+            &mut trajectory,
+        )?;
+        let statuses: Vec<&Status> = fixes.candidates.iter().map(|c| &c.status).collect();
+        assert_eq!(statuses, [&Status::NoBlocks, &Status::NoBlocks]);
+        let expected = fit_prompt(&conversation, dir.path(), &issue.problem_statement, &locs, 512)?;
+        assert_eq!(conversation.prompts, [expected.messages.clone()]);
+        let kinds: Vec<&str> = trajectory
+            .steps
+            .iter()
+            .map(|s| match &s.step {
+                Step::Trimmed(_) => "trimmed",
+                Step::ModelCall(_) => "model_call",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["trimmed", "model_call"]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_prompt_that_fits_is_left_whole() -> R {
+        let dir = workspace(&[("pkg/big.py", &big_class())])?;
+        let locs = [location("pkg/big.py", "Big", 1, 600)];
+        let conversation = Fake::new(32_768, "");
+        let issue = "Big.target_method() returns 'wrong'.";
+        let p = fit_prompt(&conversation, dir.path(), issue, &locs, 512)?;
+        assert_eq!(p.trim, None);
+        assert_eq!(
+            p.messages,
+            messages(issue, &code_sections(dir.path(), &locs))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn identifiers_are_the_code_like_words() {
+        let cases: [(&str, &[&str]); 5] = [
+            ("Square.area() is wrong", &["area"]),
+            ("the get_value of a QuerySet", &["QuerySet", "get_value"]),
+            ("call len(x) and run(", &["len", "run"]),
+            ("plain words only, Square too", &[]),
+            ("ab_ is short? no: _x and 9_lives", &["ab_"]),
+        ];
+        for (text, want) in cases {
+            let got: Vec<String> = issue_identifiers(text).into_iter().collect();
+            assert_eq!(got, want, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_short_span_keeps_every_line() {
+        let lines: Vec<String> = (1..=30).map(|n| format!("line {n}")).collect();
+        let loc = location("a.py", "f", 10, 20);
+        let none = BTreeSet::new();
+        // Shown 5-25; kept: 5-20 (signature window) and 17-25 (end).
+        assert_eq!(
+            kept_lines(&lines, &loc, &none),
+            (5..=25).collect::<BTreeSet<_>>()
+        );
+        // A 40-line span: 5-20 and 47-55 kept; 21-46 left out.
+        let lines: Vec<String> = (1..=60).map(|n| format!("line {n}")).collect();
+        let loc = location("a.py", "f", 10, 50);
+        let kept = kept_lines(&lines, &loc, &none);
+        assert_eq!(
+            kept,
+            (5..=20).chain(47..=55).collect::<BTreeSet<_>>()
+        );
+        // A line naming `line_30`... none does; `30` is a word of line 30.
+        let ids: BTreeSet<String> = ["30".to_string()].into();
+        let kept = kept_lines(&lines, &loc, &ids);
+        assert_eq!(
+            kept,
+            (5..=20).chain(25..=35).chain(47..=55).collect::<BTreeSet<_>>()
+        );
+    }
+}
