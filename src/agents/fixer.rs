@@ -745,7 +745,6 @@ mod tests {
             }
         );
         assert_eq!(fake::tokens(&p.messages), 3577);
-        assert!(3577 <= 4096 - 512);
         assert_eq!(p.paths, ["pkg/big.py"]);
         let user = &p.messages[1].content;
         let lines: Vec<&str> = user.lines().collect();
@@ -887,8 +886,14 @@ mod tests {
         )?;
         let statuses: Vec<&Status> = fixes.candidates.iter().map(|c| &c.status).collect();
         assert_eq!(statuses, [&Status::NoBlocks, &Status::NoBlocks]);
-        let expected = fit_prompt(&conversation, dir.path(), &issue.problem_statement, &locs, 512)?;
-        assert_eq!(conversation.prompts, [expected.messages.clone()]);
+        let expected = fit_prompt(
+            &conversation,
+            dir.path(),
+            &issue.problem_statement,
+            &locs,
+            512,
+        )?;
+        assert_eq!(conversation.prompts, [expected.messages]);
         let kinds: Vec<&str> = trajectory
             .steps
             .iter()
@@ -946,16 +951,16 @@ mod tests {
         let lines: Vec<String> = (1..=60).map(|n| format!("line {n}")).collect();
         let loc = location("a.py", "f", 10, 50);
         let kept = kept_lines(&lines, &loc, &none);
-        assert_eq!(
-            kept,
-            (5..=20).chain(47..=55).collect::<BTreeSet<_>>()
-        );
+        assert_eq!(kept, (5..=20).chain(47..=55).collect::<BTreeSet<_>>());
         // A line naming `line_30`... none does; `30` is a word of line 30.
         let ids: BTreeSet<String> = ["30".to_string()].into();
         let kept = kept_lines(&lines, &loc, &ids);
         assert_eq!(
             kept,
-            (5..=20).chain(25..=35).chain(47..=55).collect::<BTreeSet<_>>()
+            (5..=20)
+                .chain(25..=35)
+                .chain(47..=55)
+                .collect::<BTreeSet<_>>()
         );
     }
 }

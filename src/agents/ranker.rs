@@ -345,6 +345,9 @@ fn compare_messages(issue: &str, fixes: &Fixes, tied: &[usize]) -> Vec<Message> 
     ]
 }
 
+/// A comparison's prompt and how many of the tied candidates it shows.
+type Shown = (Vec<Message>, usize);
+
 /// The comparison's prompt fitted to the context: as many of `tied` as
 /// fit, in their order (at least two), each with the issue as long as fits
 /// beside them. `None` (with the record of why) when fewer than two fit.
@@ -353,7 +356,7 @@ fn fit_compare(
     issue: &str,
     fixes: &Fixes,
     tied: &[usize],
-) -> Result<(Option<(Vec<Message>, usize)>, Option<Trim>), RankError> {
+) -> Result<(Option<Shown>, Option<Trim>), RankError> {
     let issue = issue.trim();
     let full = compare_messages(issue, fixes, tied);
     let Some(budget) = Budget::of(conversation, COMPARE_TOKENS as usize) else {
@@ -510,5 +513,173 @@ mod tests {
             passed_tests(out).into_iter().collect::<Vec<_>>(),
             ["tests/test_a.py::test_x", "tests/test_a.py::test_z"]
         );
+    }
+
+    /// Five distinct candidates of about 2,000 characters each.
+    fn long_fixes() -> Fixes {
+        Fixes {
+            candidates: Vec::new(),
+            distinct: (0..5)
+                .map(|i| super::super::fixer::Distinct {
+                    patch: format!("diff --git a/m{i}.py b/m{i}.py\n{}", "+x = 1\n".repeat(280)),
+                    members: vec![i],
+                })
+                .collect(),
+        }
+    }
+
+    fn issue() -> Issue {
+        Issue {
+            instance_id: "demo__rank-1".into(),
+            repo: "demo/rank".into(),
+            base_commit: "0".repeat(40),
+            problem_statement: "m.x is wrong.".into(),
+            created_at: None,
+        }
+    }
+
+    #[test]
+    fn compare_shows_as_many_tied_candidates_as_fit() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::agents::budget::fake::{self, Fake};
+        use crate::record::trajectory::Cut;
+        let fixes = long_fixes();
+        let tied = [4, 2, 0, 1, 3];
+        // Each candidate takes 503 tokens; three and the question fit
+        // 1,800 − 192.
+        // (context, whether the model is asked, the choice, left out)
+        let cases: [(usize, bool, usize, &[usize]); 4] = [
+            (1_000_000, true, 2, &[]),
+            (1800, true, 2, &[1, 3]),
+            (1300, true, 2, &[0, 1, 3]),
+            (1000, false, 4, &[2, 0, 1, 3]),
+        ];
+        for (context, asked, chosen, left_out) in cases {
+            let mut conversation = Fake::new(context, "Reasoning: the second is right.\nBest: 2");
+            let mut trajectory = crate::trajectory::Trajectory::new("demo__rank-1");
+            let c = compare(
+                &mut conversation,
+                &issue(),
+                &fixes,
+                &tied,
+                &Sampling::default(),
+                &mut trajectory,
+            )?;
+            assert_eq!(c.tied, tied, "{context}");
+            assert_eq!(c.left_out, left_out, "{context}");
+            assert_eq!(c.chosen, chosen, "{context}");
+            let trims: Vec<&Trim> = trajectory
+                .steps
+                .iter()
+                .filter_map(|s| match &s.step {
+                    Step::Trimmed(t) => Some(t.as_ref()),
+                    _ => None,
+                })
+                .collect();
+            match asked {
+                false => {
+                    assert_eq!(conversation.prompts.len(), 0, "{context}");
+                    assert_eq!(c.reasoning, "");
+                    assert_eq!(
+                        c.skipped.as_deref(),
+                        Some(
+                            "two candidates and the shortest issue take 1065 tokens, more than \
+                             the context of 1000 holds with 192 kept for the reply: the first in \
+                             order is taken"
+                        )
+                    );
+                    assert_eq!(trims.len(), 1);
+                    assert!(!trims[0].fits);
+                }
+                true => {
+                    assert_eq!(conversation.prompts.len(), 1, "{context}");
+                    assert_eq!(c.skipped, None);
+                    assert_eq!(c.reasoning, "the second is right.");
+                    let prompt = &conversation.prompts[0];
+                    let shown = tied.len() - left_out.len();
+                    assert!(fake::tokens(prompt) <= context - COMPARE_TOKENS as usize);
+                    assert!(prompt[1].content.contains(&format!("Candidate {shown}:")));
+                    assert!(!prompt[1]
+                        .content
+                        .contains(&format!("Candidate {}:", shown + 1)));
+                    let cuts: Vec<Cut> = left_out
+                        .iter()
+                        .map(|&distinct| Cut::Candidate { distinct })
+                        .collect();
+                    match trims.as_slice() {
+                        [] => assert!(left_out.is_empty()),
+                        [t] => assert_eq!((t.fits, &t.cuts), (true, &cuts), "{context}"),
+                        more => return Err(format!("{} trims", more.len()).into()),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn compare_cuts_a_long_issue_after_fitting_candidates() -> Result<(), Box<dyn std::error::Error>>
+    {
+        use crate::agents::budget::fake::Fake;
+        use crate::record::trajectory::Cut;
+        let fixes = long_fixes();
+        let tied = [4, 2, 0, 1, 3];
+        let mut long = issue();
+        long.problem_statement = "an issue line of forty characters, long\n".repeat(750);
+        assert_eq!(long.problem_statement.chars().count(), 30_000);
+        let mut conversation = Fake::new(1800, "Reasoning: r\nBest: 1");
+        let mut trajectory = crate::trajectory::Trajectory::new("demo__rank-1");
+        let c = compare(
+            &mut conversation,
+            &long,
+            &fixes,
+            &tied,
+            &Sampling::default(),
+            &mut trajectory,
+        )?;
+        assert_eq!((c.chosen, c.left_out.as_slice()), (4, &[0, 1, 3][..]));
+        let Some(Step::Trimmed(t)) = trajectory.steps.first().map(|s| &s.step) else {
+            return Err("no trimmed step first".into());
+        };
+        assert_eq!(
+            t.cuts,
+            [
+                // The issue, trimmed of its last newline: 29,999 characters.
+                Cut::Issue {
+                    kept_chars: 2119,
+                    dropped_chars: 27_880,
+                    dropped_lines: 697,
+                },
+                Cut::Candidate { distinct: 0 },
+                Cut::Candidate { distinct: 1 },
+                Cut::Candidate { distinct: 3 },
+            ]
+        );
+        // 1,800 − 192 = 1,608 tokens at most.
+        assert_eq!(
+            (t.fits, t.prompt_tokens, t.full_tokens),
+            (true, 1607, 10_072)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn an_older_comparison_reads_with_nothing_left_out() -> Result<(), serde_json::Error> {
+        let c: Comparison =
+            serde_json::from_str(r#"{"tied":[0,2],"chosen":2,"reasoning":"shorter"}"#)?;
+        assert_eq!(
+            c,
+            Comparison {
+                tied: vec![0, 2],
+                chosen: 2,
+                reasoning: "shorter".into(),
+                left_out: Vec::new(),
+                skipped: None,
+            }
+        );
+        assert_eq!(
+            serde_json::to_string(&c)?,
+            r#"{"tied":[0,2],"chosen":2,"reasoning":"shorter"}"#
+        );
+        Ok(())
     }
 }

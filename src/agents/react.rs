@@ -407,3 +407,93 @@ pub fn run(
     trajectory.record(Step::Episode(Box::new(summary.clone())));
     summary
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::budget::fake::{self, Fake};
+    use crate::record::trajectory::Cut;
+
+    fn issue(text: &str) -> Issue {
+        Issue {
+            instance_id: "demo__react-1".into(),
+            repo: "demo/react".into(),
+            base_commit: "0".repeat(40),
+            problem_statement: text.into(),
+            created_at: None,
+        }
+    }
+
+    #[test]
+    fn the_first_prompt_is_fitted_by_cutting_the_issue() {
+        let long = issue(&"a line of the issue, thirty ch\n".repeat(1000));
+        let short = issue("Square.area() returns the perimeter.");
+        let agent_long = crate::agents::localizer(&long);
+        let system = system_prompt(&agent_long);
+        let state = "(Open file: n/a)";
+        let reply = 768;
+        let fixed = fake::tokens(&messages(
+            &system,
+            &agent_long.task.with_issue(""),
+            state,
+            &[],
+            &History::default(),
+        ));
+        assert_eq!(fixed, 726);
+        // 1,000 lines of 31 characters; trimmed of its last newline.
+        let cut = |kept_chars, dropped_lines| {
+            Some(Cut::Issue {
+                kept_chars,
+                dropped_chars: 30_999 - kept_chars,
+                dropped_lines,
+            })
+        };
+        // (context, issue, tokens of the first prompt, the cut, fits)
+        let cases: [(usize, &Issue, usize, Option<Cut>, bool); 4] = [
+            (4096, &short, 735, None, true),
+            // At most 4,096 − 768 = 3,328 tokens.
+            (4096, &long, 3322, cut(10_322, 667), true),
+            // At most 1,126.
+            (1894, &long, 1121, cut(1518, 951), true),
+            // At most 726: not even the shortest cut fits.
+            (1494, &long, 1028, cut(1146, 963), false),
+        ];
+        for (context, which, tokens, cut, fits) in cases {
+            let agent = crate::agents::localizer(which);
+            let conversation = Fake::new(context, "");
+            let mut trajectory = Trajectory::new("demo__react-1");
+            let task = fit_task(
+                &conversation,
+                &agent,
+                &system,
+                state,
+                reply,
+                &mut trajectory,
+            );
+            assert!(task.starts_with(&agent.task.before), "{context}");
+            assert!(task.ends_with(&agent.task.after), "{context}");
+            let first = messages(&system, &task, state, &[], &History::default());
+            assert_eq!(fake::tokens(&first), tokens, "{context}");
+            let trims: Vec<&Trim> = trajectory
+                .steps
+                .iter()
+                .filter_map(|s| match &s.step {
+                    Step::Trimmed(t) => Some(t.as_ref()),
+                    _ => None,
+                })
+                .collect();
+            match (&cut, trims.as_slice()) {
+                (None, []) => assert_eq!(task, agent.task.text()),
+                (Some(c), [t]) => {
+                    assert_eq!(t.cuts, std::slice::from_ref(c), "{context}");
+                    assert_eq!(
+                        (t.purpose.as_str(), t.fits, t.prompt_tokens),
+                        ("localizer", fits, tokens)
+                    );
+                    assert!(task.contains("of the issue left out ...]"));
+                }
+                (c, t) => panic!("{context}: expected {c:?}, recorded {t:?}"),
+            }
+        }
+    }
+}

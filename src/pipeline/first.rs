@@ -176,13 +176,15 @@ fn messages(repo: &str, issue: &str, files: &str) -> Vec<Message> {
     ]
 }
 
-/// Tokens kept for the files when the issue must be cut: the issue is cut
-/// to leave this much room, so the best file's first lines still show.
+/// Tokens kept for the files when the issue must be cut (or half the
+/// prompt's room, when that is less): the issue is cut to leave this much,
+/// so the best file's first lines still show.
 pub const FILE_ROOM_TOKENS: usize = 1024;
 
 /// The issue as shown: whole if the prompt with no file fits; else cut
-/// to leave [`FILE_ROOM_TOKENS`] for files, or failing that to fit at all;
-/// else its shortest cut, with a trim whose `fits` is false.
+/// to leave [`FILE_ROOM_TOKENS`] (at most half the prompt's room) for
+/// files, or failing that to fit at all; else its shortest cut, with a
+/// trim whose `fits` is false.
 fn fit_issue(
     conversation: &dyn Conversation,
     budget: &Budget,
@@ -195,7 +197,7 @@ fn fit_issue(
         return Ok((issue.to_string(), None));
     }
     let roomy = Budget {
-        reserved: budget.reserved + FILE_ROOM_TOKENS,
+        reserved: budget.reserved + FILE_ROOM_TOKENS.min(budget.limit() / 2),
         ..*budget
     };
     let cut = match budget::fit_issue(conversation, &roomy, issue, build)? {
@@ -274,5 +276,67 @@ fn build_prompt(
         break;
     }
     let messages = messages(&issue.repo, &issue_text, &files);
+    let trim = match trim {
+        Some(t) => Some(Trim {
+            prompt_tokens: conversation.count_tokens(&messages)?,
+            ..t
+        }),
+        None => None,
+    };
     Ok((messages, shown, truncated, trim))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::budget::fake::{self, Fake};
+    use crate::record::trajectory::Cut;
+
+    #[test]
+    fn a_long_issue_is_cut_to_leave_room_for_the_files() -> Result<(), Box<dyn std::error::Error>> {
+        let mut settings = Settings::defaults("m");
+        settings.sampling.max_tokens = 512;
+        let issue = Issue {
+            instance_id: "demo__first-1".into(),
+            repo: "demo/first".into(),
+            base_commit: "0".repeat(40),
+            problem_statement: "an issue line of forty characters, long\n".repeat(750),
+            created_at: None,
+        };
+        let file: String = (1..=400).map(|n| format!("x{n} = {n}\n")).collect();
+        let ranked = [RankedFile {
+            path: "m.py".into(),
+            score: 1.0,
+            text: file,
+        }];
+        // (context, tokens of the prompt, issue's kept characters and left
+        // out lines, the file's head shown); at most context − 512 tokens
+        // but in the last, where not even the shortest issue fits.
+        let cases = [
+            (4096, 3582, (9199, 520), true),
+            (2048, 1534, (2039, 699), true),
+            (1000, 553, (1199, 720), false),
+        ];
+        for (context, tokens, (kept_chars, dropped_lines), shown) in cases {
+            let conversation = Fake::new(context, "");
+            let (messages, shown_paths, truncated, trim) =
+                build_prompt(&conversation, &settings, &issue, &ranked)?;
+            assert_eq!(fake::tokens(&messages), tokens, "{context}");
+            let t = trim.ok_or("the issue was not cut")?;
+            assert_eq!(t.fits, context > 1000, "{context}");
+            assert_eq!(t.prompt_tokens, tokens, "{context}");
+            // 750 lines of 40 characters, trimmed of the last newline.
+            let expected = Cut::Issue {
+                kept_chars,
+                dropped_chars: 29_999 - kept_chars,
+                dropped_lines,
+            };
+            assert_eq!(t.cuts, [expected], "{context}");
+            // The 400-line file shows only as a head, when it shows.
+            let paths: &[&str] = if shown { &["m.py"] } else { &[] };
+            assert_eq!(shown_paths, paths, "{context}");
+            assert_eq!(truncated, paths, "{context}");
+        }
+        Ok(())
+    }
 }

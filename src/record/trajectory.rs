@@ -460,3 +460,97 @@ fn partial_sampling<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Sampling, 
     }
     serde_json::from_value(full).map_err(D::Error::custom)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trimmed_step_reads_back_and_an_older_one_reads_with_defaults(
+    ) -> Result<(), serde_json::Error> {
+        let step = Step::Trimmed(Box::new(Trim {
+            purpose: "fixer".into(),
+            context: 4096,
+            reserved: 512,
+            full_tokens: 10_997,
+            prompt_tokens: 3577,
+            fits: true,
+            cuts: vec![
+                Cut::Span {
+                    path: "a.py".into(),
+                    symbol: "Big".into(),
+                    kept_lines: 26,
+                    left_out: vec![(12, 294)],
+                },
+                Cut::Issue {
+                    kept_chars: 1200,
+                    dropped_chars: 28_800,
+                    dropped_lines: 700,
+                },
+                Cut::Location {
+                    path: "b.py".into(),
+                    symbol: "f".into(),
+                },
+                Cut::Candidate { distinct: 3 },
+            ],
+        }));
+        let text = serde_json::to_string(&step)?;
+        assert_eq!(
+            text,
+            r#"{"kind":"trimmed","purpose":"fixer","context":4096,"reserved":512,"full_tokens":10997,"prompt_tokens":3577,"fits":true,"cuts":[{"cut":"span","path":"a.py","symbol":"Big","kept_lines":26,"left_out":[[12,294]]},{"cut":"issue","kept_chars":1200,"dropped_chars":28800,"dropped_lines":700},{"cut":"location","path":"b.py","symbol":"f"},{"cut":"candidate","distinct":3}]}"#
+        );
+        assert_eq!(serde_json::from_str::<Step>(&text)?, step);
+        let bare: Step = serde_json::from_str(r#"{"kind":"trimmed","cuts":[{"cut":"issue"}]}"#)?;
+        assert_eq!(
+            bare,
+            Step::Trimmed(Box::new(Trim {
+                purpose: String::new(),
+                context: 0,
+                reserved: 0,
+                full_tokens: 0,
+                prompt_tokens: 0,
+                fits: false,
+                cuts: vec![Cut::Issue {
+                    kept_chars: 0,
+                    dropped_chars: 0,
+                    dropped_lines: 0
+                }],
+            }))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn cuts_are_described_in_a_few_words() {
+        let cases = [
+            (
+                Cut::Issue {
+                    kept_chars: 1200,
+                    dropped_chars: 28_800,
+                    dropped_lines: 700,
+                },
+                "issue: 28800 characters (700 lines) left out, 1200 kept",
+            ),
+            (
+                Cut::Span {
+                    path: "a.py".into(),
+                    symbol: "Big".into(),
+                    kept_lines: 26,
+                    left_out: vec![(12, 294), (306, 596)],
+                },
+                "a.py::Big: lines 12-294, 306-596 left out, 26 kept",
+            ),
+            (
+                Cut::Location {
+                    path: "b.py".into(),
+                    symbol: "f".into(),
+                },
+                "b.py::f: left out whole",
+            ),
+            (Cut::Candidate { distinct: 3 }, "candidate 3: not shown"),
+        ];
+        for (cut, want) in cases {
+            assert_eq!(cut.describe(), want);
+        }
+    }
+}
