@@ -5,16 +5,18 @@
 //! not apply, break the syntax, or change nothing are dropped; duplicates
 //! (the same normalised diff) are merged and counted.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::budget::{self, Budget};
 use crate::aci::Location;
 use crate::dataset::Issue;
 use crate::edit;
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
 use crate::index::symbols;
-use crate::record::trajectory::{ModelCall, Step};
+use crate::record::trajectory::{Cut, ModelCall, Step, Trim};
 use crate::repo::RepoError;
 use crate::trajectory::Trajectory;
 
@@ -127,24 +129,222 @@ Then write each change as a SEARCH/REPLACE block: the file's path on its own lin
 `=======`, the new lines, and `>>>>>>> REPLACE`. Keep SEARCH short: the lines that change \
 and one line around them.";
 
-/// The code of the located spans, with context, grouped per file.
+/// The code of the located spans, with context, grouped per file: each
+/// span whole.
 pub fn code_sections(root: &Path, locations: &[Location]) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for loc in locations {
-        let Ok(text) = crate::aci::read_text(root, &loc.path) else {
-            continue;
-        };
-        let lines: Vec<&str> = text.lines().collect();
-        let start = loc.start_line.saturating_sub(CONTEXT_LINES).max(1);
-        let end = (loc.end_line + CONTEXT_LINES).min(lines.len());
-        if start > end {
+    sections(&read_located(root, locations), None).0
+}
+
+/// Lines kept after a span's first line (its signature, then usually its
+/// docstring) when a span is trimmed.
+pub const SIGNATURE_WINDOW_LINES: usize = 10;
+
+/// Lines kept before a span's last line when it is trimmed: where a
+/// function returns.
+pub const END_WINDOW_LINES: usize = 3;
+
+/// Lines kept on each side of a line that names something the issue
+/// names, when a span is trimmed.
+pub const MATCH_WINDOW_LINES: usize = 5;
+
+/// Lines naming something from the issue that get a window, per span: a
+/// name the whole class uses would otherwise keep it all.
+pub const MAX_MATCHED_LINES: usize = 8;
+
+/// Left-out runs shorter than this are kept: a note in place of a line or
+/// two saves nothing.
+pub const MIN_GAP_LINES: usize = 3;
+
+/// Shortest name from the issue looked for in a span (shorter ones, `x`,
+/// `id`, match everywhere).
+pub const MIN_IDENTIFIER_CHARS: usize = 3;
+
+/// Said under the code when a span was trimmed, so no SEARCH copies a note.
+const TRIMMED_NOTE: &str = "(Lines of the form `# ... lines A-B left out ...` stand for code \
+not shown; they are not in the file: never copy them into SEARCH.)";
+
+/// A located span and its file's lines.
+#[derive(Debug, Clone)]
+struct Located {
+    location: Location,
+    lines: Vec<String>,
+}
+
+/// The located spans whose files can be read and whose lines exist.
+fn read_located(root: &Path, locations: &[Location]) -> Vec<Located> {
+    locations
+        .iter()
+        .filter_map(|loc| {
+            let text = crate::aci::read_text(root, &loc.path).ok()?;
+            let lines: Vec<String> = text.lines().map(str::to_string).collect();
+            let (start, end) = shown_range(loc, lines.len());
+            (start <= end).then(|| Located {
+                location: loc.clone(),
+                lines,
+            })
+        })
+        .collect()
+}
+
+/// The lines shown of a span (1-based, inclusive): the span and
+/// [`CONTEXT_LINES`] around it.
+fn shown_range(loc: &Location, file_lines: usize) -> (usize, usize) {
+    let start = loc.start_line.saturating_sub(CONTEXT_LINES).max(1);
+    let end = (loc.end_line + CONTEXT_LINES).min(file_lines);
+    (start, end)
+}
+
+/// Names the issue mentions the way code is written: with an underscore,
+/// a capital after the first letter (`QuerySet`), after a dot (`.area`) or
+/// before a parenthesis (`area(`), at least [`MIN_IDENTIFIER_CHARS`] long.
+pub fn issue_identifiers(issue: &str) -> BTreeSet<String> {
+    let bytes = issue.as_bytes();
+    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut out = BTreeSet::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !is_word(bytes[i]) {
+            i += 1;
             continue;
         }
-        let snippet = lines[start - 1..end].join("\n");
+        let start = i;
+        while i < bytes.len() && is_word(bytes[i]) {
+            i += 1;
+        }
+        let word = &issue[start..i];
+        if word.len() < MIN_IDENTIFIER_CHARS || word.as_bytes()[0].is_ascii_digit() {
+            continue;
+        }
+        let code_like = word.contains('_')
+            || word.chars().skip(1).any(|c| c.is_ascii_uppercase())
+            || (start > 0 && bytes[start - 1] == b'.')
+            || bytes.get(i) == Some(&b'(');
+        if code_like {
+            out.insert(word.to_string());
+        }
+    }
+    out
+}
+
+/// Whether `line` has `name` as a whole word.
+fn names(line: &str, name: &str) -> bool {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    line.match_indices(name).any(|(at, _)| {
+        let before = line[..at].chars().next_back();
+        let after = line[at + name.len()..].chars().next();
+        !before.is_some_and(is_word) && !after.is_some_and(is_word)
+    })
+}
+
+/// The lines of a span kept when it is trimmed (1-based, within its shown
+/// range): the context before and the signature with
+/// [`SIGNATURE_WINDOW_LINES`] after it, [`END_WINDOW_LINES`] before its
+/// last line and the context after, and [`MATCH_WINDOW_LINES`] around
+/// each of the first [`MAX_MATCHED_LINES`] lines naming an identifier of
+/// the issue; gaps under [`MIN_GAP_LINES`] are kept too.
+pub fn kept_lines(
+    lines: &[String],
+    loc: &Location,
+    identifiers: &BTreeSet<String>,
+) -> BTreeSet<usize> {
+    let (start, end) = shown_range(loc, lines.len());
+    let mut keep = BTreeSet::new();
+    if start > end {
+        return keep;
+    }
+    let mut window = |a: usize, b: usize| {
+        for n in a.max(start)..=b.min(end) {
+            keep.insert(n);
+        }
+    };
+    window(start, loc.start_line + SIGNATURE_WINDOW_LINES);
+    window(loc.end_line.saturating_sub(END_WINDOW_LINES), end);
+    let matched = (loc.start_line.max(start)..=loc.end_line.min(end))
+        .filter(|&n| {
+            let line = &lines[n - 1];
+            identifiers.iter().any(|id| names(line, id))
+        })
+        .take(MAX_MATCHED_LINES)
+        .collect::<Vec<_>>();
+    for n in matched {
+        window(n.saturating_sub(MATCH_WINDOW_LINES), n + MATCH_WINDOW_LINES);
+    }
+    // Fill the gaps too short to be worth a note.
+    let mut gap_start = None;
+    for n in start..=end {
+        match (keep.contains(&n), gap_start) {
+            (false, None) => gap_start = Some(n),
+            (true, Some(g)) => {
+                if n - g < MIN_GAP_LINES {
+                    for m in g..n {
+                        keep.insert(m);
+                    }
+                }
+                gap_start = None;
+            }
+            _ => {}
+        }
+    }
+    keep
+}
+
+/// The note standing for lines `a`-`b`, indented like `next` (the line
+/// after them).
+fn gap_note(a: usize, b: usize, next: &str) -> String {
+    let indent: String = next.chars().take_while(|c| c.is_whitespace()).collect();
+    format!("{indent}# ... lines {a}-{b} left out ...")
+}
+
+/// The sections of the prompt, grouped per file, and the spans' cuts:
+/// whole, or trimmed to [`kept_lines`] when `identifiers` is given.
+fn sections(
+    located: &[Located],
+    identifiers: Option<&BTreeSet<String>>,
+) -> (Vec<(String, String)>, Vec<Cut>) {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut cuts = Vec::new();
+    for l in located {
+        let loc = &l.location;
+        let (start, end) = shown_range(loc, l.lines.len());
+        let keep: BTreeSet<usize> = match identifiers {
+            Some(ids) => kept_lines(&l.lines, loc, ids),
+            None => (start..=end).collect(),
+        };
+        let mut shown: Vec<String> = Vec::new();
+        let mut left_out: Vec<(usize, usize)> = Vec::new();
+        let mut n = start;
+        while n <= end {
+            if keep.contains(&n) {
+                shown.push(l.lines[n - 1].clone());
+                n += 1;
+                continue;
+            }
+            let a = n;
+            while n <= end && !keep.contains(&n) {
+                n += 1;
+            }
+            let next = l.lines.get(n - 1).filter(|_| n <= end).map_or("", |s| s);
+            shown.push(gap_note(a, n - 1, next));
+            left_out.push((a, n - 1));
+        }
+        let snippet = shown.join("\n");
+        let note = if left_out.is_empty() {
+            String::new()
+        } else {
+            format!("\n{TRIMMED_NOTE}")
+        };
         let section = format!(
-            "{}::{} (lines {start}-{end})\n```python\n{snippet}\n```",
+            "{}::{} (lines {start}-{end})\n```python\n{snippet}\n```{note}",
             loc.path, loc.symbol
         );
+        if !left_out.is_empty() {
+            cuts.push(Cut::Span {
+                path: loc.path.clone(),
+                symbol: loc.symbol.clone(),
+                kept_lines: keep.len(),
+                left_out,
+            });
+        }
         match out.iter_mut().find(|(p, _)| *p == loc.path) {
             Some((_, s)) => {
                 s.push_str("\n\n");
@@ -153,20 +353,105 @@ pub fn code_sections(root: &Path, locations: &[Location]) -> Vec<(String, String
             None => out.push((loc.path.clone(), section)),
         }
     }
-    out
+    (out, cuts)
 }
 
-/// The prompt of the Fixer.
-pub fn messages(issue: &Issue, sections: &[(String, String)]) -> Vec<Message> {
+/// The prompt of the Fixer, showing `issue` (the issue's text, whole or
+/// cut).
+pub fn messages(issue: &str, sections: &[(String, String)]) -> Vec<Message> {
     let code: Vec<&str> = sections.iter().map(|(_, s)| s.as_str()).collect();
     vec![
         Message::system(SYSTEM),
         Message::user(format!(
             "ISSUE:\n{}\n\nTHE CODE TO FIX:\n\n{}\n\n{INSTRUCTIONS}",
-            issue.problem_statement.trim(),
+            issue.trim(),
             code.join("\n\n")
         )),
     ]
+}
+
+/// The Fixer's prompt as it will be sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    pub messages: Vec<Message>,
+    /// The files shown, which SEARCH/REPLACE blocks may name.
+    pub paths: Vec<String>,
+    /// The record of the cuts made to fit the context (`None`: nothing
+    /// was cut, or the backend does not say its context).
+    pub trim: Option<Trim>,
+}
+
+/// The Fixer's prompt fitted to the context: everything whole if it fits;
+/// else, in order until it fits, the spans trimmed to [`kept_lines`], the
+/// issue cut to a head and a tail ([`budget::fit_issue`]), and the last
+/// locations left out (the issue as long as fits with those left). When
+/// even one trimmed span and the shortest issue do not fit, the smallest
+/// prompt, with a trim whose `fits` is false.
+pub fn fit_prompt(
+    conversation: &dyn Conversation,
+    root: &Path,
+    issue: &str,
+    locations: &[Location],
+    reply_tokens: usize,
+) -> Result<Prompt, FixError> {
+    let located = read_located(root, locations);
+    if located.is_empty() {
+        return Err(FixError::NoLocations);
+    }
+    let issue = issue.trim();
+    let identifiers = issue_identifiers(issue);
+    let build = |text: &str, n: usize, trim: bool| {
+        let (sections, cuts) = sections(&located[..n], trim.then_some(&identifiers));
+        let paths: Vec<String> = sections.iter().map(|(p, _)| p.clone()).collect();
+        (messages(text, &sections), paths, cuts)
+    };
+    let all = located.len();
+    let (msgs, paths, _) = build(issue, all, false);
+    let Some(budget) = Budget::of(conversation, reply_tokens) else {
+        return Ok(Prompt {
+            messages: msgs,
+            paths,
+            trim: None,
+        });
+    };
+    let (full_tokens, fits) = budget.measure(conversation, &msgs)?;
+    if fits {
+        return Ok(Prompt {
+            messages: msgs,
+            paths,
+            trim: None,
+        });
+    }
+    let dropped = |n: usize| {
+        located[n..].iter().map(|l| Cut::Location {
+            path: l.location.path.clone(),
+            symbol: l.location.symbol.clone(),
+        })
+    };
+    for n in (1..=all).rev() {
+        let fitted = budget::fit_issue(conversation, &budget, issue, |t| build(t, n, true).0)?;
+        if let Some(cut) = fitted {
+            let (msgs, paths, mut cuts) = build(&cut.text, n, true);
+            cuts.extend(cut.cut);
+            cuts.extend(dropped(n));
+            let tokens = conversation.count_tokens(&msgs)?;
+            return Ok(Prompt {
+                messages: msgs,
+                paths,
+                trim: Some(budget.trim("fixer", full_tokens, tokens, cuts)),
+            });
+        }
+    }
+    let shortest = budget::cut_issue(issue, budget::MIN_ISSUE_CHARS);
+    let (msgs, paths, mut cuts) = build(&shortest.text, 1, true);
+    cuts.extend(shortest.cut);
+    cuts.extend(dropped(1));
+    let tokens = conversation.count_tokens(&msgs)?;
+    Ok(Prompt {
+        messages: msgs,
+        paths,
+        trim: Some(budget.trim("fixer", full_tokens, tokens, cuts)),
+    })
 }
 
 /// Normalised for deduplication: no `index` lines, no trailing spaces.
@@ -195,12 +480,39 @@ pub fn run(
     if locations.is_empty() {
         return Err(FixError::NoLocations);
     }
-    let sections = code_sections(root, locations);
-    let paths: Vec<String> = sections.iter().map(|(p, _)| p.clone()).collect();
-    if paths.is_empty() {
-        return Err(FixError::NoLocations);
+    let prompt = fit_prompt(
+        conversation,
+        root,
+        &issue.problem_statement,
+        locations,
+        settings.max_tokens as usize,
+    )?;
+    let Prompt {
+        messages: msgs,
+        paths,
+        trim,
+    } = prompt;
+    let mut fixes = Fixes {
+        candidates: Vec::new(),
+        distinct: Vec::new(),
+    };
+    if let Some(t) = trim {
+        let fits = t.fits;
+        if !fits {
+            tracing::warn!(
+                "{}: the fixer's smallest prompt ({} tokens) does not fit the context of {} \
+                 with {} kept for the reply: no candidates",
+                issue.instance_id,
+                t.prompt_tokens,
+                t.context,
+                t.reserved
+            );
+        }
+        trajectory.record(Step::Trimmed(Box::new(t)));
+        if !fits {
+            return Ok(fixes);
+        }
     }
-    let msgs = messages(issue, &sections);
     let g = grammar::search_replace_with_reasoning(&paths)?;
     let n = settings.candidates.max(1);
     let temperatures: Vec<f32> = (0..n)
@@ -226,10 +538,6 @@ pub fn run(
         &generation,
     ))));
 
-    let mut fixes = Fixes {
-        candidates: Vec::new(),
-        distinct: Vec::new(),
-    };
     for (index, c) in generation.candidates.iter().enumerate() {
         let (status, patch) = try_candidate(root, base, &c.text, &paths)?;
         let status = match (&status, &patch) {
@@ -321,4 +629,338 @@ fn try_candidate(
     };
     crate::repo::reset_worktree(root)?;
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::budget::fake::{self, Fake};
+    use crate::record::trajectory::Cut;
+
+    type R = Result<(), Box<dyn std::error::Error>>;
+
+    /// A 600-line class: `class Big:` on line 1, `target_method` defined on
+    /// line 300, other methods around it.
+    fn big_class() -> String {
+        (1..=600)
+            .map(|n| match n {
+                1 => "class Big:".to_string(),
+                300 => "    def target_method(self):".to_string(),
+                301 => "        return 'wrong'".to_string(),
+                n if n % 2 == 0 => format!("    def method_{n}(self):"),
+                n => format!("        return {n}"),
+            })
+            .map(|l| l + "\n")
+            .collect()
+    }
+
+    /// A 30,000-character issue: a head naming `Big.target_method()`,
+    /// filler lines, and a tail.
+    fn long_issue() -> String {
+        let head = "HEAD: calling Big.target_method() returns 'wrong'.\n";
+        let tail = "\nTAIL: expected 'right'.";
+        let filler_len = 30_000 - head.len() - tail.len();
+        let filler: String = (0..)
+            .map(|i| format!("filler line {i:04} with plain words in it\n"))
+            .flat_map(|l| l.chars().collect::<Vec<_>>())
+            .take(filler_len)
+            .collect();
+        format!("{head}{filler}{tail}")
+    }
+
+    fn workspace(files: &[(&str, &str)]) -> Result<tempfile::TempDir, std::io::Error> {
+        let dir = tempfile::tempdir()?;
+        for (path, text) in files {
+            let full = dir.path().join(path);
+            if let Some(parent) = full.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(full, text)?;
+        }
+        Ok(dir)
+    }
+
+    fn location(path: &str, symbol: &str, start_line: usize, end_line: usize) -> Location {
+        Location {
+            path: path.into(),
+            symbol: symbol.into(),
+            start_line,
+            end_line,
+        }
+    }
+
+    /// A 200-line function every line of which names `target_method`.
+    fn busy_function() -> String {
+        let mut out = String::from("def helper():\n");
+        for n in 2..=200 {
+            out.push_str(&format!("    x{n} = target_method({n})\n"));
+        }
+        out
+    }
+
+    fn issue_of(text: &str) -> Issue {
+        Issue {
+            instance_id: "demo__big-1".into(),
+            repo: "demo/big".into(),
+            base_commit: "0".repeat(40),
+            problem_statement: text.into(),
+            created_at: None,
+        }
+    }
+
+    #[test]
+    fn a_long_issue_and_a_large_class_fit() -> R {
+        let dir = workspace(&[("pkg/big.py", &big_class())])?;
+        let issue = long_issue();
+        assert_eq!(issue.chars().count(), 30_000);
+        let locs = [location("pkg/big.py", "Big", 1, 600)];
+        let conversation = Fake::new(4096, "");
+        let untrimmed = messages(&issue, &code_sections(dir.path(), &locs));
+        assert_eq!(fake::tokens(&untrimmed), 10_997);
+
+        let p = fit_prompt(&conversation, dir.path(), &issue, &locs, 512)?;
+        let trim = p.trim.ok_or("nothing was cut")?;
+        assert_eq!(
+            trim,
+            Trim {
+                purpose: "fixer".into(),
+                context: 4096,
+                reserved: 512,
+                full_tokens: 10_997,
+                prompt_tokens: 3577,
+                fits: true,
+                cuts: vec![
+                    Cut::Span {
+                        path: "pkg/big.py".into(),
+                        symbol: "Big".into(),
+                        kept_lines: 26,
+                        left_out: vec![(12, 294), (306, 596)],
+                    },
+                    Cut::Issue {
+                        kept_chars: 12_880,
+                        dropped_chars: 17_120,
+                        dropped_lines: 428,
+                    },
+                ],
+            }
+        );
+        assert_eq!(fake::tokens(&p.messages), 3577);
+        assert_eq!(p.paths, ["pkg/big.py"]);
+        let user = &p.messages[1].content;
+        let lines: Vec<&str> = user.lines().collect();
+        for wanted in [
+            // The issue's head and tail, and the note between them.
+            "HEAD: calling Big.target_method() returns 'wrong'.",
+            "[... 17,120 characters (428 lines) of the issue left out ...]",
+            "TAIL: expected 'right'.",
+            // The signature, the located method and the span's end.
+            "class Big:",
+            "    def target_method(self):",
+            "        return 'wrong'",
+            "    def method_600(self):",
+            // The notes, indented like the line after them.
+            "        # ... lines 12-294 left out ...",
+            "        # ... lines 306-596 left out ...",
+            TRIMMED_NOTE,
+        ] {
+            assert_eq!(
+                lines.iter().filter(|l| **l == wanted).count(),
+                1,
+                "{wanted:?} in\n{user}"
+            );
+        }
+        // Lines 11 and 12: the last before the first note, and one left out.
+        assert!(lines.contains(&"        return 11"));
+        assert!(!lines.contains(&"    def method_12(self):"));
+        Ok(())
+    }
+
+    #[test]
+    fn the_last_locations_go_when_the_shortest_issue_does_not_fit() -> R {
+        let dir = workspace(&[
+            ("pkg/big.py", &big_class()),
+            ("pkg/busy.py", &busy_function()),
+        ])?;
+        let issue = long_issue();
+        let locs = [
+            location("pkg/big.py", "Big", 1, 600),
+            location("pkg/busy.py", "helper", 1, 200),
+        ];
+        // Both spans trimmed and the shortest issue take 822 tokens; the
+        // Big class alone and the shortest issue, 647.
+        let conversation = Fake::new(700 + 512, "");
+        let p = fit_prompt(&conversation, dir.path(), &issue, &locs, 512)?;
+        let trim = p.trim.ok_or("nothing was cut")?;
+        let shortest = budget::cut_issue(&issue, budget::MIN_ISSUE_CHARS);
+        let located = read_located(dir.path(), &locs);
+        let (both, _) = sections(&located, Some(&issue_identifiers(&issue)));
+        assert_eq!(fake::tokens(&messages(&shortest.text, &both)), 822);
+        assert_eq!(
+            (trim.fits, trim.prompt_tokens, trim.full_tokens),
+            (true, 697, 12_452)
+        );
+        assert_eq!(
+            trim.cuts,
+            [
+                Cut::Span {
+                    path: "pkg/big.py".into(),
+                    symbol: "Big".into(),
+                    kept_lines: 26,
+                    left_out: vec![(12, 294), (306, 596)],
+                },
+                Cut::Issue {
+                    kept_chars: 1360,
+                    dropped_chars: 28_640,
+                    dropped_lines: 716,
+                },
+                Cut::Location {
+                    path: "pkg/busy.py".into(),
+                    symbol: "helper".into(),
+                },
+            ]
+        );
+        assert_eq!(p.paths, ["pkg/big.py"]);
+        Ok(())
+    }
+
+    #[test]
+    fn with_no_room_no_call_is_made_and_no_candidate_comes() -> R {
+        let dir = workspace(&[("pkg/big.py", &big_class())])?;
+        let issue = issue_of(&long_issue());
+        let locs = [location("pkg/big.py", "Big", 1, 600)];
+        let mut conversation = Fake::new(700, "Reasoning: x");
+        let mut trajectory = Trajectory::new("demo__big-1");
+        let settings = FixerSettings::default();
+        let fixes = run(
+            &mut conversation,
+            dir.path(),
+            "HEAD",
+            &issue,
+            &locs,
+            &settings,
+            &Sampling::default(),
+            &mut trajectory,
+        )?;
+        assert_eq!(fixes.candidates, []);
+        assert_eq!(fixes.distinct, []);
+        assert_eq!(conversation.prompts.len(), 0);
+        let steps: Vec<&Step> = trajectory.steps.iter().map(|s| &s.step).collect();
+        let [Step::Trimmed(t)] = steps.as_slice() else {
+            return Err(format!("one trimmed step expected: {steps:?}").into());
+        };
+        assert_eq!(
+            (t.fits, t.prompt_tokens, t.context, t.reserved),
+            (false, 647, 700, 512)
+        );
+        assert_eq!(
+            t.cuts[1],
+            Cut::Issue {
+                kept_chars: 1160,
+                dropped_chars: 28_840,
+                dropped_lines: 721,
+            }
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_fitted_prompt_is_the_one_sent_and_its_cut_is_recorded_first() -> R {
+        let dir = workspace(&[("pkg/big.py", &big_class())])?;
+        let issue = issue_of(&long_issue());
+        let locs = [location("pkg/big.py", "Big", 1, 600)];
+        let mut conversation = Fake::new(4096, "Reasoning: no blocks");
+        let mut trajectory = Trajectory::new("demo__big-1");
+        let settings = FixerSettings {
+            candidates: 2,
+            ..FixerSettings::default()
+        };
+        let fixes = run(
+            &mut conversation,
+            dir.path(),
+            "HEAD",
+            &issue,
+            &locs,
+            &settings,
+            &Sampling::default(),
+            &mut trajectory,
+        )?;
+        let statuses: Vec<&Status> = fixes.candidates.iter().map(|c| &c.status).collect();
+        assert_eq!(statuses, [&Status::NoBlocks, &Status::NoBlocks]);
+        let expected = fit_prompt(
+            &conversation,
+            dir.path(),
+            &issue.problem_statement,
+            &locs,
+            512,
+        )?;
+        assert_eq!(conversation.prompts, [expected.messages]);
+        let kinds: Vec<&str> = trajectory
+            .steps
+            .iter()
+            .map(|s| match &s.step {
+                Step::Trimmed(_) => "trimmed",
+                Step::ModelCall(_) => "model_call",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["trimmed", "model_call"]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_prompt_that_fits_is_left_whole() -> R {
+        let dir = workspace(&[("pkg/big.py", &big_class())])?;
+        let locs = [location("pkg/big.py", "Big", 1, 600)];
+        let conversation = Fake::new(32_768, "");
+        let issue = "Big.target_method() returns 'wrong'.";
+        let p = fit_prompt(&conversation, dir.path(), issue, &locs, 512)?;
+        assert_eq!(p.trim, None);
+        assert_eq!(
+            p.messages,
+            messages(issue, &code_sections(dir.path(), &locs))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn identifiers_are_the_code_like_words() {
+        let cases: [(&str, &[&str]); 5] = [
+            ("Square.area() is wrong", &["area"]),
+            ("the get_value of a QuerySet", &["QuerySet", "get_value"]),
+            ("call len(x) and run(", &["len", "run"]),
+            ("plain words only, Square too", &[]),
+            ("ab_ is short? no: _x and 9_lives", &["ab_"]),
+        ];
+        for (text, want) in cases {
+            let got: Vec<String> = issue_identifiers(text).into_iter().collect();
+            assert_eq!(got, want, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_short_span_keeps_every_line() {
+        let lines: Vec<String> = (1..=30).map(|n| format!("line {n}")).collect();
+        let loc = location("a.py", "f", 10, 20);
+        let none = BTreeSet::new();
+        // Shown 5-25; kept: 5-20 (signature window) and 17-25 (end).
+        assert_eq!(
+            kept_lines(&lines, &loc, &none),
+            (5..=25).collect::<BTreeSet<_>>()
+        );
+        // A 40-line span: 5-20 and 47-55 kept; 21-46 left out.
+        let lines: Vec<String> = (1..=60).map(|n| format!("line {n}")).collect();
+        let loc = location("a.py", "f", 10, 50);
+        let kept = kept_lines(&lines, &loc, &none);
+        assert_eq!(kept, (5..=20).chain(47..=55).collect::<BTreeSet<_>>());
+        // A line naming `line_30`... none does; `30` is a word of line 30.
+        let ids: BTreeSet<String> = ["30".to_string()].into();
+        let kept = kept_lines(&lines, &loc, &ids);
+        assert_eq!(
+            kept,
+            (5..=20)
+                .chain(25..=35)
+                .chain(47..=55)
+                .collect::<BTreeSet<_>>()
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //! (`history`), and the agents themselves — each a role, a command set, a
 //! demonstration and a task.
 
+pub mod budget;
 pub mod fixer;
 pub mod history;
 pub mod ranker;
@@ -9,7 +10,7 @@ pub mod react;
 
 use crate::aci::command::{EXPLORE, NAMES};
 use crate::dataset::Issue;
-use react::Agent;
+use react::{Agent, TaskText};
 
 /// A worked example of the reply format for an agent that edits, on a made-up
 /// repository.
@@ -71,10 +72,10 @@ pub fn solver(issue: &Issue) -> Agent<'static> {
                editing the repository's source files, then submit.",
         commands: NAMES,
         demonstration: EDIT_DEMONSTRATION,
-        task: format!(
-            "ISSUE:\n{}\n\nFind the code that causes the issue, edit it to fix the issue, \
-             then submit.",
-            issue.problem_statement.trim()
+        task: TaskText::new(
+            "ISSUE:\n",
+            issue,
+            "\n\nFind the code that causes the issue, edit it to fix the issue, then submit.",
         ),
     }
 }
@@ -149,12 +150,12 @@ pub fn test_template(issue: &Issue) -> Agent<'static> {
                the command that runs it.",
         commands: TEST_WRITER,
         demonstration: TEST_DEMONSTRATION,
-        task: format!(
-            "The repository has this issue (do not fix it, and do not test it yet):\n{}\n\n\
-             Write a new minimal test file that imports the package and PASSES, in the style of \
-             the existing tests, then hand it in with submit_test PATH COMMAND (for example \
+        task: TaskText::new(
+            "The repository has this issue (do not fix it, and do not test it yet):\n",
+            issue,
+            "\n\nWrite a new minimal test file that imports the package and PASSES, in the style \
+             of the existing tests, then hand it in with submit_test PATH COMMAND (for example \
              python -m pytest -q PATH).",
-            issue.problem_statement.trim()
         ),
     }
 }
@@ -178,11 +179,14 @@ pub fn reproducer(issue: &Issue, template: Option<&crate::aci::SubmittedTest>) -
                the issue is fixed. You do not fix the issue.",
         commands: TEST_WRITER,
         demonstration: TEST_DEMONSTRATION,
-        task: format!(
-            "ISSUE:\n{}{template}\n\nWrite a new test file whose test fails because of the issue, \
-             then hand it in with submit_test PATH COMMAND. It is checked: it must run, and fail \
-             (not crash on an import or a typo).",
-            issue.problem_statement.trim()
+        task: TaskText::new(
+            "ISSUE:\n",
+            issue,
+            format!(
+                "{template}\n\nWrite a new test file whose test fails because of the issue, \
+                 then hand it in with submit_test PATH COMMAND. It is checked: it must run, and \
+                 fail (not crash on an import or a typo)."
+            ),
         ),
     }
 }
@@ -243,11 +247,14 @@ pub fn localizer(issue: &Issue) -> Agent<'static> {
                code the issue below must be fixed. You do not edit anything.",
         commands,
         demonstration: LOCATE_DEMONSTRATION,
-        task: format!(
-            "ISSUE:\n{}\n\nFind the functions or methods that must change to fix the issue. \
-             Record each with locate PATH::NAME (at most {}), then submit.",
-            issue.problem_statement.trim(),
-            crate::aci::MAX_LOCATIONS
+        task: TaskText::new(
+            "ISSUE:\n",
+            issue,
+            format!(
+                "\n\nFind the functions or methods that must change to fix the issue. Record \
+                 each with locate PATH::NAME (at most {}), then submit.",
+                crate::aci::MAX_LOCATIONS
+            ),
         ),
     }
 }
@@ -256,8 +263,9 @@ pub fn localizer(issue: &Issue) -> Agent<'static> {
 mod tests {
     /// The sources that solve a task: every agent, and the pipelines that
     /// drive them. They take a `dataset::Issue`, which has no answer in it.
-    const SOLVERS: [(&str, &str); 7] = [
+    const SOLVERS: [(&str, &str); 8] = [
         ("src/agents/mod.rs", include_str!("mod.rs")),
+        ("src/agents/budget.rs", include_str!("budget.rs")),
         ("src/agents/fixer.rs", include_str!("fixer.rs")),
         ("src/agents/history.rs", include_str!("history.rs")),
         ("src/agents/ranker.rs", include_str!("ranker.rs")),

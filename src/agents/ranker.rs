@@ -11,6 +11,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::budget::{self, Budget};
 use super::fixer::Fixes;
 use crate::aci::{check, SubmittedTest};
 use crate::dataset::Issue;
@@ -20,7 +21,7 @@ use crate::env::log::{self as testlog, TestStatus};
 use crate::env::task::TaskEnv;
 use crate::env::{self, spec::LogFormat};
 use crate::index::imports;
-use crate::record::trajectory::{ModelCall, Step};
+use crate::record::trajectory::{Cut, ModelCall, Step, Trim};
 use crate::repo::{RepoError, Workspace};
 use crate::trajectory::Trajectory;
 use patchwright_sandbox as sandbox;
@@ -68,6 +69,14 @@ pub struct Comparison {
     pub tied: Vec<usize>,
     pub chosen: usize,
     pub reasoning: String,
+    /// Tied candidates left out of the prompt because they did not fit the
+    /// context (the last in `tied`'s order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<usize>,
+    /// Why the model was not asked (fewer than two candidates fit): the
+    /// first of `tied` is chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -355,6 +364,85 @@ pub fn rank(
 /// Most tokens of the comparison's reasoning and choice.
 const COMPARE_TOKENS: u32 = 192;
 
+/// The comparison's prompt over the first `shown` of `tied`, showing
+/// `issue` (whole or cut).
+fn compare_messages(issue: &str, fixes: &Fixes, tied: &[usize]) -> Vec<Message> {
+    let listed: Vec<String> = tied
+        .iter()
+        .enumerate()
+        .map(|(n, &i)| {
+            format!(
+                "Candidate {}:\n```diff\n{}```",
+                n + 1,
+                fixes.distinct.get(i).map_or("", |d| d.patch.as_str())
+            )
+        })
+        .collect();
+    vec![
+        Message::system("You are an expert Python developer who reviews patches."),
+        Message::user(format!(
+            "ISSUE:\n{}\n\n{}\n\nWhich candidate fixes the issue best? Start with `Reasoning:` \
+             and one line comparing them, then `Best:` and the candidate's number.",
+            issue.trim(),
+            listed.join("\n\n")
+        )),
+    ]
+}
+
+/// A comparison's prompt and how many of the tied candidates it shows.
+type Shown = (Vec<Message>, usize);
+
+/// The comparison's prompt fitted to the context: as many of `tied` as
+/// fit, in their order (at least two), each with the issue as long as fits
+/// beside them. `None` (with the record of why) when fewer than two fit.
+fn fit_compare(
+    conversation: &dyn Conversation,
+    issue: &str,
+    fixes: &Fixes,
+    tied: &[usize],
+) -> Result<(Option<Shown>, Option<Trim>), RankError> {
+    let issue = issue.trim();
+    let full = compare_messages(issue, fixes, tied);
+    let Some(budget) = Budget::of(conversation, COMPARE_TOKENS as usize) else {
+        return Ok((Some((full, tied.len())), None));
+    };
+    let (full_tokens, fits) = budget.measure(conversation, &full)?;
+    if fits {
+        return Ok((Some((full, tied.len())), None));
+    }
+    let left_out = |k: usize| {
+        tied[k..]
+            .iter()
+            .map(|&distinct| Cut::Candidate { distinct })
+            .collect::<Vec<_>>()
+    };
+    for k in (2..=tied.len()).rev() {
+        let shown = &tied[..k];
+        let fitted = budget::fit_issue(conversation, &budget, issue, |t| {
+            compare_messages(t, fixes, shown)
+        })?;
+        if let Some(cut) = fitted {
+            let msgs = compare_messages(&cut.text, fixes, shown);
+            let tokens = conversation.count_tokens(&msgs)?;
+            let mut cuts: Vec<Cut> = cut.cut.into_iter().collect();
+            cuts.extend(left_out(k));
+            return Ok((
+                Some((msgs, k)),
+                Some(budget.trim("ranker", full_tokens, tokens, cuts)),
+            ));
+        }
+    }
+    let shortest = budget::cut_issue(issue, budget::MIN_ISSUE_CHARS);
+    let smallest = compare_messages(&shortest.text, fixes, &tied[..tied.len().min(2)]);
+    let tokens = conversation.count_tokens(&smallest)?;
+    let mut cuts: Vec<Cut> = shortest.cut.into_iter().collect();
+    cuts.extend(left_out(1));
+    Ok((None, Some(budget.trim("ranker", full_tokens, tokens, cuts))))
+}
+
+/// Asks the model which of the `tied` candidates is best, showing as many
+/// as fit the context; with fewer than two fitting, the first is taken
+/// without a call.
 fn compare(
     conversation: &mut dyn Conversation,
     issue: &Issue,
@@ -363,26 +451,27 @@ fn compare(
     sampling: &Sampling,
     trajectory: &mut Trajectory,
 ) -> Result<Comparison, RankError> {
-    let listed: Vec<String> = tied
-        .iter()
-        .enumerate()
-        .map(|(n, &i)| {
-            format!(
-                "Candidate {}:\n```diff\n{}```",
-                n + 1,
-                fixes.distinct[i].patch
-            )
-        })
-        .collect();
-    let msgs = vec![
-        Message::system("You are an expert Python developer who reviews patches."),
-        Message::user(format!(
-            "ISSUE:\n{}\n\n{}\n\nWhich candidate fixes the issue best? Start with `Reasoning:` \
-             and one line comparing them, then `Best:` and the candidate's number.",
-            issue.problem_statement.trim(),
-            listed.join("\n\n")
-        )),
-    ];
+    let (fitted, trim) = fit_compare(conversation, &issue.problem_statement, fixes, tied)?;
+    if let Some(t) = &trim {
+        trajectory.record(Step::Trimmed(Box::new(t.clone())));
+    }
+    let Some((msgs, shown)) = fitted else {
+        let (tokens, context) = trim.map_or((0, 0), |t| (t.prompt_tokens, t.context));
+        return Ok(Comparison {
+            tied: tied.to_vec(),
+            chosen: tied.first().copied().unwrap_or(0),
+            reasoning: String::new(),
+            left_out: tied.get(1..).unwrap_or_default().to_vec(),
+            skipped: Some(format!(
+                "two candidates and the shortest issue take {tokens} tokens, more than the \
+                 context of {context} holds with {COMPARE_TOKENS} kept for the reply: the first \
+                 in order is taken"
+            )),
+        });
+    };
+    let left_out = tied[shown..].to_vec();
+    let tied_all = tied;
+    let tied = &tied[..shown];
     let numbers: Vec<String> = (1..=tied.len()).map(|n| n.to_string()).collect();
     let g = format!(
         "root ::= \"Reasoning: \" [^\\n]{{1,{}}} \"\\nBest: \" ({})\n",
@@ -427,9 +516,11 @@ fn compare(
         .map(|(r, _)| r.trim().to_string())
         .unwrap_or_default();
     Ok(Comparison {
-        tied: tied.to_vec(),
+        tied: tied_all.to_vec(),
         chosen: tied[number - 1],
         reasoning,
+        left_out,
+        skipped: None,
     })
 }
 
@@ -466,5 +557,173 @@ mod tests {
             passed_tests(out).into_iter().collect::<Vec<_>>(),
             ["tests/test_a.py::test_x", "tests/test_a.py::test_z"]
         );
+    }
+
+    /// Five distinct candidates of about 2,000 characters each.
+    fn long_fixes() -> Fixes {
+        Fixes {
+            candidates: Vec::new(),
+            distinct: (0..5)
+                .map(|i| super::super::fixer::Distinct {
+                    patch: format!("diff --git a/m{i}.py b/m{i}.py\n{}", "+x = 1\n".repeat(280)),
+                    members: vec![i],
+                })
+                .collect(),
+        }
+    }
+
+    fn issue() -> Issue {
+        Issue {
+            instance_id: "demo__rank-1".into(),
+            repo: "demo/rank".into(),
+            base_commit: "0".repeat(40),
+            problem_statement: "m.x is wrong.".into(),
+            created_at: None,
+        }
+    }
+
+    #[test]
+    fn compare_shows_as_many_tied_candidates_as_fit() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::agents::budget::fake::{self, Fake};
+        use crate::record::trajectory::Cut;
+        let fixes = long_fixes();
+        let tied = [4, 2, 0, 1, 3];
+        // Each candidate takes 503 tokens; three and the question fit
+        // 1,800 − 192.
+        // (context, whether the model is asked, the choice, left out)
+        let cases: [(usize, bool, usize, &[usize]); 4] = [
+            (1_000_000, true, 2, &[]),
+            (1800, true, 2, &[1, 3]),
+            (1300, true, 2, &[0, 1, 3]),
+            (1000, false, 4, &[2, 0, 1, 3]),
+        ];
+        for (context, asked, chosen, left_out) in cases {
+            let mut conversation = Fake::new(context, "Reasoning: the second is right.\nBest: 2");
+            let mut trajectory = crate::trajectory::Trajectory::new("demo__rank-1");
+            let c = compare(
+                &mut conversation,
+                &issue(),
+                &fixes,
+                &tied,
+                &Sampling::default(),
+                &mut trajectory,
+            )?;
+            assert_eq!(c.tied, tied, "{context}");
+            assert_eq!(c.left_out, left_out, "{context}");
+            assert_eq!(c.chosen, chosen, "{context}");
+            let trims: Vec<&Trim> = trajectory
+                .steps
+                .iter()
+                .filter_map(|s| match &s.step {
+                    Step::Trimmed(t) => Some(t.as_ref()),
+                    _ => None,
+                })
+                .collect();
+            match asked {
+                false => {
+                    assert_eq!(conversation.prompts.len(), 0, "{context}");
+                    assert_eq!(c.reasoning, "");
+                    assert_eq!(
+                        c.skipped.as_deref(),
+                        Some(
+                            "two candidates and the shortest issue take 1065 tokens, more than \
+                             the context of 1000 holds with 192 kept for the reply: the first in \
+                             order is taken"
+                        )
+                    );
+                    assert_eq!(trims.len(), 1);
+                    assert!(!trims[0].fits);
+                }
+                true => {
+                    assert_eq!(conversation.prompts.len(), 1, "{context}");
+                    assert_eq!(c.skipped, None);
+                    assert_eq!(c.reasoning, "the second is right.");
+                    let prompt = &conversation.prompts[0];
+                    let shown = tied.len() - left_out.len();
+                    assert!(fake::tokens(prompt) <= context - COMPARE_TOKENS as usize);
+                    assert!(prompt[1].content.contains(&format!("Candidate {shown}:")));
+                    assert!(!prompt[1]
+                        .content
+                        .contains(&format!("Candidate {}:", shown + 1)));
+                    let cuts: Vec<Cut> = left_out
+                        .iter()
+                        .map(|&distinct| Cut::Candidate { distinct })
+                        .collect();
+                    match trims.as_slice() {
+                        [] => assert!(left_out.is_empty()),
+                        [t] => assert_eq!((t.fits, &t.cuts), (true, &cuts), "{context}"),
+                        more => return Err(format!("{} trims", more.len()).into()),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn compare_cuts_a_long_issue_after_fitting_candidates() -> Result<(), Box<dyn std::error::Error>>
+    {
+        use crate::agents::budget::fake::Fake;
+        use crate::record::trajectory::Cut;
+        let fixes = long_fixes();
+        let tied = [4, 2, 0, 1, 3];
+        let mut long = issue();
+        long.problem_statement = "an issue line of forty characters, long\n".repeat(750);
+        assert_eq!(long.problem_statement.chars().count(), 30_000);
+        let mut conversation = Fake::new(1800, "Reasoning: r\nBest: 1");
+        let mut trajectory = crate::trajectory::Trajectory::new("demo__rank-1");
+        let c = compare(
+            &mut conversation,
+            &long,
+            &fixes,
+            &tied,
+            &Sampling::default(),
+            &mut trajectory,
+        )?;
+        assert_eq!((c.chosen, c.left_out.as_slice()), (4, &[0, 1, 3][..]));
+        let Some(Step::Trimmed(t)) = trajectory.steps.first().map(|s| &s.step) else {
+            return Err("no trimmed step first".into());
+        };
+        assert_eq!(
+            t.cuts,
+            [
+                // The issue, trimmed of its last newline: 29,999 characters.
+                Cut::Issue {
+                    kept_chars: 2119,
+                    dropped_chars: 27_880,
+                    dropped_lines: 697,
+                },
+                Cut::Candidate { distinct: 0 },
+                Cut::Candidate { distinct: 1 },
+                Cut::Candidate { distinct: 3 },
+            ]
+        );
+        // 1,800 − 192 = 1,608 tokens at most.
+        assert_eq!(
+            (t.fits, t.prompt_tokens, t.full_tokens),
+            (true, 1607, 10_072)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn an_older_comparison_reads_with_nothing_left_out() -> Result<(), serde_json::Error> {
+        let c: Comparison =
+            serde_json::from_str(r#"{"tied":[0,2],"chosen":2,"reasoning":"shorter"}"#)?;
+        assert_eq!(
+            c,
+            Comparison {
+                tied: vec![0, 2],
+                chosen: 2,
+                reasoning: "shorter".into(),
+                left_out: Vec::new(),
+                skipped: None,
+            }
+        );
+        assert_eq!(
+            serde_json::to_string(&c)?,
+            r#"{"tied":[0,2],"chosen":2,"reasoning":"shorter"}"#
+        );
+        Ok(())
     }
 }

@@ -13,10 +13,12 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::budget::{self, Budget};
 use super::history::{self, History, HistorySettings};
 use crate::aci::{command, Aci, Command};
+use crate::dataset::Issue;
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling, Stop};
-use crate::record::trajectory::{ActionStep, ModelCall, Step};
+use crate::record::trajectory::{ActionStep, ModelCall, Step, Trim};
 use crate::record::trajectory::{EpisodeSummary, ExitStatus};
 use crate::trajectory::Trajectory;
 
@@ -66,7 +68,92 @@ pub struct Agent<'a> {
     /// One worked example, in the reply format, with observations.
     pub demonstration: &'a str,
     /// The first user message: the issue and what to do about it.
-    pub task: String,
+    pub task: TaskText,
+}
+
+/// An agent's task: the issue between two fixed texts, so that the issue
+/// alone can be cut when the first prompt would not fit the context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskText {
+    /// What comes before the issue (`ISSUE:\n`).
+    pub before: String,
+    /// The issue's text, trimmed.
+    pub issue: String,
+    /// What comes after it: what to do.
+    pub after: String,
+}
+
+impl TaskText {
+    /// The task around `issue`'s text.
+    pub fn new(before: impl Into<String>, issue: &Issue, after: impl Into<String>) -> Self {
+        TaskText {
+            before: before.into(),
+            issue: issue.problem_statement.trim().to_string(),
+            after: after.into(),
+        }
+    }
+
+    /// The task's text with `issue` (the issue whole, or cut) in place.
+    pub fn with_issue(&self, issue: &str) -> String {
+        format!("{}{issue}{}", self.before, self.after)
+    }
+
+    /// The task's text with the issue whole.
+    pub fn text(&self) -> String {
+        self.with_issue(&self.issue)
+    }
+}
+
+/// The task's text for the first prompt: the issue whole when the first
+/// prompt fits with `reply_tokens` to spare, else cut to fit (the cut
+/// recorded in `trajectory`). When even the shortest cut does not fit, or
+/// the backend cannot count, the shortest cut or the whole issue: the
+/// first call then ends the episode with `exit_context` as before.
+fn fit_task(
+    conversation: &dyn Conversation,
+    agent: &Agent<'_>,
+    system: &str,
+    first_state: &str,
+    reply_tokens: usize,
+    trajectory: &mut Trajectory,
+) -> String {
+    let task = &agent.task;
+    let build = |issue: &str| {
+        messages(
+            system,
+            &task.with_issue(issue),
+            first_state,
+            &[],
+            &History::default(),
+        )
+    };
+    let Some(budget) = Budget::of(conversation, reply_tokens) else {
+        return task.text();
+    };
+    let fitted = (|| -> Result<Option<(String, Trim)>, EngineError> {
+        let (full_tokens, fits) = budget.measure(conversation, &build(&task.issue))?;
+        if fits {
+            return Ok(None);
+        }
+        let cut = budget::fit_issue(conversation, &budget, &task.issue, build)?
+            .unwrap_or_else(|| budget::cut_issue(&task.issue, budget::MIN_ISSUE_CHARS));
+        let tokens = conversation.count_tokens(&build(&cut.text))?;
+        let trim = budget.trim(
+            agent.name,
+            full_tokens,
+            tokens,
+            cut.cut.into_iter().collect(),
+        );
+        Ok(Some((task.with_issue(&cut.text), trim)))
+    })();
+    match fitted {
+        Ok(Some((text, trim))) => {
+            trajectory.record(Step::Trimmed(Box::new(trim)));
+            text
+        }
+        // Fits whole; or the count failed, and the call will say why.
+        Ok(None) | Err(_) => task.text(),
+    }
 }
 
 /// The system prompt of `agent`.
@@ -144,6 +231,14 @@ pub fn run(
     let started = Instant::now();
     let system = system_prompt(agent);
     let first_state = state(aci);
+    let task = fit_task(
+        conversation,
+        agent,
+        &system,
+        &first_state,
+        settings.reply_tokens as usize,
+        trajectory,
+    );
     let sampling = Sampling {
         max_tokens: settings.reply_tokens,
         ..sampling.clone()
@@ -184,7 +279,7 @@ pub fn run(
             }
         };
         let (msgs, generation) = loop {
-            let msgs = messages(&system, &agent.task, &first_state, &past, &history);
+            let msgs = messages(&system, &task, &first_state, &past, &history);
             let request = Request {
                 grammar: Some(&grammar),
                 ..Request::new(&msgs, sampling.clone())
@@ -311,4 +406,94 @@ pub fn run(
     summary.wall_s = started.elapsed().as_secs_f64();
     trajectory.record(Step::Episode(Box::new(summary.clone())));
     summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::budget::fake::{self, Fake};
+    use crate::record::trajectory::Cut;
+
+    fn issue(text: &str) -> Issue {
+        Issue {
+            instance_id: "demo__react-1".into(),
+            repo: "demo/react".into(),
+            base_commit: "0".repeat(40),
+            problem_statement: text.into(),
+            created_at: None,
+        }
+    }
+
+    #[test]
+    fn the_first_prompt_is_fitted_by_cutting_the_issue() {
+        let long = issue(&"a line of the issue, thirty ch\n".repeat(1000));
+        let short = issue("Square.area() returns the perimeter.");
+        let agent_long = crate::agents::localizer(&long);
+        let system = system_prompt(&agent_long);
+        let state = "(Open file: n/a)";
+        let reply = 768;
+        let fixed = fake::tokens(&messages(
+            &system,
+            &agent_long.task.with_issue(""),
+            state,
+            &[],
+            &History::default(),
+        ));
+        assert_eq!(fixed, 726);
+        // 1,000 lines of 31 characters; trimmed of its last newline.
+        let cut = |kept_chars, dropped_lines| {
+            Some(Cut::Issue {
+                kept_chars,
+                dropped_chars: 30_999 - kept_chars,
+                dropped_lines,
+            })
+        };
+        // (context, issue, tokens of the first prompt, the cut, fits)
+        let cases: [(usize, &Issue, usize, Option<Cut>, bool); 4] = [
+            (4096, &short, 735, None, true),
+            // At most 4,096 − 768 = 3,328 tokens.
+            (4096, &long, 3322, cut(10_322, 667), true),
+            // At most 1,126.
+            (1894, &long, 1121, cut(1518, 951), true),
+            // At most 726: not even the shortest cut fits.
+            (1494, &long, 1028, cut(1146, 963), false),
+        ];
+        for (context, which, tokens, cut, fits) in cases {
+            let agent = crate::agents::localizer(which);
+            let conversation = Fake::new(context, "");
+            let mut trajectory = Trajectory::new("demo__react-1");
+            let task = fit_task(
+                &conversation,
+                &agent,
+                &system,
+                state,
+                reply,
+                &mut trajectory,
+            );
+            assert!(task.starts_with(&agent.task.before), "{context}");
+            assert!(task.ends_with(&agent.task.after), "{context}");
+            let first = messages(&system, &task, state, &[], &History::default());
+            assert_eq!(fake::tokens(&first), tokens, "{context}");
+            let trims: Vec<&Trim> = trajectory
+                .steps
+                .iter()
+                .filter_map(|s| match &s.step {
+                    Step::Trimmed(t) => Some(t.as_ref()),
+                    _ => None,
+                })
+                .collect();
+            match (&cut, trims.as_slice()) {
+                (None, []) => assert_eq!(task, agent.task.text()),
+                (Some(c), [t]) => {
+                    assert_eq!(t.cuts, std::slice::from_ref(c), "{context}");
+                    assert_eq!(
+                        (t.purpose.as_str(), t.fits, t.prompt_tokens),
+                        ("localizer", fits, tokens)
+                    );
+                    assert!(task.contains("of the issue left out ...]"));
+                }
+                (c, t) => panic!("{context}: expected {c:?}, recorded {t:?}"),
+            }
+        }
+    }
 }

@@ -27,6 +27,14 @@
 //! - `edit`: `blocks` and `definitions` [{path, applied_to, matched,
 //!   error}], `unterminated`.
 //! - `diff`: `files`, `bytes` of the final patch.
+//! - `trimmed` (a prompt cut to fit the context, before its `model_call`):
+//!   `purpose`, `context`, `reserved` (the reply's tokens), `full_tokens`
+//!   (the prompt before any cut), `prompt_tokens` (as sent), `fits` (false
+//!   when even the smallest prompt did not fit and no call was made),
+//!   `cuts` [{`cut`: `issue` (`kept_chars`, `dropped_chars`,
+//!   `dropped_lines`), `span` (`path`, `symbol`, `kept_lines`,
+//!   `left_out` [[first, last]]), `location` (`path`, `symbol`: left out
+//!   whole), or `candidate` (`distinct`: a tied candidate not shown)}].
 
 use serde::{Deserialize, Serialize};
 
@@ -145,6 +153,108 @@ pub enum Step {
     Stage { name: String },
     /// A stage's output was taken from shared stages instead of run.
     Reused { stage: String, from: String },
+    /// A prompt cut to fit the model's context, and what was cut.
+    Trimmed(Box<Trim>),
+}
+
+/// A prompt cut to fit the context (recorded before its call, or instead
+/// of it when even the smallest prompt does not fit).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trim {
+    /// The call the prompt is for (`fixer`, `ranker`, `localizer`, ...).
+    #[serde(default)]
+    pub purpose: String,
+    /// The context the prompt and its reply must fit in, in tokens.
+    #[serde(default)]
+    pub context: usize,
+    /// Tokens kept for the reply.
+    #[serde(default)]
+    pub reserved: usize,
+    /// Tokens of the prompt before any cut.
+    #[serde(default)]
+    pub full_tokens: usize,
+    /// Tokens of the prompt as sent (the smallest one when none fits).
+    #[serde(default)]
+    pub prompt_tokens: usize,
+    /// False when even the smallest prompt does not fit: the model was not
+    /// called.
+    #[serde(default)]
+    pub fits: bool,
+    /// What was cut, in the order the cuts were made.
+    #[serde(default)]
+    pub cuts: Vec<Cut>,
+}
+
+/// One cut made to a prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cut", rename_all = "snake_case")]
+pub enum Cut {
+    /// The issue's middle left out: its head and tail kept.
+    Issue {
+        #[serde(default)]
+        kept_chars: usize,
+        #[serde(default)]
+        dropped_chars: usize,
+        #[serde(default)]
+        dropped_lines: usize,
+    },
+    /// Lines of a located span left out (the lines that matter kept).
+    Span {
+        #[serde(default)]
+        path: String,
+        #[serde(default)]
+        symbol: String,
+        #[serde(default)]
+        kept_lines: usize,
+        /// Line ranges left out, 1-based and inclusive.
+        #[serde(default)]
+        left_out: Vec<(usize, usize)>,
+    },
+    /// A location left out of the prompt whole.
+    Location {
+        #[serde(default)]
+        path: String,
+        #[serde(default)]
+        symbol: String,
+    },
+    /// A tied candidate not shown to the ranker's comparison.
+    Candidate {
+        /// Its index into the distinct candidates.
+        #[serde(default)]
+        distinct: usize,
+    },
+}
+
+impl Cut {
+    /// The cut in a few words, for logs and the report.
+    pub fn describe(&self) -> String {
+        match self {
+            Cut::Issue {
+                kept_chars,
+                dropped_chars,
+                dropped_lines,
+            } => format!(
+                "issue: {dropped_chars} characters ({dropped_lines} lines) left out, {kept_chars} kept"
+            ),
+            Cut::Span {
+                path,
+                symbol,
+                kept_lines,
+                left_out,
+            } => {
+                let ranges: Vec<String> = left_out
+                    .iter()
+                    .map(|(a, b)| format!("{a}-{b}"))
+                    .collect();
+                format!(
+                    "{path}::{symbol}: lines {} left out, {kept_lines} kept",
+                    ranges.join(", ")
+                )
+            }
+            Cut::Location { path, symbol } => format!("{path}::{symbol}: left out whole"),
+            Cut::Candidate { distinct } => format!("candidate {distinct}: not shown"),
+        }
+    }
 }
 
 /// One ReAct turn.
@@ -349,4 +459,98 @@ fn partial_sampling<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Sampling, 
         full.extend(given);
     }
     serde_json::from_value(full).map_err(D::Error::custom)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trimmed_step_reads_back_and_an_older_one_reads_with_defaults(
+    ) -> Result<(), serde_json::Error> {
+        let step = Step::Trimmed(Box::new(Trim {
+            purpose: "fixer".into(),
+            context: 4096,
+            reserved: 512,
+            full_tokens: 10_997,
+            prompt_tokens: 3577,
+            fits: true,
+            cuts: vec![
+                Cut::Span {
+                    path: "a.py".into(),
+                    symbol: "Big".into(),
+                    kept_lines: 26,
+                    left_out: vec![(12, 294)],
+                },
+                Cut::Issue {
+                    kept_chars: 1200,
+                    dropped_chars: 28_800,
+                    dropped_lines: 700,
+                },
+                Cut::Location {
+                    path: "b.py".into(),
+                    symbol: "f".into(),
+                },
+                Cut::Candidate { distinct: 3 },
+            ],
+        }));
+        let text = serde_json::to_string(&step)?;
+        assert_eq!(
+            text,
+            r#"{"kind":"trimmed","purpose":"fixer","context":4096,"reserved":512,"full_tokens":10997,"prompt_tokens":3577,"fits":true,"cuts":[{"cut":"span","path":"a.py","symbol":"Big","kept_lines":26,"left_out":[[12,294]]},{"cut":"issue","kept_chars":1200,"dropped_chars":28800,"dropped_lines":700},{"cut":"location","path":"b.py","symbol":"f"},{"cut":"candidate","distinct":3}]}"#
+        );
+        assert_eq!(serde_json::from_str::<Step>(&text)?, step);
+        let bare: Step = serde_json::from_str(r#"{"kind":"trimmed","cuts":[{"cut":"issue"}]}"#)?;
+        assert_eq!(
+            bare,
+            Step::Trimmed(Box::new(Trim {
+                purpose: String::new(),
+                context: 0,
+                reserved: 0,
+                full_tokens: 0,
+                prompt_tokens: 0,
+                fits: false,
+                cuts: vec![Cut::Issue {
+                    kept_chars: 0,
+                    dropped_chars: 0,
+                    dropped_lines: 0
+                }],
+            }))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn cuts_are_described_in_a_few_words() {
+        let cases = [
+            (
+                Cut::Issue {
+                    kept_chars: 1200,
+                    dropped_chars: 28_800,
+                    dropped_lines: 700,
+                },
+                "issue: 28800 characters (700 lines) left out, 1200 kept",
+            ),
+            (
+                Cut::Span {
+                    path: "a.py".into(),
+                    symbol: "Big".into(),
+                    kept_lines: 26,
+                    left_out: vec![(12, 294), (306, 596)],
+                },
+                "a.py::Big: lines 12-294, 306-596 left out, 26 kept",
+            ),
+            (
+                Cut::Location {
+                    path: "b.py".into(),
+                    symbol: "f".into(),
+                },
+                "b.py::f: left out whole",
+            ),
+            (Cut::Candidate { distinct: 3 }, "candidate 3: not shown"),
+        ];
+        for (cut, want) in cases {
+            assert_eq!(cut.describe(), want);
+        }
+    }
 }

@@ -648,6 +648,77 @@ fn step_html(out: &mut String, timed: &TimedStep) {
                 esc(from)
             );
         }
+        Step::Trimmed(t) => {
+            w!(
+                out,
+                "<li><span class=\"kind\">trimmed</span> <code>{}</code>{at} \
+                 <span class=\"meta\">· {} → {} prompt tokens, {} kept for the reply, context {}{}</span><ul>",
+                esc(&t.purpose),
+                count(t.full_tokens),
+                count(t.prompt_tokens),
+                count(t.reserved),
+                count(t.context),
+                if t.fits { "" } else { " · does not fit: no call made" }
+            );
+            for c in &t.cuts {
+                w!(out, "<li>{}</li>", esc(&c.describe()));
+            }
+            out.push_str("</ul>");
+        }
     }
     out.push_str("</li>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::trajectory::{Cut, Trim};
+
+    #[test]
+    fn a_trimmed_step_shows_its_cuts() {
+        let cases = [
+            (
+                true,
+                "<li><span class=\"kind\">trimmed</span> <code>fixer</code> <span class=\"meta\">at 1.5 s</span> \
+                 <span class=\"meta\">· 10,997 → 3,577 prompt tokens, 512 kept for the reply, context 4,096</span>\
+                 <ul><li>issue: 17120 characters (428 lines) left out, 12880 kept</li>\
+                 <li>a.py::&lt;Big&gt;: left out whole</li></ul></li>",
+            ),
+            (
+                false,
+                "<li><span class=\"kind\">trimmed</span> <code>fixer</code> <span class=\"meta\">at 1.5 s</span> \
+                 <span class=\"meta\">· 10,997 → 3,577 prompt tokens, 512 kept for the reply, context 4,096 \
+                 · does not fit: no call made</span>\
+                 <ul><li>issue: 17120 characters (428 lines) left out, 12880 kept</li>\
+                 <li>a.py::&lt;Big&gt;: left out whole</li></ul></li>",
+            ),
+        ];
+        for (fits, want) in cases {
+            let step = TimedStep {
+                at_s: 1.5,
+                step: Step::Trimmed(Box::new(Trim {
+                    purpose: "fixer".into(),
+                    context: 4096,
+                    reserved: 512,
+                    full_tokens: 10_997,
+                    prompt_tokens: 3577,
+                    fits,
+                    cuts: vec![
+                        Cut::Issue {
+                            kept_chars: 12_880,
+                            dropped_chars: 17_120,
+                            dropped_lines: 428,
+                        },
+                        Cut::Location {
+                            path: "a.py".into(),
+                            symbol: "<Big>".into(),
+                        },
+                    ],
+                })),
+            };
+            let mut out = String::new();
+            step_html(&mut out, &step);
+            assert_eq!(out, want, "fits: {fits}");
+        }
+    }
 }

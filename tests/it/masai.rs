@@ -287,3 +287,69 @@ fn without_a_reproduction_test_agreement_then_the_model_decide() {
     assert_eq!(again.outcome.ranking, r.outcome.ranking);
     assert_eq!(again.outcome.patch, task.patch);
 }
+
+/// The Fixer's prompt for a 30,000-character issue and a 600-line class,
+/// fitted with SmolLM2's own tokenizer into 2,048 tokens less the reply's
+/// 512, is accepted by the model: no `prompt does not fit`.
+#[test]
+fn a_long_issue_and_a_large_class_fit_the_real_model() {
+    use patchwright::agents::fixer;
+    use patchwright::aci::Location;
+    use patchwright::engine::{Engine, EngineSettings, Request, Sampling};
+    use patchwright::record::trajectory::Cut;
+    let dir = tempfile::tempdir().unwrap();
+    let class: String = std::iter::once("class Big:\n".to_string())
+        .chain((2..=600).map(|n| match n {
+            300 => "    def target_method(self):\n".to_string(),
+            n if n % 2 == 0 => format!("    def method_{n}(self):\n"),
+            n => format!("        return {n}\n"),
+        }))
+        .collect();
+    std::fs::create_dir_all(dir.path().join("pkg")).unwrap();
+    std::fs::write(dir.path().join("pkg/big.py"), class).unwrap();
+    let issue = format!(
+        "Big.target_method() is wrong.\n{}",
+        "Some words about the problem, repeated at length.\n".repeat(600)
+    );
+    assert!(issue.chars().count() > 30_000);
+    let locations = [Location {
+        path: "pkg/big.py".into(),
+        symbol: "Big".into(),
+        start_line: 1,
+        end_line: 600,
+    }];
+    let engine = Engine::load(
+        &common::test_model(),
+        &EngineSettings {
+            context: 2048,
+            threads: 0,
+        },
+    )
+    .unwrap();
+    let mut conversation = engine.conversation(1, 512).unwrap();
+    let prompt =
+        fixer::fit_prompt(conversation.as_ref(), dir.path(), &issue, &locations, 512).unwrap();
+    let trim = prompt.trim.expect("the prompt was cut");
+    assert!(trim.fits, "{trim:?}");
+    assert!(trim.full_tokens > 2048, "{trim:?}");
+    assert_eq!(trim.prompt_tokens, engine.count_tokens(&prompt.messages).unwrap());
+    assert!(trim.prompt_tokens <= 2048 - 512, "{trim:?}");
+    assert!(
+        matches!(trim.cuts.as_slice(), [Cut::Span { .. }, Cut::Issue { .. }]),
+        "{trim:?}"
+    );
+    let user = &prompt.messages[1].content;
+    assert!(user.contains("Big.target_method() is wrong."), "{user}");
+    assert!(user.contains("    def target_method(self):"), "{user}");
+    assert!(user.contains("        # ... lines 12-294 left out ..."), "{user}");
+    let generation = conversation
+        .generate(&Request::new(
+            &prompt.messages,
+            Sampling {
+                max_tokens: 8,
+                ..Sampling::default()
+            },
+        ))
+        .unwrap();
+    assert_eq!(generation.stats.prompt_tokens, trim.prompt_tokens);
+}
