@@ -293,8 +293,8 @@ fn without_a_reproduction_test_agreement_then_the_model_decide() {
 /// 512, is accepted by the model: no `prompt does not fit`.
 #[test]
 fn a_long_issue_and_a_large_class_fit_the_real_model() {
-    use patchwright::agents::fixer;
     use patchwright::aci::Location;
+    use patchwright::agents::fixer;
     use patchwright::engine::{Engine, EngineSettings, Request, Sampling};
     use patchwright::record::trajectory::Cut;
     let dir = tempfile::tempdir().unwrap();
@@ -332,7 +332,10 @@ fn a_long_issue_and_a_large_class_fit_the_real_model() {
     let trim = prompt.trim.expect("the prompt was cut");
     assert!(trim.fits, "{trim:?}");
     assert!(trim.full_tokens > 2048, "{trim:?}");
-    assert_eq!(trim.prompt_tokens, engine.count_tokens(&prompt.messages).unwrap());
+    assert_eq!(
+        trim.prompt_tokens,
+        engine.count_tokens(&prompt.messages).unwrap()
+    );
     assert!(trim.prompt_tokens <= 2048 - 512, "{trim:?}");
     assert!(
         matches!(trim.cuts.as_slice(), [Cut::Span { .. }, Cut::Issue { .. }]),
@@ -341,7 +344,10 @@ fn a_long_issue_and_a_large_class_fit_the_real_model() {
     let user = &prompt.messages[1].content;
     assert!(user.contains("Big.target_method() is wrong."), "{user}");
     assert!(user.contains("    def target_method(self):"), "{user}");
-    assert!(user.contains("        # ... lines 12-294 left out ..."), "{user}");
+    assert!(
+        user.contains("        # ... lines 12-294 left out ..."),
+        "{user}"
+    );
     let generation = conversation
         .generate(&Request::new(
             &prompt.messages,
