@@ -156,15 +156,10 @@ impl Setup {
 /// repositories patchwright created get here). Best effort: a failure
 /// leaves build outputs visible to `git status`, nothing worse.
 fn exclude_untracked(worktree: &Path) {
-    let out = std::process::Command::new("git")
-        .args(["ls-files", "--others", "--exclude-standard", "--directory"])
-        .current_dir(worktree)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output();
-    let Ok(out) = out else { return };
-    let listed = String::from_utf8_lossy(&out.stdout);
-    if listed.trim().is_empty() {
+    let Ok(listed) = crate::repo::untracked_files(worktree) else {
+        return;
+    };
+    if listed.is_empty() {
         return;
     }
     let exclude = worktree.join(".git/info/exclude");
@@ -173,9 +168,9 @@ fn exclude_untracked(worktree: &Path) {
     }
     let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
     text.push_str("# left by patchwright's install of the repository\n");
-    for l in listed.lines().filter(|l| !l.is_empty()) {
+    for path in listed {
         text.push('/');
-        text.push_str(l);
+        text.push_str(&path);
         text.push('\n');
     }
     let _ = std::fs::write(&exclude, text);
