@@ -142,7 +142,19 @@ submit_test tests/test_issue.py python -m pytest -q tests/test_issue.py
 
 /// MASAI's Test Template Generator: a minimal passing test in the
 /// repository's style, and the command that runs it.
-pub fn test_template(issue: &Issue) -> Agent<'static> {
+/// How `submit_test` will run a test file (the repository's own test
+/// command, when its environment has one), told to the test writers.
+fn runs_with(test_cmd: Option<&str>) -> String {
+    match test_cmd {
+        Some(cmd) => format!(
+            "\n\nThis repository's tests run with `{cmd} PATH`; submit_test runs your file that \
+             way, whatever COMMAND you give."
+        ),
+        None => String::new(),
+    }
+}
+
+pub fn test_template(issue: &Issue, test_cmd: Option<&str>) -> Agent<'static> {
     Agent {
         name: "test_template",
         role: "You are an expert Python developer. You find out how this repository's tests are \
@@ -153,16 +165,23 @@ pub fn test_template(issue: &Issue) -> Agent<'static> {
         task: TaskText::new(
             "The repository has this issue (do not fix it, and do not test it yet):\n",
             issue,
-            "\n\nWrite a new minimal test file that imports the package and PASSES, in the style \
-             of the existing tests, then hand it in with submit_test PATH COMMAND (for example \
-             python -m pytest -q PATH).",
+            format!(
+                "\n\nWrite a new minimal test file that imports the package and PASSES, in the \
+                 style of the existing tests, then hand it in with submit_test PATH COMMAND (for \
+                 example python -m pytest -q PATH).{}",
+                runs_with(test_cmd)
+            ),
         ),
     }
 }
 
 /// MASAI's Issue Reproducer: a test that fails on the base commit because
 /// of the issue.
-pub fn reproducer(issue: &Issue, template: Option<&crate::aci::SubmittedTest>) -> Agent<'static> {
+pub fn reproducer(
+    issue: &Issue,
+    template: Option<&crate::aci::SubmittedTest>,
+    test_cmd: Option<&str>,
+) -> Agent<'static> {
     let template = match template {
         Some(t) => format!(
             "\n\nA test that passes in this repository, run with `{}`:\n{}:\n{}",
@@ -185,7 +204,8 @@ pub fn reproducer(issue: &Issue, template: Option<&crate::aci::SubmittedTest>) -
             format!(
                 "{template}\n\nWrite a new test file whose test fails because of the issue, \
                  then hand it in with submit_test PATH COMMAND. It is checked: it must run, and \
-                 fail (not crash on an import or a typo)."
+                 fail (not crash on an import or a typo).{}",
+                runs_with(test_cmd)
             ),
         ),
     }

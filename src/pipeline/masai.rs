@@ -309,6 +309,7 @@ pub fn run(
     };
     let stages = &settings.pipeline;
     let agents = &settings.agents;
+    let test_cmd = env.and_then(|e| e.spec()).map(|s| s.test_cmd.as_str());
 
     let template = if stages.template {
         tracing::info!("{id}: stage 1/5, test template");
@@ -318,7 +319,7 @@ pub fn run(
             &agents.test_template,
             None::<&()>,
             cx.test_stage(
-                &agent_defs::test_template(issue),
+                &agent_defs::test_template(issue, test_cmd),
                 TestCheck::Passes,
                 &agents.test_template,
                 trajectory,
@@ -339,7 +340,7 @@ pub fn run(
             &agents.reproducer,
             Some(&t),
             cx.test_stage(
-                &agent_defs::reproducer(issue, t),
+                &agent_defs::reproducer(issue, t, test_cmd),
                 TestCheck::Fails,
                 &agents.reproducer,
                 trajectory,
