@@ -88,6 +88,9 @@ pub struct Ranking {
     pub regression_files: Vec<String>,
     /// Tests among them passing on the base commit.
     pub base_passing: usize,
+    /// Why no regression test was run per candidate, when some were found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regression_skipped: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comparison: Option<Comparison>,
 }
@@ -248,17 +251,34 @@ pub fn rank(
     let all = crate::index::python_files(ws.path()).unwrap_or_default();
     let regression = regression_tests(ws.path(), &all, &touched);
     let (regression_script, format) = test_run(environment, &regression);
+    let mut regression = regression;
+    let mut regression_skipped = None;
     let base_passing = if regression.is_empty() {
         BTreeSet::new()
     } else {
-        run_in(
+        match run_in(
             ws.path(),
             environment,
             settings.test_timeout_s,
             &regression_script,
-        )
-        .map(|o| passing(format, &o.output))
-        .unwrap_or_default()
+        ) {
+            // Too slow on the base commit: as slow per candidate, and what
+            // passed before the limit says nothing of the rest.
+            Ok(o) if o.timed_out => {
+                regression_skipped = Some(format!(
+                    "the regression tests ran past {} s on the base commit",
+                    settings.test_timeout_s
+                ));
+                regression.clear();
+                BTreeSet::new()
+            }
+            Ok(o) => passing(format, &o.output),
+            Err(e) => {
+                regression_skipped = Some(format!("the regression tests could not run: {e}"));
+                regression.clear();
+                BTreeSet::new()
+            }
+        }
     };
 
     let evaluations: Vec<Evaluation> = std::thread::scope(|s| {
@@ -357,6 +377,7 @@ pub fn rank(
         evaluations,
         regression_files: regression,
         base_passing: base_passing.len(),
+        regression_skipped,
         comparison,
     })
 }
