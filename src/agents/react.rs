@@ -109,6 +109,13 @@ impl TaskText {
 /// recorded in `trajectory`). When even the shortest cut does not fit, or
 /// the backend cannot count, the shortest cut or the whole issue: the
 /// first call then ends the episode with `exit_context` as before.
+/// A third of the context is kept for an episode's turns when its first
+/// prompt is fitted: at 4,096 tokens, 1,365, room for three observations
+/// of a 30-line window with their replies before history collapses. The
+/// 24,770-character issue of pylint-dev__pylint-7080, cut only to fit the
+/// first reply, ended the episode after one step.
+pub const EPISODE_ROOM_DIVISOR: usize = 3;
+
 fn fit_task(
     conversation: &dyn Conversation,
     agent: &Agent<'_>,
@@ -127,7 +134,13 @@ fn fit_task(
             &History::default(),
         )
     };
-    let Some(budget) = Budget::of(conversation, reply_tokens) else {
+    // The issue leaves room for the episode's turns, not only the first
+    // reply: a first prompt that fills the context ends the episode after
+    // one step.
+    let room = conversation
+        .context_size()
+        .map_or(0, |c| c / EPISODE_ROOM_DIVISOR);
+    let Some(budget) = Budget::of(conversation, reply_tokens + room) else {
         return task.text();
     };
     let fitted = (|| -> Result<Option<(String, Trim)>, EngineError> {
@@ -451,12 +464,12 @@ mod tests {
         // (context, issue, tokens of the first prompt, the cut, fits)
         let cases: [(usize, &Issue, usize, Option<Cut>, bool); 4] = [
             (4096, &short, 735, None, true),
-            // At most 4,096 − 768 = 3,328 tokens.
-            (4096, &long, 3322, cut(10_322, 667), true),
-            // At most 1,126.
-            (1894, &long, 1121, cut(1518, 951), true),
-            // At most 726: not even the shortest cut fits.
-            (1494, &long, 1028, cut(1146, 963), false),
+            // At most 6,144 − 768 − 6,144/3 (the episode's room) = 3,328 tokens.
+            (6144, &long, 3322, cut(10_322, 667), true),
+            // At most 2,841 − 768 − 947 = 1,126.
+            (2841, &long, 1121, cut(1518, 951), true),
+            // At most 632 < 726: not even the shortest cut fits.
+            (2100, &long, 1028, cut(1146, 963), false),
         ];
         for (context, which, tokens, cut, fits) in cases {
             let agent = crate::agents::localizer(which);
