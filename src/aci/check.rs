@@ -425,6 +425,54 @@ pub fn run_test(
     Ok((outcome, verdict))
 }
 
+/// Whether a submitted test, run again (`outcome`, judged `verdict`)
+/// after a change, says the change fixes what it reproduced. With an
+/// environment from a spec: every test that failed in the accepted run
+/// (`test.output`, read with the spec's log format) now passes, whatever
+/// else the file holds (a test that always fails, one that needs the
+/// network). Otherwise: the run passes.
+pub fn fixed(
+    env: Option<&crate::env::task::TaskEnv>,
+    test: &crate::aci::SubmittedTest,
+    outcome: &Outcome,
+    verdict: &Verdict,
+) -> bool {
+    let format = env.and_then(|e| e.spec()).map(|s| s.log_format);
+    fixed_in(format, &test.output, outcome, verdict)
+}
+
+/// [`fixed`] with the spec's log format (`None`: no spec) and the
+/// accepted run's output.
+pub fn fixed_in(
+    format: Option<LogFormat>,
+    accepted_output: &str,
+    outcome: &Outcome,
+    verdict: &Verdict,
+) -> bool {
+    let Some(format) = format else {
+        return *verdict == Verdict::Passed;
+    };
+    let statuses = |output: &str| {
+        let output = match ANSI_COLOUR.as_ref() {
+            Some(re) => re.replace_all(output, "").into_owned(),
+            None => output.to_string(),
+        };
+        log::parse(format, summary_part(format, &output))
+    };
+    let failing: Vec<String> = statuses(accepted_output)
+        .into_iter()
+        .filter(|(id, s)| names_a_test(id) && s.is_failure())
+        .map(|(id, _)| id)
+        .collect();
+    if failing.is_empty() || outcome.timed_out || outcome.signal.is_some() {
+        return *verdict == Verdict::Passed;
+    }
+    let now = statuses(&outcome.output);
+    failing
+        .iter()
+        .all(|id| now.get(id).is_some_and(|s| s.is_pass()))
+}
+
 #[cfg(test)]
 mod tests {
     use patchwright_sandbox::{
@@ -1141,5 +1189,52 @@ PASSED testing/test_mark.py::test_c
             verdict_in(LogFormat::Pytest, &outcome(Some(0), &passing)),
             Verdict::Passed
         );
+    }
+
+    /// A change fixes a reproduction when the tests that failed in the
+    /// accepted run now pass, whatever else the file holds.
+    #[test]
+    fn fixed_reads_the_tests_that_failed_when_accepted() {
+        let accepted =
+            "=========================== short test summary info ============================\n\
+PASSED tests/test_x.py::test_old\n\
+FAILED tests/test_x.py::test_issue - AssertionError\n\
+FAILED tests/test_x.py::test_needs_network - ConnectionError\n";
+        let after = |issue: &str, network: &str, code: i32| {
+            outcome(
+                Some(code),
+                &format!(
+                    "=========================== short test summary info ============================\n\
+PASSED tests/test_x.py::test_old\n{issue} tests/test_x.py::test_issue\n{network} tests/test_x.py::test_needs_network\n"
+                ),
+            )
+        };
+        let py = Some(LogFormat::Pytest);
+        // (format, run after the change, its verdict, fixed)
+        let cases = [
+            (py, after("PASSED", "PASSED", 0), Verdict::Passed, true),
+            (py, after("PASSED", "FAILED", 1), Verdict::Failed, false),
+            (py, after("FAILED", "FAILED", 1), Verdict::Failed, false),
+            (py, after("ERROR", "PASSED", 1), broken("setup"), false),
+            // Without a spec, only a passing run counts.
+            (None, after("PASSED", "PASSED", 0), Verdict::Passed, true),
+            (None, after("PASSED", "FAILED", 1), Verdict::Failed, false),
+        ];
+        for (i, (format, run, verdict, want)) in cases.iter().enumerate() {
+            assert_eq!(fixed_in(*format, accepted, run, verdict), *want, "case {i}");
+        }
+        // Only the tests that failed when accepted count: another test of
+        // the file failing after the change is a regression (the Ranker
+        // counts those apart), not the reproduction.
+        let only_issue =
+            "=========================== short test summary info ============================\n\
+PASSED tests/test_x.py::test_old\nFAILED tests/test_x.py::test_issue - AssertionError\n\
+PASSED tests/test_x.py::test_needs_network\n";
+        assert!(fixed_in(
+            py,
+            only_issue,
+            &after("PASSED", "FAILED", 1),
+            &Verdict::Failed
+        ));
     }
 }

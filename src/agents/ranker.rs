@@ -305,13 +305,14 @@ pub fn rank(
                         let env = prepare_like(environment, cand.path(), &layer)?;
                         if let Some(test) = reproduction {
                             test.place(cand.path())?;
-                            let (_, verdict) = check::run_test(
+                            let (outcome, verdict) = check::run_test(
                                 cand.path(),
                                 env.as_ref(),
                                 &test.command,
                                 settings.test_timeout_s,
                             )?;
-                            e.reproduction = Some(verdict == check::Verdict::Passed);
+                            e.reproduction =
+                                Some(check::fixed(env.as_ref(), test, &outcome, &verdict));
                         }
                         if !regression.is_empty() {
                             let o = run_in(

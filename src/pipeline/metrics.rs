@@ -137,8 +137,9 @@ fn reproduction_passes(
     let result = (|| {
         let env = prepare_like(env, w.path(), &dir.join("layer"))?;
         test.place(w.path())?;
-        let (_, verdict) = check::run_test(w.path(), env.as_ref(), &test.command, TEST_TIMEOUT_S)?;
-        Ok(verdict == check::Verdict::Passed)
+        let (outcome, verdict) =
+            check::run_test(w.path(), env.as_ref(), &test.command, TEST_TIMEOUT_S)?;
+        Ok(check::fixed(env.as_ref(), test, &outcome, &verdict))
     })();
     let _ = w.remove();
     let _ = std::fs::remove_dir_all(dir);
