@@ -90,7 +90,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             role: "You explore a repository.",
             commands: patchwright::aci::command::NAMES,
             demonstration: patchwright::agents::EDIT_DEMONSTRATION,
-            task: "Read the repository.".to_string(),
+            task: patchwright::agents::react::TaskText {
+                before: "Read the repository.".to_string(),
+                issue: String::new(),
+                after: String::new(),
+            },
         };
         let mut conversation = Scripted {
             session: patchwright::engine::Session::new(&engine, 1, 0)?,
