@@ -723,7 +723,12 @@ impl Aci {
             output: outcome.output.clone(),
             files: self.created_files(path),
         });
-        (format!("Accepted{ran_as}: {path}."), true)
+        let accepted = if ran_as.is_empty() {
+            format!("Accepted: {path}, run with `{command}`.")
+        } else {
+            format!("Accepted{ran_as}: {path}.")
+        };
+        (accepted, true)
     }
 
     /// The text files the agent created (untracked, not ignored), but
