@@ -427,10 +427,12 @@ pub fn run_test(
 
 /// Whether a submitted test, run again (`outcome`, judged `verdict`)
 /// after a change, says the change fixes what it reproduced. With an
-/// environment from a spec: every test that failed in the accepted run
-/// (`test.output`, read with the spec's log format) now passes, whatever
-/// else the file holds (a test that always fails, one that needs the
-/// network). Otherwise: the run passes.
+/// environment from a spec, reading both runs with the spec's log format:
+/// some test that failed in the accepted run (`test.output`) now passes,
+/// and none that passed then fails now. A test of the file that fails
+/// either way (one that needs the network, or this environment lacks
+/// something for) neither counts for nor against. Otherwise: the run
+/// passes.
 pub fn fixed(
     env: Option<&crate::env::task::TaskEnv>,
     test: &crate::aci::SubmittedTest,
@@ -459,18 +461,16 @@ pub fn fixed_in(
         };
         log::parse(format, summary_part(format, &output))
     };
-    let failing: Vec<String> = statuses(accepted_output)
-        .into_iter()
-        .filter(|(id, s)| names_a_test(id) && s.is_failure())
-        .map(|(id, _)| id)
-        .collect();
-    if failing.is_empty() || outcome.timed_out || outcome.signal.is_some() {
+    let before = statuses(accepted_output);
+    let tests = || before.iter().filter(|(id, _)| names_a_test(id));
+    if !tests().any(|(_, s)| s.is_failure()) || outcome.timed_out || outcome.signal.is_some() {
         return *verdict == Verdict::Passed;
     }
     let now = statuses(&outcome.output);
-    failing
-        .iter()
-        .all(|id| now.get(id).is_some_and(|s| s.is_pass()))
+    let passes = |id: &String| now.get(id).is_some_and(|s| s.is_pass());
+    let fixed_some = tests().any(|(id, s)| s.is_failure() && passes(id));
+    let broke_none = tests().all(|(id, s)| !s.is_pass() || passes(id));
+    fixed_some && broke_none
 }
 
 #[cfg(test)]
@@ -1191,50 +1191,70 @@ PASSED testing/test_mark.py::test_c
         );
     }
 
-    /// A change fixes a reproduction when the tests that failed in the
-    /// accepted run now pass, whatever else the file holds.
+    /// A change fixes a reproduction when a test that failed in the
+    /// accepted run now passes and none that passed now fails; a test
+    /// failing either way (the network's) counts for nothing.
     #[test]
     fn fixed_reads_the_tests_that_failed_when_accepted() {
-        let accepted =
-            "=========================== short test summary info ============================\n\
-PASSED tests/test_x.py::test_old\n\
-FAILED tests/test_x.py::test_issue - AssertionError\n\
-FAILED tests/test_x.py::test_needs_network - ConnectionError\n";
-        let after = |issue: &str, network: &str, code: i32| {
-            outcome(
-                Some(code),
-                &format!(
-                    "=========================== short test summary info ============================\n\
-PASSED tests/test_x.py::test_old\n{issue} tests/test_x.py::test_issue\n{network} tests/test_x.py::test_needs_network\n"
-                ),
+        let header =
+            "=========================== short test summary info ============================\n";
+        let run = |old: &str, issue: &str, network: &str| {
+            format!(
+                "{header}{old} tests/x.py::test_old\n{issue} tests/x.py::test_issue\n\
+                 {network} tests/x.py::test_needs_network\n"
             )
         };
+        let accepted = run("PASSED", "FAILED", "FAILED");
+        let after = |old, issue, network, code| outcome(Some(code), &run(old, issue, network));
         let py = Some(LogFormat::Pytest);
         // (format, run after the change, its verdict, fixed)
         let cases = [
-            (py, after("PASSED", "PASSED", 0), Verdict::Passed, true),
-            (py, after("PASSED", "FAILED", 1), Verdict::Failed, false),
-            (py, after("FAILED", "FAILED", 1), Verdict::Failed, false),
-            (py, after("ERROR", "PASSED", 1), broken("setup"), false),
+            (
+                py,
+                after("PASSED", "PASSED", "PASSED", 0),
+                Verdict::Passed,
+                true,
+            ),
+            // The network test fails either way.
+            (
+                py,
+                after("PASSED", "PASSED", "FAILED", 1),
+                Verdict::Failed,
+                true,
+            ),
+            (
+                py,
+                after("PASSED", "FAILED", "FAILED", 1),
+                Verdict::Failed,
+                false,
+            ),
+            // The issue's test passes, but a test that passed now fails.
+            (
+                py,
+                after("FAILED", "PASSED", "FAILED", 1),
+                Verdict::Failed,
+                false,
+            ),
             // Without a spec, only a passing run counts.
-            (None, after("PASSED", "PASSED", 0), Verdict::Passed, true),
-            (None, after("PASSED", "FAILED", 1), Verdict::Failed, false),
+            (
+                None,
+                after("PASSED", "PASSED", "PASSED", 0),
+                Verdict::Passed,
+                true,
+            ),
+            (
+                None,
+                after("PASSED", "PASSED", "FAILED", 1),
+                Verdict::Failed,
+                false,
+            ),
         ];
-        for (i, (format, run, verdict, want)) in cases.iter().enumerate() {
-            assert_eq!(fixed_in(*format, accepted, run, verdict), *want, "case {i}");
+        for (i, (format, after, verdict, want)) in cases.iter().enumerate() {
+            assert_eq!(
+                fixed_in(*format, &accepted, after, verdict),
+                *want,
+                "case {i}"
+            );
         }
-        // Only the tests that failed when accepted count: another test of
-        // the file failing after the change is a regression (the Ranker
-        // counts those apart), not the reproduction.
-        let only_issue =
-            "=========================== short test summary info ============================\n\
-PASSED tests/test_x.py::test_old\nFAILED tests/test_x.py::test_issue - AssertionError\n\
-PASSED tests/test_x.py::test_needs_network\n";
-        assert!(fixed_in(
-            py,
-            only_issue,
-            &after("PASSED", "FAILED", 1),
-            &Verdict::Failed
-        ));
     }
 }
