@@ -411,10 +411,7 @@ pub fn run_test(
     command: &str,
     timeout_s: u64,
 ) -> Result<(Outcome, Verdict), RunTestError> {
-    let mut policy = match env {
-        Some(e) => e.policy(dir)?,
-        None => crate::env::policy(dir, None)?,
-    };
+    let mut policy = crate::env::task::policy_for(dir, env)?;
     policy.limits.timeout_ms = timeout_s.saturating_mul(1000);
     let argv = ["bash".to_string(), "-c".to_string(), command.to_string()];
     let outcome = patchwright_sandbox::run(&policy, &argv)?;

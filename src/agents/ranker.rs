@@ -167,11 +167,6 @@ pub fn regression_files(all_files: &[String], sources: &[String]) -> Vec<String>
         .collect()
 }
 
-/// The test ids pytest's `-rA` summary reports as PASSED.
-pub fn passed_tests(output: &str) -> BTreeSet<String> {
-    passing(LogFormat::Pytest, output)
-}
-
 /// The tests a run's log, read as `format`, reports passing.
 fn passing(format: LogFormat, output: &str) -> BTreeSet<String> {
     testlog::parse(format, output)
@@ -188,10 +183,7 @@ fn run_in(
     timeout_s: u64,
     script: &str,
 ) -> Result<sandbox::Outcome, RankError> {
-    let mut policy = match env {
-        Some(e) => e.policy(dir)?,
-        None => env::policy(dir, None)?,
-    };
+    let mut policy = env::task::policy_for(dir, env)?;
     policy.limits.timeout_ms = timeout_s.saturating_mul(1000);
     let argv = ["bash".to_string(), "-c".to_string(), script.to_string()];
     Ok(sandbox::run(&policy, &argv)?)
@@ -202,13 +194,7 @@ fn run_in(
 fn test_run(env: Option<&TaskEnv>, files: &[String]) -> (String, LogFormat) {
     match env {
         Some(e) => (e.test_script(files), e.log_format()),
-        None => {
-            let args: Vec<String> = files.iter().map(|f| env::build::quote(f)).collect();
-            (
-                format!("{} {}", env::task::DEFAULT_TEST_COMMAND, args.join(" ")),
-                LogFormat::Pytest,
-            )
-        }
+        None => (env::task::default_test_script(files), LogFormat::Pytest),
     }
 }
 
@@ -576,7 +562,9 @@ mod tests {
         );
         let out = "PASSED tests/test_a.py::test_x\nFAILED tests/test_a.py::test_y - assert 1 == 2\nPASSED tests/test_a.py::test_z\n";
         assert_eq!(
-            passed_tests(out).into_iter().collect::<Vec<_>>(),
+            passing(LogFormat::Pytest, out)
+                .into_iter()
+                .collect::<Vec<_>>(),
             ["tests/test_a.py::test_x", "tests/test_a.py::test_z"]
         );
     }

@@ -226,11 +226,23 @@ impl TaskEnv {
     pub fn test_script(&self, files: &[String]) -> String {
         match self.spec() {
             Some(spec) => test_script(spec, files),
-            None => {
-                let args: Vec<String> = files.iter().map(|f| quote(f)).collect();
-                format!("{DEFAULT_TEST_COMMAND} {}\n", args.join(" "))
-            }
+            None => default_test_script(files),
         }
+    }
+}
+
+/// The tests of `files` without a spec: [`DEFAULT_TEST_COMMAND`] on them.
+pub fn default_test_script(files: &[String]) -> String {
+    let args: Vec<String> = files.iter().map(|f| quote(f)).collect();
+    format!("{DEFAULT_TEST_COMMAND} {}\n", args.join(" "))
+}
+
+/// The sandbox policy of commands in `worktree`: `env`'s when given
+/// ([`TaskEnv::policy`]), else the default one with no environment.
+pub fn policy_for(worktree: &Path, env: Option<&TaskEnv>) -> Result<sandbox::Policy, EnvError> {
+    match env {
+        Some(e) => e.policy(worktree),
+        None => super::policy(worktree, None),
     }
 }
 
