@@ -1,5 +1,7 @@
-//! The MASAI pipeline: Test Template Generator → Issue Reproducer → Edit
-//! Localizer → Fixer (N candidates from one prompt) → Ranker. Each stage's
+//! The MASAI pipeline: Edit Localizer → Test Template Generator → Issue
+//! Reproducer → Fixer (N candidates from one prompt) → Ranker. The
+//! localizer runs first so that the test stages can start from the located
+//! code and the tests that exercise it. Each stage's
 //! output is written as an artifact (`<artifacts>/<stage>.json`) and the
 //! workspace is put back to the base commit between stages, so what one
 //! agent wrote never leaks into the next one's patch.
@@ -311,48 +313,7 @@ pub fn run(
     let agents = &settings.agents;
     let test_cmd = env.and_then(|e| e.spec()).map(|s| s.test_cmd.as_str());
 
-    let template = if stages.template {
-        tracing::info!("{id}: stage 1/5, test template");
-        trajectory.stage("template");
-        let a: TestArtifact = shared_stage!(
-            "template",
-            &agents.test_template,
-            None::<&()>,
-            cx.test_stage(
-                &agent_defs::test_template(issue, test_cmd),
-                TestCheck::Passes,
-                &agents.test_template,
-                trajectory,
-            )?
-        );
-        write_artifact(artifacts, "template", &a)?;
-        Some(a)
-    } else {
-        None
-    };
-
-    let reproduction = if stages.reproduce {
-        tracing::info!("{id}: stage 2/5, issue reproducer");
-        trajectory.stage("reproduce");
-        let t = template.as_ref().and_then(|t| t.test.as_ref());
-        let a: TestArtifact = shared_stage!(
-            "reproduce",
-            &agents.reproducer,
-            Some(&t),
-            cx.test_stage(
-                &agent_defs::reproducer(issue, t, test_cmd),
-                TestCheck::Fails,
-                &agents.reproducer,
-                trajectory,
-            )?
-        );
-        write_artifact(artifacts, "reproduction", &a)?;
-        Some(a)
-    } else {
-        None
-    };
-
-    tracing::info!("{id}: stage 3/5, edit localizer");
+    tracing::info!("{id}: stage 1/5, edit localizer");
     trajectory.stage("localize");
     let locations: LocationsArtifact = shared_stage!("localize", &agents.localizer, None::<&()>, {
         let mut aci = cx.interface()?;
@@ -375,6 +336,48 @@ pub fn run(
         locations
     });
     write_artifact(artifacts, "locations", &locations)?;
+
+    let template = if stages.template {
+        tracing::info!("{id}: stage 2/5, test template");
+        trajectory.stage("template");
+        let a: TestArtifact = shared_stage!(
+            "template",
+            &agents.test_template,
+            None::<&()>,
+            cx.test_stage(
+                &agent_defs::test_template(issue, test_cmd),
+                TestCheck::Passes,
+                &agents.test_template,
+                trajectory,
+            )?
+        );
+        write_artifact(artifacts, "template", &a)?;
+        Some(a)
+    } else {
+        None
+    };
+
+    let reproduction = if stages.reproduce {
+        tracing::info!("{id}: stage 3/5, issue reproducer");
+        trajectory.stage("reproduce");
+        let t = template.as_ref().and_then(|t| t.test.as_ref());
+        let a: TestArtifact = shared_stage!(
+            "reproduce",
+            &agents.reproducer,
+            Some(&t),
+            cx.test_stage(
+                &agent_defs::reproducer(issue, t, test_cmd),
+                TestCheck::Fails,
+                &agents.reproducer,
+                trajectory,
+            )?
+        );
+        write_artifact(artifacts, "reproduction", &a)?;
+        Some(a)
+    } else {
+        None
+    };
+
 
     tracing::info!(
         "{id}: stage 4/5, fixer ({} candidates from {} location(s))",

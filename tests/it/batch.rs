@@ -282,9 +282,9 @@ fn run_drives_the_masai_pipeline_on_one_task() {
     let log = stderr(&o);
     assert!(o.status.success(), "run failed: {log}");
     for stage in [
-        "stage 1/5, test template",
-        "stage 2/5, issue reproducer",
-        "stage 3/5, edit localizer",
+        "stage 1/5, edit localizer",
+        "stage 2/5, test template",
+        "stage 3/5, issue reproducer",
         "stage 4/5, fixer (3 candidates",
         "stage 5/5, ranker",
     ] {
