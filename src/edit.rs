@@ -60,6 +60,26 @@ pub enum EditError {
     EmptySearch(String),
     #[error("SEARCH and REPLACE are identical")]
     NoChange,
+    #[error(
+        "lines {start}-{end} are not lines of {path} (it has {lines}); name lines the prompt shows"
+    )]
+    OutOfRange {
+        path: String,
+        start: usize,
+        end: usize,
+        lines: usize,
+    },
+    #[error(
+        "edits of {path} overlap: lines {first_start}-{first_end} and {second_start}-{second_end}; \
+         write one edit for lines that are changed together"
+    )]
+    Overlap {
+        path: String,
+        first_start: usize,
+        first_end: usize,
+        second_start: usize,
+        second_end: usize,
+    },
     #[error("cannot {action} {path}: {message}")]
     Io {
         action: &'static str,
@@ -80,6 +100,13 @@ fn is_marker(line: &str, ch: char, word: &str) -> bool {
     let t = line.trim_end();
     let n = t.chars().take_while(|&c| c == ch).count();
     (5..=9).contains(&n) && t[n..].trim() == word
+}
+
+/// Whether `line` would be read as a SEARCH/REPLACE marker (`<<<<<<< SEARCH`,
+/// `=======`, `>>>>>>> REPLACE`): such a line of code can never be a SEARCH
+/// line, or the block would not parse back.
+pub fn is_marker_line(line: &str) -> bool {
+    is_marker(line, '<', "SEARCH") || is_marker(line, '=', "") || is_marker(line, '>', "REPLACE")
 }
 
 /// The file name a block belongs to: the closest line above it that is not
@@ -458,17 +485,7 @@ pub fn apply_definition(
     while end > line + 1 && lines[end - 1].trim().is_empty() {
         end -= 1;
     }
-    let new: String = def
-        .text
-        .lines()
-        .map(|l| {
-            if l.trim().is_empty() {
-                "\n".to_string()
-            } else {
-                format!("{indent}{l}\n")
-            }
-        })
-        .collect();
+    let new = indent_lines(&def.text, &indent);
     if lines[start..end].concat() == new {
         return Err(EditError::NoChange);
     }
@@ -485,6 +502,193 @@ pub fn apply_definition(
         message: e.to_string(),
     })?;
     Ok(path)
+}
+
+/// `text` (dedented) with `indent` put before each non-blank line; blank
+/// lines become empty. Every line ends in a newline.
+pub fn indent_lines(text: &str, indent: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.trim().is_empty() {
+                "\n".to_string()
+            } else {
+                format!("{indent}{l}\n")
+            }
+        })
+        .collect()
+}
+
+/// `text` with `indent` taken off the start of each line (a line that does
+/// not start with it loses its leading whitespace): the inverse of
+/// [`indent_lines`].
+pub fn dedent_lines(text: &str, indent: &str) -> String {
+    text.lines()
+        .map(|l| match l.strip_prefix(indent) {
+            Some(rest) => format!("{rest}\n"),
+            None => format!("{}\n", l.trim_start()),
+        })
+        .collect()
+}
+
+/// Lines `start`-`end` (1-based, inclusive) of the file at `path` to be
+/// replaced by `text` (whole lines, each ending in a newline; empty
+/// deletes them): what the `anchored`, `lines` and `definition` edit
+/// formats of the Fixer come down to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LineEdit {
+    pub path: String,
+    pub start: usize,
+    pub end: usize,
+    pub text: String,
+}
+
+/// Applies `edits` to the files at `root`: every range must lie in its
+/// file and no two edits of a file may overlap (checked before anything
+/// is written); each file's edits are applied from the bottom up, so the
+/// line numbers, all of the file as it was, stay valid. Returns the
+/// files changed, in the order first named.
+pub fn apply_line_edits(root: &Path, edits: &[LineEdit]) -> Result<Vec<String>, EditError> {
+    let mut paths: Vec<&str> = Vec::new();
+    for e in edits {
+        if !paths.contains(&e.path.as_str()) {
+            paths.push(&e.path);
+        }
+    }
+    let mut outputs = Vec::new();
+    for path in &paths {
+        let full = resolve(root, path)?;
+        if !full.is_file() {
+            return Err(EditError::NoSuchFile(path.to_string()));
+        }
+        let content = std::fs::read_to_string(&full).map_err(|e| EditError::Io {
+            action: "read",
+            path: path.to_string(),
+            message: e.to_string(),
+        })?;
+        let lines: Vec<&str> = content.split_inclusive('\n').collect();
+        let mut mine: Vec<&LineEdit> = edits.iter().filter(|e| e.path == *path).collect();
+        mine.sort_by_key(|e| (e.start, e.end));
+        for e in &mine {
+            if e.start == 0 || e.start > e.end || e.end > lines.len() {
+                return Err(EditError::OutOfRange {
+                    path: path.to_string(),
+                    start: e.start,
+                    end: e.end,
+                    lines: lines.len(),
+                });
+            }
+        }
+        for pair in mine.windows(2) {
+            if pair[1].start <= pair[0].end {
+                return Err(EditError::Overlap {
+                    path: path.to_string(),
+                    first_start: pair[0].start,
+                    first_end: pair[0].end,
+                    second_start: pair[1].start,
+                    second_end: pair[1].end,
+                });
+            }
+        }
+        let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        for e in mine.iter().rev() {
+            let mut text = e.text.clone();
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            let new: Vec<String> = text.split_inclusive('\n').map(str::to_string).collect();
+            out.splice(e.start - 1..e.end, new);
+        }
+        outputs.push((full, path.to_string(), out.concat()));
+    }
+    for (full, path, text) in &outputs {
+        std::fs::write(full, text).map_err(|e| EditError::Io {
+            action: "write",
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+    }
+    Ok(outputs.into_iter().map(|(_, p, _)| p).collect())
+}
+
+/// The line that starts the new text of a `lines` edit: `replace lines
+/// A-B with:`.
+pub const LINES_HEADER_PREFIX: &str = "replace lines ";
+
+/// The fence around the new text of a `lines` or `definition` edit.
+pub const FENCE: &str = "```";
+
+/// One edit of the `lines` format as written: the path, lines `start`-`end`
+/// as the model wrote them (`start` may exceed `end`), and the new text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LinesEdit {
+    pub path: String,
+    pub start: usize,
+    pub end: usize,
+    pub text: String,
+}
+
+/// The edits of the `lines` format in `reply`:
+///
+/// ```text
+/// path/to/file.py
+/// replace lines 12-14 with:
+/// ```
+/// new lines
+/// ```
+/// ```
+///
+/// and how many were left open (a reply cut by the token cap). The path
+/// is the closest non-blank line above the header.
+pub fn parse_lines_edits(reply: &str) -> (Vec<LinesEdit>, usize) {
+    let lines: Vec<&str> = reply.lines().collect();
+    let mut out = Vec::new();
+    let mut path = String::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i].trim_end();
+        let range = line
+            .strip_prefix(LINES_HEADER_PREFIX)
+            .and_then(|r| r.strip_suffix(" with:"))
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+        let Some((start, end)) = range else {
+            if !line.trim().is_empty() {
+                path = line.trim().to_string();
+            }
+            i += 1;
+            continue;
+        };
+        if lines.get(i + 1).map(|l| l.trim_end()) != Some(FENCE) {
+            i += 1;
+            continue;
+        }
+        let body_start = i + 2;
+        let Some(close) = (body_start..lines.len()).find(|&k| lines[k].trim_end() == FENCE) else {
+            return (out, 1);
+        };
+        out.push(LinesEdit {
+            path: path.clone(),
+            start,
+            end,
+            text: join_lines(&lines[body_start..close]),
+        });
+        i = close + 1;
+    }
+    (out, 0)
+}
+
+/// The one edit of the `definition` format in `reply`: a `path::qualname`
+/// line, then the new definition in a fence. `None` when there is no
+/// closed fence after such a line (a reply cut by the token cap).
+pub fn parse_definition_edit(reply: &str) -> Option<(String, String)> {
+    let lines: Vec<&str> = reply.lines().collect();
+    let at = (0..lines.len().saturating_sub(1))
+        .find(|&i| lines[i].contains("::") && lines[i + 1].trim_end() == FENCE)?;
+    let close = (at + 2..lines.len()).find(|&k| lines[k].trim_end() == FENCE)?;
+    Some((
+        lines[at].trim().to_string(),
+        join_lines(&lines[at + 2..close]),
+    ))
 }
 
 fn indent_of(line: &str) -> &str {

@@ -1,9 +1,17 @@
 //! MASAI's Fixer: from the issue and the code at the localised spans, N
 //! candidate edits in one batched generation sharing the prompt (one
-//! greedy, N−1 sampled), each a short chain of thought then SEARCH/REPLACE
-//! blocks over the located files, enforced by grammar. Candidates that do
+//! greedy, N−1 sampled), each a short chain of thought then edits in the
+//! configured [`EditFormat`], enforced by grammar. Candidates that do
 //! not apply, break the syntax, or change nothing are dropped; duplicates
 //! (the same normalised diff) are merged and counted.
+//!
+//! In the `anchored`, `lines` and `definition` formats every reply the
+//! grammar allows names real lines of the shown code, so it applies; the
+//! only rejections left are a syntax error of the result, overlapping
+//! edits (`lines`, `anchored`: `did_not_apply` naming both ranges), and a
+//! reply cut by the token cap before its first edit closed (`no_blocks`:
+//! there is no separate "truncated" status, so `Fixes::applied` keeps its
+//! meaning).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -24,6 +32,44 @@ use crate::trajectory::Trajectory;
 /// context and the model sees the surroundings.
 pub const CONTEXT_LINES: usize = 5;
 
+/// How a candidate writes its edit. Each is enforced by a grammar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EditFormat {
+    /// SEARCH/REPLACE blocks over the shown files, SEARCH free text
+    /// (matched exactly, then ignoring whitespace).
+    #[default]
+    SearchReplace,
+    /// SEARCH/REPLACE blocks whose SEARCH the grammar restricts to a
+    /// contiguous run of the shown lines of the named file; when the run
+    /// occurs more than once among the shown lines, the first occurrence
+    /// not overlapping an earlier block of the reply is taken.
+    Anchored,
+    /// `replace lines A-B with:` and the new lines in a fence, A and B
+    /// numbers of one run of shown lines of the named file (the code is
+    /// shown numbered). A > B is normalised: the lines between them are
+    /// replaced. Edits of one reply must not overlap.
+    Lines,
+    /// One located function or method rewritten whole: its
+    /// `path::qualname`, then the new definition (decorators included) in
+    /// a fence, which replaces its span from the tree-sitter index. With
+    /// no function or method among the located spans, `anchored` is used.
+    Definition,
+}
+
+impl EditFormat {
+    /// The setting's value as written in a config (`search_replace`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            EditFormat::SearchReplace => "search_replace",
+            EditFormat::Anchored => "anchored",
+            EditFormat::Lines => "lines",
+            EditFormat::Definition => "definition",
+        }
+    }
+}
+
+/// The Fixer's settings (`[fixer]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FixerSettings {
@@ -33,6 +79,9 @@ pub struct FixerSettings {
     pub temperature: f32,
     /// Most tokens of one candidate.
     pub max_tokens: u32,
+    /// How candidates write their edits (`search_replace` when absent).
+    #[serde(default)]
+    pub edit_format: EditFormat,
 }
 
 impl Default for FixerSettings {
@@ -41,6 +90,7 @@ impl Default for FixerSettings {
             candidates: 4,
             temperature: 0.8,
             max_tokens: 512,
+            edit_format: EditFormat::SearchReplace,
         }
     }
 }
@@ -77,10 +127,15 @@ pub struct Distinct {
     pub members: Vec<usize>,
 }
 
+/// The Fixer's outcome (`fixes.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Fixes {
     pub candidates: Vec<Candidate>,
     pub distinct: Vec<Distinct>,
+    /// The format the candidates were asked for (`search_replace` in
+    /// files written before there was a choice).
+    #[serde(default)]
+    pub edit_format: EditFormat,
 }
 
 impl Fixes {
@@ -123,16 +178,166 @@ pub enum FixError {
 const SYSTEM: &str = "You are an expert Python developer who fixes bugs. You first explain the \
 cause in one line, then write the fix as SEARCH/REPLACE blocks.";
 
+/// The `search_replace` format's instructions.
 const INSTRUCTIONS: &str = "Fix the issue. Start with `Reasoning:` and one line on the cause. \
 Then write each change as a SEARCH/REPLACE block: the file's path on its own line, \
 `<<<<<<< SEARCH`, the lines to change copied exactly from the code above (no line numbers), \
 `=======`, the new lines, and `>>>>>>> REPLACE`. Keep SEARCH short: the lines that change \
 and one line around them.";
 
+/// The `anchored` format's instructions.
+const ANCHORED_INSTRUCTIONS: &str = "Fix the issue. Start with `Reasoning:` and one short line \
+on the cause. Then write each change as a SEARCH/REPLACE block: the file's path on its own line, \
+`<<<<<<< SEARCH`, one or more consecutive lines copied exactly from the code above, `=======`, \
+the new lines, and `>>>>>>> REPLACE`. Keep SEARCH short: only the lines that change.";
+
+/// The `lines` format's instructions.
+const LINES_INSTRUCTIONS: &str = "Fix the issue. Start with `Reasoning:` and one short line on \
+the cause. Then write each change as: the file's path on its own line, `replace lines A-B with:` \
+(A and B are line numbers shown left of the code above; lines A to B are replaced), then the new \
+lines in a ``` fence, exactly as they must be in the file, indentation included, without line \
+numbers. For example:\n\npkg/mod.py\nreplace lines 12-13 with:\n```\n    if x is None:\n        \
+return 0\n```";
+
+/// The `definition` format's instructions, before the list of targets.
+const DEFINITION_INSTRUCTIONS: &str = "Fix the issue. Start with `Reasoning:` and one short line \
+on the cause. Then write the name of the one function to rewrite on its own line, then the whole \
+new function in a ``` fence, decorators included, indented as in the code above. It replaces the \
+old function. The functions you can rewrite:";
+
+/// What the prompt asks for in `format` (`targets`: the definitions the
+/// `definition` format may rewrite).
+fn instructions(format: EditFormat, targets: &[Target]) -> String {
+    match format {
+        EditFormat::SearchReplace => INSTRUCTIONS.to_string(),
+        EditFormat::Anchored => ANCHORED_INSTRUCTIONS.to_string(),
+        EditFormat::Lines => LINES_INSTRUCTIONS.to_string(),
+        EditFormat::Definition => {
+            let list: Vec<String> = targets.iter().map(|t| t.label()).collect();
+            format!("{DEFINITION_INSTRUCTIONS}\n{}", list.join("\n"))
+        }
+    }
+}
+
 /// The code of the located spans, with context, grouped per file: each
 /// span whole.
 pub fn code_sections(root: &Path, locations: &[Location]) -> Vec<(String, String)> {
-    sections(&read_located(root, locations), None).0
+    sections(&read_located(root, locations), None, false).0
+}
+
+/// A file the prompt shows: all its lines, and which it shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownCode {
+    pub path: String,
+    /// The file's lines, without newlines.
+    pub lines: Vec<String>,
+    /// The 1-based numbers of the lines shown (gaps' notes are none).
+    pub shown: BTreeSet<usize>,
+    /// The located spans of this file (1-based, inclusive).
+    pub spans: Vec<(usize, usize)>,
+}
+
+impl ShownCode {
+    /// The shown lines as runs of consecutive numbers for a grammar; with
+    /// `anchored`, a line that reads as a SEARCH/REPLACE marker ends a run
+    /// and is left out (it could not be parsed back from SEARCH).
+    pub fn runs(&self, anchored: bool) -> grammar::ShownFile {
+        let mut runs: Vec<grammar::ShownRun> = Vec::new();
+        let mut previous = None;
+        for &n in &self.shown {
+            let text = self.lines.get(n - 1).cloned().unwrap_or_default();
+            if anchored && edit::is_marker_line(&text) {
+                previous = None;
+                continue;
+            }
+            match runs.last_mut() {
+                Some(run) if previous == Some(n - 1) => run.lines.push(text),
+                _ => runs.push(grammar::ShownRun {
+                    first: n,
+                    lines: vec![text],
+                }),
+            }
+            previous = Some(n);
+        }
+        grammar::ShownFile {
+            path: self.path.clone(),
+            runs,
+        }
+    }
+}
+
+/// A function or method the `definition` format may rewrite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub path: String,
+    pub qualname: String,
+    /// Its span, 1-based and inclusive, decorators included.
+    pub start_line: usize,
+    pub end_line: usize,
+    /// The indentation of its `def` line.
+    pub indent: String,
+    /// Its `def` line up to and including the name and `(`.
+    pub lead: String,
+}
+
+impl Target {
+    /// `path::qualname`, the line of a reply that picks it.
+    pub fn label(&self) -> String {
+        format!("{}::{}", self.path, self.qualname)
+    }
+}
+
+/// The functions and methods inside the located spans whose `def` line is
+/// shown, outermost only (a nested function is rewritten with its
+/// parent), in the order of the files and lines.
+pub fn definition_targets(code: &[ShownCode]) -> Vec<Target> {
+    let mut out: Vec<Target> = Vec::new();
+    for c in code {
+        let text = c.lines.join("\n") + "\n";
+        let index = symbols::parse_symbols(&c.path, &text);
+        let mut mine: Vec<&symbols::Symbol> = index
+            .symbols
+            .iter()
+            .filter(|s| s.kind != symbols::SymbolKind::Class)
+            .filter(|s| c.shown.contains(&s.def_line))
+            .filter(|s| {
+                c.spans
+                    .iter()
+                    .any(|&(a, b)| a <= s.start_line && s.end_line <= b)
+            })
+            .collect();
+        mine.sort_by_key(|s| (s.start_line, std::cmp::Reverse(s.end_line)));
+        let mut last_end = 0;
+        for s in mine {
+            if s.start_line <= last_end {
+                continue;
+            }
+            let Some(def_line) = c.lines.get(s.def_line - 1) else {
+                continue;
+            };
+            let Some(lead) = definition_lead(def_line, &s.name) else {
+                continue;
+            };
+            last_end = s.end_line;
+            out.push(Target {
+                path: c.path.clone(),
+                qualname: s.qualname.clone(),
+                start_line: s.start_line,
+                end_line: s.end_line,
+                indent: def_line[..def_line.len() - def_line.trim_start().len()].to_string(),
+                lead,
+            });
+        }
+    }
+    out
+}
+
+/// `line` (a `def` line) up to and including `name` and, when it follows
+/// at once, `(`.
+fn definition_lead(line: &str, name: &str) -> Option<String> {
+    let at = line.find(&format!("def {name}"))? + 4 + name.len();
+    let paren = usize::from(line[at..].starts_with('('));
+    Some(line[..at + paren].to_string())
 }
 
 /// Lines kept after a span's first line (its signature, then usually its
@@ -297,12 +502,16 @@ fn gap_note(a: usize, b: usize, next: &str) -> String {
 
 /// The sections of the prompt, grouped per file, and the spans' cuts:
 /// whole, or trimmed to [`kept_lines`] when `identifiers` is given.
+/// With `numbered`, each shown line starts with its number (the `lines`
+/// format). Also returns what each file shows.
 fn sections(
     located: &[Located],
     identifiers: Option<&BTreeSet<String>>,
-) -> (Vec<(String, String)>, Vec<Cut>) {
+    numbered: bool,
+) -> (Vec<(String, String)>, Vec<Cut>, Vec<ShownCode>) {
     let mut out: Vec<(String, String)> = Vec::new();
     let mut cuts = Vec::new();
+    let mut code: Vec<ShownCode> = Vec::new();
     for l in located {
         let loc = &l.location;
         let (start, end) = shown_range(loc, l.lines.len());
@@ -310,12 +519,18 @@ fn sections(
             Some(ids) => kept_lines(&l.lines, loc, ids),
             None => (start..=end).collect(),
         };
+        let width = end.to_string().len();
+        let number = |n: Option<usize>, text: String| match (numbered, n) {
+            (false, _) => text,
+            (true, Some(n)) => format!("{n:>width$}| {text}"),
+            (true, None) => format!("{:width$}| {text}", ""),
+        };
         let mut shown: Vec<String> = Vec::new();
         let mut left_out: Vec<(usize, usize)> = Vec::new();
         let mut n = start;
         while n <= end {
             if keep.contains(&n) {
-                shown.push(l.lines[n - 1].clone());
+                shown.push(number(Some(n), l.lines[n - 1].clone()));
                 n += 1;
                 continue;
             }
@@ -324,8 +539,21 @@ fn sections(
                 n += 1;
             }
             let next = l.lines.get(n - 1).filter(|_| n <= end).map_or("", |s| s);
-            shown.push(gap_note(a, n - 1, next));
+            shown.push(number(None, gap_note(a, n - 1, next)));
             left_out.push((a, n - 1));
+        }
+        let visible = (start..=end).filter(|n| keep.contains(n));
+        match code.iter_mut().find(|c| c.path == loc.path) {
+            Some(c) => {
+                c.shown.extend(visible);
+                c.spans.push((loc.start_line, loc.end_line));
+            }
+            None => code.push(ShownCode {
+                path: loc.path.clone(),
+                lines: l.lines.clone(),
+                shown: visible.collect(),
+                spans: vec![(loc.start_line, loc.end_line)],
+            }),
         }
         let snippet = shown.join("\n");
         let note = if left_out.is_empty() {
@@ -353,17 +581,43 @@ fn sections(
             None => out.push((loc.path.clone(), section)),
         }
     }
-    (out, cuts)
+    (out, cuts, code)
 }
 
-/// The prompt of the Fixer, showing `issue` (the issue's text, whole or
-/// cut).
+/// The prompt of the Fixer in the `search_replace` format, showing
+/// `issue` (the issue's text, whole or cut).
 pub fn messages(issue: &str, sections: &[(String, String)]) -> Vec<Message> {
+    messages_in(issue, sections, SYSTEM, INSTRUCTIONS)
+}
+
+/// The system message of `format`.
+fn system(format: EditFormat) -> &'static str {
+    match format {
+        EditFormat::SearchReplace | EditFormat::Anchored => SYSTEM,
+        EditFormat::Lines => LINES_SYSTEM,
+        EditFormat::Definition => DEFINITION_SYSTEM,
+    }
+}
+
+/// The system message of the `lines` format.
+const LINES_SYSTEM: &str = "You are an expert Python developer who fixes bugs. You \
+first explain the cause in one line, then replace numbered lines of the code with new ones.";
+
+/// The system message of the `definition` format.
+const DEFINITION_SYSTEM: &str = "You are an expert Python developer who fixes bugs. You first \
+explain the cause in one line, then rewrite the one function that has the bug.";
+
+fn messages_in(
+    issue: &str,
+    sections: &[(String, String)],
+    system: &str,
+    instructions: &str,
+) -> Vec<Message> {
     let code: Vec<&str> = sections.iter().map(|(_, s)| s.as_str()).collect();
     vec![
-        Message::system(SYSTEM),
+        Message::system(system),
         Message::user(format!(
-            "ISSUE:\n{}\n\nTHE CODE TO FIX:\n\n{}\n\n{INSTRUCTIONS}",
+            "ISSUE:\n{}\n\nTHE CODE TO FIX:\n\n{}\n\n{instructions}",
             issue.trim(),
             code.join("\n\n")
         )),
@@ -379,6 +633,99 @@ pub struct Prompt {
     /// The record of the cuts made to fit the context (`None`: nothing
     /// was cut, or the backend does not say its context).
     pub trim: Option<Trim>,
+    /// The format asked for: the one configured, or `anchored` for a
+    /// `definition` prompt with no function among the located spans.
+    pub format: EditFormat,
+    /// What the prompt shows of each file.
+    pub code: Vec<ShownCode>,
+    /// The definitions the `definition` format may rewrite (empty in the
+    /// other formats).
+    pub targets: Vec<Target>,
+}
+
+impl Prompt {
+    /// The grammar every candidate of this prompt follows.
+    pub fn grammar(&self) -> Result<String, grammar::GrammarError> {
+        match self.format {
+            EditFormat::SearchReplace => grammar::search_replace_with_reasoning(&self.paths),
+            EditFormat::Anchored => {
+                grammar::anchored(&self.code.iter().map(|c| c.runs(true)).collect::<Vec<_>>())
+            }
+            EditFormat::Lines => {
+                grammar::lines(&self.code.iter().map(|c| c.runs(false)).collect::<Vec<_>>())
+            }
+            EditFormat::Definition => grammar::definition(
+                &self
+                    .targets
+                    .iter()
+                    .map(|t| grammar::DefinitionTarget {
+                        label: t.label(),
+                        indent: t.indent.clone(),
+                        lead: t.lead.clone(),
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+        }
+    }
+}
+
+/// The parts of a prompt built for a number of locations.
+struct Built {
+    messages: Vec<Message>,
+    paths: Vec<String>,
+    cuts: Vec<Cut>,
+    format: EditFormat,
+    code: Vec<ShownCode>,
+    targets: Vec<Target>,
+}
+
+impl Built {
+    fn into_prompt(self, trim: Option<Trim>) -> Prompt {
+        Prompt {
+            messages: self.messages,
+            paths: self.paths,
+            trim,
+            format: self.format,
+            code: self.code,
+            targets: self.targets,
+        }
+    }
+}
+
+/// The prompt in `format` over `located`, showing `issue`; spans trimmed
+/// to [`kept_lines`] of `identifiers` when given.
+fn build_prompt(
+    issue: &str,
+    located: &[Located],
+    identifiers: Option<&BTreeSet<String>>,
+    format: EditFormat,
+) -> Built {
+    let numbered = format == EditFormat::Lines;
+    let (sections, cuts, code) = sections(located, identifiers, numbered);
+    let paths: Vec<String> = sections.iter().map(|(p, _)| p.clone()).collect();
+    let targets = if format == EditFormat::Definition {
+        definition_targets(&code)
+    } else {
+        Vec::new()
+    };
+    let format = if format == EditFormat::Definition && targets.is_empty() {
+        EditFormat::Anchored
+    } else {
+        format
+    };
+    Built {
+        messages: messages_in(
+            issue,
+            &sections,
+            system(format),
+            &instructions(format, &targets),
+        ),
+        paths,
+        cuts,
+        format,
+        code,
+        targets,
+    }
 }
 
 /// The Fixer's prompt fitted to the context: everything whole if it fits;
@@ -393,6 +740,7 @@ pub fn fit_prompt(
     issue: &str,
     locations: &[Location],
     reply_tokens: usize,
+    format: EditFormat,
 ) -> Result<Prompt, FixError> {
     let located = read_located(root, locations);
     if located.is_empty() {
@@ -401,26 +749,16 @@ pub fn fit_prompt(
     let issue = issue.trim();
     let identifiers = issue_identifiers(issue);
     let build = |text: &str, n: usize, trim: bool| {
-        let (sections, cuts) = sections(&located[..n], trim.then_some(&identifiers));
-        let paths: Vec<String> = sections.iter().map(|(p, _)| p.clone()).collect();
-        (messages(text, &sections), paths, cuts)
+        build_prompt(text, &located[..n], trim.then_some(&identifiers), format)
     };
     let all = located.len();
-    let (msgs, paths, _) = build(issue, all, false);
+    let whole = build(issue, all, false);
     let Some(budget) = Budget::of(conversation, reply_tokens) else {
-        return Ok(Prompt {
-            messages: msgs,
-            paths,
-            trim: None,
-        });
+        return Ok(whole.into_prompt(None));
     };
-    let (full_tokens, fits) = budget.measure(conversation, &msgs)?;
+    let (full_tokens, fits) = budget.measure(conversation, &whole.messages)?;
     if fits {
-        return Ok(Prompt {
-            messages: msgs,
-            paths,
-            trim: None,
-        });
+        return Ok(whole.into_prompt(None));
     }
     let dropped = |n: usize| {
         located[n..].iter().map(|l| Cut::Location {
@@ -429,29 +767,34 @@ pub fn fit_prompt(
         })
     };
     for n in (1..=all).rev() {
-        let fitted = budget::fit_issue(conversation, &budget, issue, |t| build(t, n, true).0)?;
+        let fitted =
+            budget::fit_issue(conversation, &budget, issue, |t| build(t, n, true).messages)?;
         if let Some(cut) = fitted {
-            let (msgs, paths, mut cuts) = build(&cut.text, n, true);
-            cuts.extend(cut.cut);
-            cuts.extend(dropped(n));
-            let tokens = conversation.count_tokens(&msgs)?;
-            return Ok(Prompt {
-                messages: msgs,
-                paths,
-                trim: Some(budget.trim("fixer", full_tokens, tokens, cuts)),
-            });
+            let mut built = build(&cut.text, n, true);
+            built.cuts.extend(cut.cut);
+            built.cuts.extend(dropped(n));
+            let tokens = conversation.count_tokens(&built.messages)?;
+            let trim = budget.trim(
+                "fixer",
+                full_tokens,
+                tokens,
+                std::mem::take(&mut built.cuts),
+            );
+            return Ok(built.into_prompt(Some(trim)));
         }
     }
     let shortest = budget::cut_issue(issue, budget::MIN_ISSUE_CHARS);
-    let (msgs, paths, mut cuts) = build(&shortest.text, 1, true);
-    cuts.extend(shortest.cut);
-    cuts.extend(dropped(1));
-    let tokens = conversation.count_tokens(&msgs)?;
-    Ok(Prompt {
-        messages: msgs,
-        paths,
-        trim: Some(budget.trim("fixer", full_tokens, tokens, cuts)),
-    })
+    let mut built = build(&shortest.text, 1, true);
+    built.cuts.extend(shortest.cut);
+    built.cuts.extend(dropped(1));
+    let tokens = conversation.count_tokens(&built.messages)?;
+    let trim = budget.trim(
+        "fixer",
+        full_tokens,
+        tokens,
+        std::mem::take(&mut built.cuts),
+    );
+    Ok(built.into_prompt(Some(trim)))
 }
 
 /// Normalised for deduplication: no `index` lines, no trailing spaces.
@@ -486,17 +829,24 @@ pub fn run(
         &issue.problem_statement,
         locations,
         settings.max_tokens as usize,
+        settings.edit_format,
     )?;
-    let Prompt {
-        messages: msgs,
-        paths,
-        trim,
-    } = prompt;
+    if prompt.format != settings.edit_format {
+        tracing::warn!(
+            "{}: no function or method among the located spans to rewrite: the fixer asks for \
+             the {} format instead of {}",
+            issue.instance_id,
+            prompt.format.name(),
+            settings.edit_format.name()
+        );
+    }
+    let g = prompt.grammar()?;
     let mut fixes = Fixes {
         candidates: Vec::new(),
         distinct: Vec::new(),
+        edit_format: prompt.format,
     };
-    if let Some(t) = trim {
+    if let Some(t) = prompt.trim.clone() {
         let fits = t.fits;
         if !fits {
             tracing::warn!(
@@ -513,7 +863,6 @@ pub fn run(
             return Ok(fixes);
         }
     }
-    let g = grammar::search_replace_with_reasoning(&paths)?;
     let n = settings.candidates.max(1);
     let temperatures: Vec<f32> = (0..n)
         .map(|i| if i == 0 { 0.0 } else { settings.temperature })
@@ -526,20 +875,20 @@ pub fn run(
         n,
         temperatures: Some(temperatures.clone()),
         grammar: Some(&g),
-        ..Request::new(&msgs, sampling.clone())
+        ..Request::new(&prompt.messages, sampling.clone())
     };
     let generation = conversation.generate(&request)?;
-    let prompt = conversation.render(&msgs);
+    let rendered = conversation.render(&prompt.messages);
     trajectory.record(Step::ModelCall(Box::new(ModelCall::from_generation(
         "fixer",
-        msgs,
-        prompt,
+        prompt.messages.clone(),
+        rendered,
         sampling,
         &generation,
     ))));
 
     for (index, c) in generation.candidates.iter().enumerate() {
-        let (status, patch) = try_candidate(root, base, &c.text, &paths)?;
+        let (status, patch) = try_candidate(root, base, &c.text, &prompt)?;
         let status = match (&status, &patch) {
             (Status::Kept, Some(p)) => {
                 let key = normalise(p);
@@ -574,16 +923,133 @@ pub fn run(
     Ok(fixes)
 }
 
-/// Applies one reply's blocks to the workspace, checks and diffs the
+/// The edits a reply asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edits {
+    /// No complete edit: nothing written, or cut before the first closed.
+    None,
+    /// SEARCH/REPLACE blocks, matched in the files (`search_replace`).
+    Blocks(Vec<edit::Block>),
+    /// Line ranges of the files as they are, and their new text.
+    Lines(Vec<edit::LineEdit>),
+    /// Edits that name no shown code (a reply the grammar would not allow).
+    Refused(String),
+}
+
+/// What `reply` asks to change, read in the prompt's format.
+pub fn edits_of(reply: &str, prompt: &Prompt) -> Edits {
+    match prompt.format {
+        EditFormat::SearchReplace => {
+            let parsed = edit::parse(reply);
+            if parsed.blocks.is_empty() {
+                Edits::None
+            } else {
+                Edits::Blocks(parsed.blocks)
+            }
+        }
+        EditFormat::Anchored => {
+            let blocks = edit::parse(reply).blocks;
+            if blocks.is_empty() {
+                return Edits::None;
+            }
+            anchor(&blocks, &prompt.code).map_or_else(Edits::Refused, Edits::Lines)
+        }
+        EditFormat::Lines => {
+            let (written, _) = edit::parse_lines_edits(reply);
+            if written.is_empty() {
+                return Edits::None;
+            }
+            let mut out = Vec::new();
+            for e in written {
+                let Some(code) = prompt.code.iter().find(|c| c.path == e.path) else {
+                    return Edits::Refused(format!("{} is not a file the prompt shows", e.path));
+                };
+                let (start, end) = (e.start.min(e.end), e.start.max(e.end));
+                if let Some(n) = [start, end].into_iter().find(|n| !code.shown.contains(n)) {
+                    return Edits::Refused(format!("line {n} of {} is not shown", e.path));
+                }
+                out.push(edit::LineEdit {
+                    path: e.path,
+                    start,
+                    end,
+                    text: e.text,
+                });
+            }
+            Edits::Lines(out)
+        }
+        EditFormat::Definition => {
+            let Some((label, body)) = edit::parse_definition_edit(reply) else {
+                return Edits::None;
+            };
+            let Some(t) = prompt.targets.iter().find(|t| t.label() == label) else {
+                return Edits::Refused(format!("`{label}` is not a located definition"));
+            };
+            let text = edit::indent_lines(&edit::dedent_lines(&body, &t.indent), &t.indent);
+            Edits::Lines(vec![edit::LineEdit {
+                path: t.path.clone(),
+                start: t.start_line,
+                end: t.end_line,
+                text,
+            }])
+        }
+    }
+}
+
+/// The `anchored` blocks as line ranges: each SEARCH at the first run of
+/// shown lines of its file that it equals and that no earlier block took
+/// (else the first it equals: the overlap is then refused when applied).
+fn anchor(blocks: &[edit::Block], code: &[ShownCode]) -> Result<Vec<edit::LineEdit>, String> {
+    let mut chosen: Vec<edit::LineEdit> = Vec::new();
+    for b in blocks {
+        let Some(file) = code.iter().find(|c| c.path == b.path) else {
+            return Err(format!("{} is not a file the prompt shows", b.path));
+        };
+        let search: Vec<&str> = b.search.lines().collect();
+        let len = search.len();
+        let fits = |s: usize| {
+            search.iter().enumerate().all(|(k, want)| {
+                file.shown.contains(&(s + k))
+                    && file.lines.get(s + k - 1).map(String::as_str) == Some(*want)
+            })
+        };
+        let free = |s: usize| {
+            !chosen
+                .iter()
+                .any(|e| e.path == b.path && s <= e.end && e.start < s + len)
+        };
+        let start = file
+            .shown
+            .iter()
+            .copied()
+            .find(|&s| fits(s) && free(s))
+            .or_else(|| file.shown.iter().copied().find(|&s| fits(s)));
+        let Some(start) = start.filter(|_| len > 0) else {
+            return Err(format!(
+                "SEARCH is not a run of the lines shown of {}",
+                b.path
+            ));
+        };
+        chosen.push(edit::LineEdit {
+            path: b.path.clone(),
+            start,
+            end: start + len - 1,
+            text: b.replace.clone(),
+        });
+    }
+    Ok(chosen)
+}
+
+/// Applies one reply's edits to the workspace, checks and diffs the
 /// result, and undoes it.
 fn try_candidate(
     root: &Path,
     base: &str,
     reply: &str,
-    paths: &[String],
+    prompt: &Prompt,
 ) -> Result<(Status, Option<String>), RepoError> {
-    let parsed = edit::parse(reply);
-    if parsed.blocks.is_empty() {
+    let paths = &prompt.paths;
+    let edits = edits_of(reply, prompt);
+    if edits == Edits::None {
         return Ok((Status::NoBlocks, None));
     }
     let before: Vec<(String, usize)> = paths
@@ -596,10 +1062,21 @@ fn try_candidate(
         })
         .collect();
     let mut failure = None;
-    for block in &parsed.blocks {
-        if let Err(e) = edit::apply_block_lenient(root, block, paths) {
-            failure = Some(e.to_string());
-            break;
+    match &edits {
+        Edits::None => {}
+        Edits::Refused(why) => failure = Some(why.clone()),
+        Edits::Blocks(blocks) => {
+            for block in blocks {
+                if let Err(e) = edit::apply_block_lenient(root, block, paths) {
+                    failure = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        Edits::Lines(lines) => {
+            if let Err(e) = edit::apply_line_edits(root, lines) {
+                failure = Some(e.to_string());
+            }
         }
     }
     let result = match failure {
@@ -718,7 +1195,14 @@ mod tests {
         let untrimmed = messages(&issue, &code_sections(dir.path(), &locs));
         assert_eq!(fake::tokens(&untrimmed), 10_997);
 
-        let p = fit_prompt(&conversation, dir.path(), &issue, &locs, 512)?;
+        let p = fit_prompt(
+            &conversation,
+            dir.path(),
+            &issue,
+            &locs,
+            512,
+            EditFormat::SearchReplace,
+        )?;
         let trim = p.trim.ok_or("nothing was cut")?;
         assert_eq!(
             trim,
@@ -789,11 +1273,18 @@ mod tests {
         // Both spans trimmed and the shortest issue take 822 tokens; the
         // Big class alone and the shortest issue, 647.
         let conversation = Fake::new(700 + 512, "");
-        let p = fit_prompt(&conversation, dir.path(), &issue, &locs, 512)?;
+        let p = fit_prompt(
+            &conversation,
+            dir.path(),
+            &issue,
+            &locs,
+            512,
+            EditFormat::SearchReplace,
+        )?;
         let trim = p.trim.ok_or("nothing was cut")?;
         let shortest = budget::cut_issue(&issue, budget::MIN_ISSUE_CHARS);
         let located = read_located(dir.path(), &locs);
-        let (both, _) = sections(&located, Some(&issue_identifiers(&issue)));
+        let (both, _, _) = sections(&located, Some(&issue_identifiers(&issue)), false);
         assert_eq!(fake::tokens(&messages(&shortest.text, &both)), 822);
         assert_eq!(
             (trim.fits, trim.prompt_tokens, trim.full_tokens),
@@ -892,6 +1383,7 @@ mod tests {
             &issue.problem_statement,
             &locs,
             512,
+            EditFormat::SearchReplace,
         )?;
         assert_eq!(conversation.prompts, [expected.messages]);
         let kinds: Vec<&str> = trajectory
@@ -913,7 +1405,14 @@ mod tests {
         let locs = [location("pkg/big.py", "Big", 1, 600)];
         let conversation = Fake::new(32_768, "");
         let issue = "Big.target_method() returns 'wrong'.";
-        let p = fit_prompt(&conversation, dir.path(), issue, &locs, 512)?;
+        let p = fit_prompt(
+            &conversation,
+            dir.path(),
+            issue,
+            &locs,
+            512,
+            EditFormat::SearchReplace,
+        )?;
         assert_eq!(p.trim, None);
         assert_eq!(
             p.messages,

@@ -201,6 +201,191 @@ pub fn search_replace_with_reasoning<S: AsRef<str>>(paths: &[S]) -> Result<Strin
     ))
 }
 
+/// Most decorator lines before the `def` of a rewritten definition.
+pub const MAX_DECORATORS: usize = 4;
+
+/// The opening of a reply in every Fixer format: `Reasoning: `, one line
+/// of at most [`MAX_THOUGHT_CHARS`], a blank line.
+fn reasoning() -> String {
+    format!("\"Reasoning: \" [^\\n]{{1,{MAX_THOUGHT_CHARS}}} \"\\n\\n\"")
+}
+
+/// A replacement line: at most [`MAX_LINE_CHARS`], not starting with `<`,
+/// `=` or `>` (so it is never a SEARCH/REPLACE marker).
+fn marker_free_line() -> String {
+    format!("([^\\n<=>] [^\\n]{{0,{}}})? \"\\n\"", MAX_LINE_CHARS - 1)
+}
+
+/// A fenced body line: at most [`MAX_LINE_CHARS`], not starting with a
+/// backtick (so it never closes the fence).
+fn fenced_line() -> String {
+    format!("([^`\\n] [^\\n]{{0,{}}})? \"\\n\"", MAX_LINE_CHARS - 1)
+}
+
+/// A run of consecutive lines the prompt shows of a file: the first's
+/// 1-based number and their text (without newlines).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownRun {
+    pub first: usize,
+    pub lines: Vec<String>,
+}
+
+/// A file the prompt shows, as runs of consecutive lines (a left-out part
+/// of a span ends a run).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownFile {
+    pub path: String,
+    pub runs: Vec<ShownRun>,
+}
+
+fn check_shown(files: &[ShownFile]) -> Result<(), GrammarError> {
+    let any = files
+        .iter()
+        .any(|f| f.runs.iter().any(|r| !r.lines.is_empty()));
+    if any {
+        Ok(())
+    } else {
+        Err(GrammarError::NoOptions)
+    }
+}
+
+/// The Fixer's `anchored` format: the reasoning line, then one to
+/// [`MAX_BLOCKS`] SEARCH/REPLACE blocks whose SEARCH is a contiguous run
+/// of shown lines of the named file, copied exactly: rule `f{i}-l{n}` is
+/// line `n` of file `i` followed by line `n+1` of its run or by nothing.
+/// REPLACE is free lines as in [`search_replace`].
+pub fn anchored(files: &[ShownFile]) -> Result<String, GrammarError> {
+    check_shown(files)?;
+    let mut rules = vec![
+        format!("root ::= {} edit{{1,{MAX_BLOCKS}}}", reasoning()),
+        String::new(),
+        format!("line ::= {}", marker_free_line()),
+    ];
+    let mut edits = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        let mut starts = Vec::new();
+        let mut chain = Vec::new();
+        for run in &file.runs {
+            for (k, text) in run.lines.iter().enumerate() {
+                let n = run.first + k;
+                starts.push(format!("f{i}-l{n}"));
+                let next = if k + 1 < run.lines.len() {
+                    format!(" f{i}-l{}?", n + 1)
+                } else {
+                    String::new()
+                };
+                chain.push(format!(
+                    "f{i}-l{n} ::= {}{next}",
+                    literal(&format!("{text}\n"))
+                ));
+            }
+        }
+        if starts.is_empty() {
+            continue;
+        }
+        rules.push(format!(
+            "f{i} ::= {} ({}) \"=======\\n\" line{{0,{MAX_BLOCK_LINES}}} \">>>>>>> REPLACE\\n\"",
+            literal(&format!("{}\n<<<<<<< SEARCH\n", file.path)),
+            starts.join(" | ")
+        ));
+        rules.extend(chain);
+        edits.push(format!("f{i}"));
+    }
+    rules[1] = format!("edit ::= {}", edits.join(" | "));
+    Ok(rules.join("\n") + "\n")
+}
+
+/// The Fixer's `lines` format: the reasoning line, then one to
+/// [`MAX_BLOCKS`] edits, each the file's path, `replace lines A-B with:`
+/// where A and B are shown line numbers of one run of that file (rule
+/// `f{i}-r{r}-n`), and up to [`MAX_BLOCK_LINES`] new lines in a fence.
+pub fn lines(files: &[ShownFile]) -> Result<String, GrammarError> {
+    check_shown(files)?;
+    let mut rules = vec![
+        format!("root ::= {} edit{{1,{MAX_BLOCKS}}}", reasoning()),
+        String::new(),
+        format!("body ::= {}", fenced_line()),
+    ];
+    let mut edits = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        let mut ranges = Vec::new();
+        let mut extra = Vec::new();
+        for (r, run) in file.runs.iter().enumerate() {
+            if run.lines.is_empty() {
+                continue;
+            }
+            let name = format!("f{i}-r{r}");
+            let numbers: Vec<String> = (run.first..run.first + run.lines.len())
+                .map(|n| n.to_string())
+                .collect();
+            let mut trie = Vec::new();
+            let body = options_rule(&format!("{name}-n"), &numbers, &mut trie);
+            extra.push(format!("{name} ::= {name}-n \"-\" {name}-n"));
+            extra.push(format!("{name}-n ::= {body}"));
+            extra.extend(trie);
+            ranges.push(name);
+        }
+        if ranges.is_empty() {
+            continue;
+        }
+        rules.push(format!(
+            "f{i} ::= {} ({}) \" with:\\n```\\n\" body{{0,{MAX_BLOCK_LINES}}} \"```\\n\"",
+            literal(&format!("{}\nreplace lines ", file.path)),
+            ranges.join(" | ")
+        ));
+        rules.extend(extra);
+        edits.push(format!("f{i}"));
+    }
+    rules[1] = format!("edit ::= {}", edits.join(" | "));
+    Ok(rules.join("\n") + "\n")
+}
+
+/// A definition the `definition` format may rewrite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefinitionTarget {
+    /// `path::Qual.name`, the line that picks it.
+    pub label: String,
+    /// Its indentation.
+    pub indent: String,
+    /// Its `def` line up to and including the name and `(`, as written
+    /// (`    async def size(`): the new definition must start with it.
+    pub lead: String,
+}
+
+/// The Fixer's `definition` format: the reasoning line, then one target's
+/// label, and in a fence up to [`MAX_DECORATORS`] decorator lines at its
+/// indentation, its `def` line's lead and the rest of that line, and up
+/// to [`MAX_BODY_LINES`] lines.
+pub fn definition(targets: &[DefinitionTarget]) -> Result<String, GrammarError> {
+    if targets.is_empty() {
+        return Err(GrammarError::NoOptions);
+    }
+    let rest = format!("[^\\n]{{0,{}}}", MAX_LINE_CHARS - 1);
+    let mut rules = vec![
+        format!("root ::= {} edit", reasoning()),
+        format!(
+            "edit ::= {}",
+            (0..targets.len())
+                .map(|i| format!("d{i}"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ),
+        format!("body ::= {}", fenced_line()),
+    ];
+    for (i, t) in targets.iter().enumerate() {
+        rules.push(format!(
+            "d{i} ::= {} d{i}-dec{{0,{MAX_DECORATORS}}} {} {rest} \"\\n\" body{{0,{MAX_BODY_LINES}}} \"```\\n\"",
+            literal(&format!("{}\n```\n", t.label)),
+            literal(&t.lead)
+        ));
+        rules.push(format!(
+            "d{i}-dec ::= {} {rest} \"\\n\"",
+            literal(&format!("{}@", t.indent))
+        ));
+    }
+    Ok(rules.join("\n") + "\n")
+}
+
 /// The type of one command argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Arg {

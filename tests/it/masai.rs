@@ -327,8 +327,15 @@ fn a_long_issue_and_a_large_class_fit_the_real_model() {
     )
     .unwrap();
     let mut conversation = engine.conversation(1, 512).unwrap();
-    let prompt =
-        fixer::fit_prompt(conversation.as_ref(), dir.path(), &issue, &locations, 512).unwrap();
+    let prompt = fixer::fit_prompt(
+        conversation.as_ref(),
+        dir.path(),
+        &issue,
+        &locations,
+        512,
+        fixer::EditFormat::SearchReplace,
+    )
+    .unwrap();
     let trim = prompt.trim.expect("the prompt was cut");
     assert!(trim.fits, "{trim:?}");
     assert!(trim.full_tokens > 2048, "{trim:?}");
