@@ -944,4 +944,148 @@ mod tests {
         let got = apply_block_lenient(dir.path(), &block("a.py", "y = 1\n"), &shown);
         assert_eq!(got, Err(EditError::NotFound("a.py".into())));
     }
+
+    #[test]
+    fn line_edits_apply_from_the_bottom_up_and_refuse_overlaps() {
+        let dir = tempfile::tempdir().unwrap();
+        let original = "a = 1\nb = 2\nc = 3\nd = 4\n";
+        let edit = |path: &str, start: usize, end: usize, text: &str| LineEdit {
+            path: path.into(),
+            start,
+            end,
+            text: text.into(),
+        };
+        type Case = (Vec<LineEdit>, Result<&'static str, EditError>);
+        let cases: Vec<Case> = vec![
+            // Line numbers are the file's as it was, whatever the order.
+            (
+                vec![
+                    edit("m.py", 1, 1, "a = 10\na2 = 0\n"),
+                    edit("m.py", 3, 4, ""),
+                ],
+                Ok("a = 10\na2 = 0\nb = 2\n"),
+            ),
+            (
+                vec![edit("m.py", 4, 4, "d = 40"), edit("m.py", 2, 2, "b = 20\n")],
+                Ok("a = 1\nb = 20\nc = 3\nd = 40\n"),
+            ),
+            (
+                vec![edit("m.py", 1, 2, "x\n"), edit("m.py", 2, 3, "y\n")],
+                Err(EditError::Overlap {
+                    path: "m.py".into(),
+                    first_start: 1,
+                    first_end: 2,
+                    second_start: 2,
+                    second_end: 3,
+                }),
+            ),
+            (
+                vec![edit("m.py", 4, 5, "x\n")],
+                Err(EditError::OutOfRange {
+                    path: "m.py".into(),
+                    start: 4,
+                    end: 5,
+                    lines: 4,
+                }),
+            ),
+            (
+                vec![edit("m.py", 3, 2, "x\n")],
+                Err(EditError::OutOfRange {
+                    path: "m.py".into(),
+                    start: 3,
+                    end: 2,
+                    lines: 4,
+                }),
+            ),
+            (
+                vec![edit("none.py", 1, 1, "x\n")],
+                Err(EditError::NoSuchFile("none.py".into())),
+            ),
+        ];
+        for (edits, expected) in cases {
+            std::fs::write(dir.path().join("m.py"), original).unwrap();
+            let got = apply_line_edits(dir.path(), &edits);
+            let text = std::fs::read_to_string(dir.path().join("m.py")).unwrap();
+            match expected {
+                Ok(want) => {
+                    assert_eq!(got, Ok(vec![edits[0].path.clone()]), "{edits:?}");
+                    assert_eq!(text, want, "{edits:?}");
+                }
+                Err(e) => {
+                    assert_eq!(got, Err(e), "{edits:?}");
+                    assert_eq!(text, original, "nothing written: {edits:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lines_edits_parse_with_their_paths_and_a_cut_one_is_counted() {
+        let reply = "Reasoning: off by one.\n\npkg/a.py\nreplace lines 12-14 with:\n```\n    if x:\n\n        return 1\n```\npkg/b.py\nreplace lines 9-3 with:\n```\n```\npkg/a.py\nreplace lines 20-20 with:\n```\n    cut";
+        let (edits, open) = parse_lines_edits(reply);
+        assert_eq!(
+            edits,
+            vec![
+                LinesEdit {
+                    path: "pkg/a.py".into(),
+                    start: 12,
+                    end: 14,
+                    text: "    if x:\n\n        return 1\n".into(),
+                },
+                LinesEdit {
+                    path: "pkg/b.py".into(),
+                    start: 9,
+                    end: 3,
+                    text: String::new(),
+                },
+            ]
+        );
+        assert_eq!(open, 1);
+        assert_eq!(parse_lines_edits("Reasoning: nothing"), (vec![], 0));
+    }
+
+    #[test]
+    fn a_definition_edit_parses_its_label_and_body() {
+        let cases: [(&str, Option<(&str, &str)>); 3] = [
+            (
+                "Reasoning: x.\n\nm.py::C.f\n```\n    def f(self):\n        return 2\n```\n",
+                Some(("m.py::C.f", "    def f(self):\n        return 2\n")),
+            ),
+            ("Reasoning: x.\n\nm.py::C.f\n```\n    def f(self):\n", None),
+            ("Reasoning: a::b but no fence", None),
+        ];
+        for (reply, want) in cases {
+            let got = parse_definition_edit(reply);
+            assert_eq!(
+                got.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
+                want,
+                "{reply:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn indenting_and_dedenting_are_inverse_on_indented_text() {
+        let text = "    def f(self):\n\n        return 1\n";
+        let dedented = dedent_lines(text, "    ");
+        assert_eq!(dedented, "def f(self):\n\n    return 1\n");
+        assert_eq!(indent_lines(&dedented, "    "), text);
+        // A line under the indentation loses only its own.
+        assert_eq!(dedent_lines("  x\n", "    "), "x\n");
+    }
+
+    #[test]
+    fn marker_lines_are_recognised() {
+        for (line, marker) in [
+            ("<<<<<<< SEARCH", true),
+            ("=======", true),
+            ("=====  ", true),
+            (">>>>>>> REPLACE", true),
+            ("====", false),
+            ("x = 1", false),
+            (">>> f()", false),
+        ] {
+            assert_eq!(is_marker_line(line), marker, "{line:?}");
+        }
+    }
 }

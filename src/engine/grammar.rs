@@ -647,4 +647,112 @@ mod tests {
             Err(GrammarError::Nested("cmd-x-arg0".into()))
         );
     }
+
+    /// A 3-line span of `a.py` (lines 4-6), shown whole.
+    fn three_lines() -> Vec<ShownFile> {
+        vec![ShownFile {
+            path: "a.py".into(),
+            runs: vec![ShownRun {
+                first: 4,
+                lines: vec!["def f(x):".into(), "    return \"x\"".into(), "".into()],
+            }],
+        }]
+    }
+
+    #[test]
+    fn the_anchored_grammar_chains_the_shown_lines() {
+        assert_eq!(
+            anchored(&three_lines()).unwrap(),
+            "root ::= \"Reasoning: \" [^\\n]{1,400} \"\\n\\n\" edit{1,4}\n\
+             edit ::= f0\n\
+             line ::= ([^\\n<=>] [^\\n]{0,199})? \"\\n\"\n\
+             f0 ::= \"a.py\\n<<<<<<< SEARCH\\n\" (f0-l4 | f0-l5 | f0-l6) \"=======\\n\" line{0,40} \">>>>>>> REPLACE\\n\"\n\
+             f0-l4 ::= \"def f(x):\\n\" f0-l5?\n\
+             f0-l5 ::= \"    return \\\"x\\\"\\n\" f0-l6?\n\
+             f0-l6 ::= \"\\n\"\n"
+        );
+        // Two runs (a left-out part between them): line 2 ends its run.
+        let files = [ShownFile {
+            path: "b.py".into(),
+            runs: vec![
+                ShownRun {
+                    first: 1,
+                    lines: vec!["a = 1".into(), "b = 2".into()],
+                },
+                ShownRun {
+                    first: 9,
+                    lines: vec!["c = 3".into()],
+                },
+            ],
+        }];
+        let g = anchored(&files).unwrap();
+        assert!(g.contains("(f0-l1 | f0-l2 | f0-l9)"), "{g}");
+        assert!(g.contains("f0-l1 ::= \"a = 1\\n\" f0-l2?\n"), "{g}");
+        assert!(g.contains("f0-l2 ::= \"b = 2\\n\"\n"), "{g}");
+        assert!(g.contains("f0-l9 ::= \"c = 3\\n\"\n"), "{g}");
+        let empty = [ShownFile {
+            path: "c.py".into(),
+            runs: vec![],
+        }];
+        assert_eq!(anchored(&empty), Err(GrammarError::NoOptions));
+        assert_eq!(lines(&empty), Err(GrammarError::NoOptions));
+    }
+
+    #[test]
+    fn the_lines_grammar_chooses_numbers_of_one_run() {
+        assert_eq!(
+            lines(&three_lines()).unwrap(),
+            "root ::= \"Reasoning: \" [^\\n]{1,400} \"\\n\\n\" edit{1,4}\n\
+             edit ::= f0\n\
+             body ::= ([^`\\n] [^\\n]{0,199})? \"\\n\"\n\
+             f0 ::= \"a.py\\nreplace lines \" (f0-r0) \" with:\\n```\\n\" body{0,40} \"```\\n\"\n\
+             f0-r0 ::= f0-r0-n \"-\" f0-r0-n\n\
+             f0-r0-n ::= \"4\" | \"5\" | \"6\"\n"
+        );
+        // More numbers than the threshold: a prefix tree.
+        let long = [ShownFile {
+            path: "a.py".into(),
+            runs: vec![ShownRun {
+                first: 1,
+                lines: vec![String::new(); 20],
+            }],
+        }];
+        let g = lines(&long).unwrap();
+        assert!(
+            g.contains("f0-r0-n ::= \"1\" f0-r0-n-1 | \"2\" f0-r0-n-2 | \"3\" | \"4\" | \"5\" | \"6\" | \"7\" | \"8\" | \"9\"\n"),
+            "{g}"
+        );
+        assert!(
+            g.contains("f0-r0-n-1 ::= (\"0\" | \"1\" | \"2\" | \"3\" | \"4\" | \"5\" | \"6\" | \"7\" | \"8\" | \"9\")?\n"),
+            "{g}"
+        );
+        assert!(g.contains("f0-r0-n-2 ::= (\"0\")?\n"), "{g}");
+    }
+
+    #[test]
+    fn the_definition_grammar_forces_the_chosen_definitions_lead() {
+        let targets = [
+            DefinitionTarget {
+                label: "a.py::f".into(),
+                indent: String::new(),
+                lead: "def f(".into(),
+            },
+            DefinitionTarget {
+                label: "a.py::C.m".into(),
+                indent: "    ".into(),
+                lead: "    async def m(".into(),
+            },
+        ];
+        assert_eq!(
+            definition(&targets).unwrap(),
+            "root ::= \"Reasoning: \" [^\\n]{1,400} \"\\n\\n\" edit\n\
+             edit ::= d0 | d1\n\
+             body ::= ([^`\\n] [^\\n]{0,199})? \"\\n\"\n\
+             d0 ::= \"a.py::f\\n```\\n\" d0-dec{0,4} \"def f(\" [^\\n]{0,199} \"\\n\" body{0,80} \"```\\n\"\n\
+             d0-dec ::= \"@\" [^\\n]{0,199} \"\\n\"\n\
+             d1 ::= \"a.py::C.m\\n```\\n\" d1-dec{0,4} \"    async def m(\" [^\\n]{0,199} \"\\n\" body{0,80} \"```\\n\"\n\
+             d1-dec ::= \"    @\" [^\\n]{0,199} \"\\n\"\n"
+        );
+        assert_eq!(definition(&[]), Err(GrammarError::NoOptions));
+    }
 }
