@@ -995,48 +995,75 @@ pub fn edits_of(reply: &str, prompt: &Prompt) -> Edits {
     }
 }
 
-/// The `anchored` blocks as line ranges: each SEARCH at the first run of
-/// shown lines of its file that it equals and that no earlier block took
-/// (else the first it equals: the overlap is then refused when applied).
+/// The `anchored` blocks as line ranges: each SEARCH at a run of shown
+/// lines of its file that it equals, chosen so that no two blocks
+/// overlap, the earliest such choice in the order of the blocks (a run
+/// that occurs once, the usual case, has one place). When the blocks
+/// cannot all be placed apart, each at its first place: applying refuses
+/// the overlap.
 fn anchor(blocks: &[edit::Block], code: &[ShownCode]) -> Result<Vec<edit::LineEdit>, String> {
-    let mut chosen: Vec<edit::LineEdit> = Vec::new();
+    let mut places: Vec<Vec<usize>> = Vec::new();
     for b in blocks {
         let Some(file) = code.iter().find(|c| c.path == b.path) else {
             return Err(format!("{} is not a file the prompt shows", b.path));
         };
         let search: Vec<&str> = b.search.lines().collect();
-        let len = search.len();
         let fits = |s: usize| {
-            search.iter().enumerate().all(|(k, want)| {
-                file.shown.contains(&(s + k))
-                    && file.lines.get(s + k - 1).map(String::as_str) == Some(*want)
-            })
+            !search.is_empty()
+                && search.iter().enumerate().all(|(k, want)| {
+                    file.shown.contains(&(s + k))
+                        && file.lines.get(s + k - 1).map(String::as_str) == Some(*want)
+                })
         };
-        let free = |s: usize| {
-            !chosen
-                .iter()
-                .any(|e| e.path == b.path && s <= e.end && e.start < s + len)
-        };
-        let start = file
-            .shown
-            .iter()
-            .copied()
-            .find(|&s| fits(s) && free(s))
-            .or_else(|| file.shown.iter().copied().find(|&s| fits(s)));
-        let Some(start) = start.filter(|_| len > 0) else {
+        let found: Vec<usize> = file.shown.iter().copied().filter(|&s| fits(s)).collect();
+        if found.is_empty() {
             return Err(format!(
                 "SEARCH is not a run of the lines shown of {}",
                 b.path
             ));
-        };
-        chosen.push(edit::LineEdit {
-            path: b.path.clone(),
-            start,
-            end: start + len - 1,
-            text: b.replace.clone(),
-        });
+        }
+        places.push(found);
     }
-    Ok(chosen)
+    let edit_at = |k: usize, start: usize| edit::LineEdit {
+        path: blocks[k].path.clone(),
+        start,
+        end: start + blocks[k].search.lines().count() - 1,
+        text: blocks[k].replace.clone(),
+    };
+    let mut chosen: Vec<edit::LineEdit> = Vec::new();
+    if place(&places, &edit_at, &mut chosen) {
+        return Ok(chosen);
+    }
+    Ok((0..blocks.len())
+        .map(|k| edit_at(k, places[k][0]))
+        .collect())
+}
+
+/// Chooses a place for each block after `chosen`, none overlapping,
+/// backtracking (at most [`grammar::MAX_BLOCKS`] blocks).
+fn place(
+    places: &[Vec<usize>],
+    edit_at: &dyn Fn(usize, usize) -> edit::LineEdit,
+    chosen: &mut Vec<edit::LineEdit>,
+) -> bool {
+    let k = chosen.len();
+    if k == places.len() {
+        return true;
+    }
+    for &start in &places[k] {
+        let e = edit_at(k, start);
+        let free = !chosen
+            .iter()
+            .any(|c| c.path == e.path && e.start <= c.end && c.start <= e.end);
+        if free {
+            chosen.push(e);
+            if place(places, edit_at, chosen) {
+                return true;
+            }
+            chosen.pop();
+        }
+    }
+    false
 }
 
 /// Applies one reply's edits to the workspace, checks and diffs the
@@ -1461,5 +1488,577 @@ mod tests {
                 .chain(47..=55)
                 .collect::<BTreeSet<_>>()
         );
+    }
+
+    /// A module with a class of a decorated property and a method, and a
+    /// decorated function with a nested one.
+    const SHAPES: &str = "import functools\n\n\nclass Shape:\n    @property\n    def area(self):\n        return self.w * self.h\n\n    def scale(self, k):\n        self.w *= k\n        return self\n\n\n@functools.lru_cache(maxsize=None)\ndef helper(x):\n    def inner(y):\n        return y\n    return inner(x)\n";
+
+    /// Two functions with the same two-line body, 20 lines apart.
+    fn twins() -> String {
+        let mut out = String::from("def a(w, k):\n    w *= k\n    return w\n\n\n");
+        for n in 6..=20 {
+            out.push_str(&format!("x{n} = {n}\n"));
+        }
+        out.push_str("def b(w, k):\n    w *= k\n    return w\n");
+        out
+    }
+
+    /// The prompt of `format` over `locs`, whole, or trimmed to the
+    /// identifiers of `issue` with `trim`.
+    fn prompt_of(
+        root: &Path,
+        issue: &str,
+        locs: &[Location],
+        format: EditFormat,
+        trim: bool,
+    ) -> Prompt {
+        let ids = issue_identifiers(issue);
+        build_prompt(
+            issue,
+            &read_located(root, locs),
+            trim.then_some(&ids),
+            format,
+        )
+        .into_prompt(None)
+    }
+
+    /// The files after applying `reply` (read in `prompt`'s format) to a
+    /// copy of `files`.
+    fn applied(
+        files: &[(&str, &str)],
+        prompt: &Prompt,
+        reply: &str,
+    ) -> Result<Vec<String>, String> {
+        let dir = workspace(files).map_err(|e| e.to_string())?;
+        match edits_of(reply, prompt) {
+            Edits::Lines(edits) => {
+                edit::apply_line_edits(dir.path(), &edits).map_err(|e| e.to_string())?
+            }
+            other => return Err(format!("{other:?}")),
+        };
+        Ok(files
+            .iter()
+            .map(|(p, _)| std::fs::read_to_string(dir.path().join(p)).unwrap_or_default())
+            .collect())
+    }
+
+    #[test]
+    fn an_anchored_search_takes_the_occurrence_inside_the_shown_range() -> R {
+        let text = twins();
+        let files = [("t.py", text.as_str())];
+        let dir = workspace(&files)?;
+        // b (21-23) is shown with lines 16-23: its body, not a's.
+        let locs = [location("t.py", "b", 21, 23)];
+        let p = prompt_of(dir.path(), "b is wrong", &locs, EditFormat::Anchored, false);
+        assert_eq!(p.code[0].shown, (16..=23).collect::<BTreeSet<_>>());
+        let reply = "Reasoning: k is ignored.\n\nt.py\n<<<<<<< SEARCH\n    w *= k\n    return w\n=======\n    return w * k\n>>>>>>> REPLACE\n";
+        let got = applied(&files, &p, reply)?;
+        assert_eq!(
+            got[0],
+            text.replace(
+                "x20 = 20\ndef b(w, k):\n    w *= k\n    return w\n",
+                "x20 = 20\ndef b(w, k):\n    return w * k\n"
+            )
+        );
+        // With both shown, two blocks of the same run take both places.
+        let locs = [location("t.py", "a", 1, 23)];
+        let p = prompt_of(dir.path(), "both", &locs, EditFormat::Anchored, false);
+        let reply = "Reasoning: both.\n\nt.py\n<<<<<<< SEARCH\n    return w\n=======\n    return -w\n>>>>>>> REPLACE\nt.py\n<<<<<<< SEARCH\n    return w\n=======\n    return +w\n>>>>>>> REPLACE\n";
+        let got = applied(&files, &p, reply)?;
+        assert_eq!(got[0].matches("    return -w\n").count(), 1, "{}", got[0]);
+        assert_eq!(got[0].matches("    return +w\n").count(), 1, "{}", got[0]);
+        assert!(got[0].find("-w") < got[0].find("+w"), "{}", got[0]);
+        // A run that is not shown, and one that cannot be placed apart.
+        let reply = "Reasoning: x.\n\nt.py\n<<<<<<< SEARCH\n    w *= k\n    w *= k\n=======\n>>>>>>> REPLACE\n";
+        assert_eq!(
+            edits_of(reply, &p),
+            Edits::Refused("SEARCH is not a run of the lines shown of t.py".into())
+        );
+        let reply = "Reasoning: x.\n\nt.py\n<<<<<<< SEARCH\ndef b(w, k):\n=======\ndef b(w, k=1):\n>>>>>>> REPLACE\nt.py\n<<<<<<< SEARCH\ndef b(w, k):\n    w *= k\n=======\n>>>>>>> REPLACE\n";
+        assert_eq!(
+            applied(&files, &p, reply),
+            Err("edits of t.py overlap: lines 21-21 and 21-22; write one edit for lines that are changed together".into())
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn lines_edits_name_shown_numbers_and_a_reversed_range_is_normalised() -> R {
+        let files = [("m.py", SHAPES)];
+        let dir = workspace(&files)?;
+        let locs = [location("m.py", "Shape", 4, 11)];
+        let p = prompt_of(
+            dir.path(),
+            "Shape.area is wrong",
+            &locs,
+            EditFormat::Lines,
+            false,
+        );
+        let user = &p.messages[1].content;
+        assert!(user.contains("\n 1| import functools\n 2| \n"), "{user}");
+        assert!(
+            user.contains("\n 7|         return self.w * self.h\n"),
+            "{user}"
+        );
+        assert!(user.contains("\n16|     def inner(y):\n```"), "{user}");
+        assert!(user.contains("replace lines A-B with:"), "{user}");
+        let cases: [(&str, Result<&str, &str>); 4] = [
+            (
+                "m.py\nreplace lines 7-7 with:\n```\n        return self.w * self.h * 2\n```\n",
+                Ok("        return self.w * self.h * 2\n\n    def scale"),
+            ),
+            // 11-10: lines 10 to 11.
+            (
+                "m.py\nreplace lines 11-10 with:\n```\n        return self.scaled(k)\n```\n",
+                Ok("    def scale(self, k):\n        return self.scaled(k)\n\n\n@functools"),
+            ),
+            (
+                "m.py\nreplace lines 6-7 with:\n```\n```\nm.py\nreplace lines 7-9 with:\n```\n```\n",
+                Err("edits of m.py overlap: lines 6-7 and 7-9; write one edit for lines that are changed together"),
+            ),
+            (
+                "m.py\nreplace lines 17-17 with:\n```\n```\n",
+                Err("Refused(\"line 17 of m.py is not shown\")"),
+            ),
+        ];
+        for (edits, want) in cases {
+            let reply = format!("Reasoning: x.\n\n{edits}");
+            let got = applied(&files, &p, &reply);
+            match want {
+                Ok(part) => {
+                    let got = got?;
+                    assert!(got[0].contains(part), "{edits}:\n{}", got[0]);
+                }
+                Err(e) => assert_eq!(got, Err(e.to_string()), "{edits}"),
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn definitions_are_the_located_functions_and_methods_outermost() -> R {
+        let files = [("m.py", SHAPES)];
+        let dir = workspace(&files)?;
+        let locs = [
+            location("m.py", "Shape", 4, 11),
+            location("m.py", "helper", 14, 18),
+        ];
+        let p = prompt_of(dir.path(), "area", &locs, EditFormat::Definition, false);
+        assert_eq!(p.format, EditFormat::Definition);
+        let got: Vec<(String, usize, usize, &str, &str)> = p
+            .targets
+            .iter()
+            .map(|t| {
+                (
+                    t.label(),
+                    t.start_line,
+                    t.end_line,
+                    t.indent.as_str(),
+                    t.lead.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "m.py::Shape.area".to_string(),
+                    5,
+                    7,
+                    "    ",
+                    "    def area("
+                ),
+                (
+                    "m.py::Shape.scale".to_string(),
+                    9,
+                    11,
+                    "    ",
+                    "    def scale("
+                ),
+                ("m.py::helper".to_string(), 14, 18, "", "def helper("),
+            ]
+        );
+        let user = &p.messages[1].content;
+        assert!(
+            user.ends_with(
+                "The functions you can rewrite:\nm.py::Shape.area\nm.py::Shape.scale\nm.py::helper"
+            ),
+            "{user}"
+        );
+        // The decorated property, rewritten with its decorator.
+        let reply = "Reasoning: x.\n\nm.py::Shape.area\n```\n    @property\n    def area(self):\n\n        return self.w * self.h * 2\n```\n";
+        assert_eq!(
+            applied(&files, &p, reply)?[0],
+            SHAPES.replace(
+                "        return self.w * self.h\n",
+                "\n        return self.w * self.h * 2\n"
+            )
+        );
+        // Written without its decorator, it loses it.
+        let reply = "Reasoning: x.\n\nm.py::helper\n```\ndef helper(x):\n    return x\n```\n";
+        assert_eq!(
+            applied(&files, &p, reply)?[0],
+            SHAPES.replace(
+                "@functools.lru_cache(maxsize=None)\ndef helper(x):\n    def inner(y):\n        return y\n    return inner(x)\n",
+                "def helper(x):\n    return x\n"
+            )
+        );
+        // The lines are kept as written at the forced indentation; a line
+        // under it is put at it.
+        let reply = "Reasoning: x.\n\nm.py::Shape.scale\n```\n    def scale(self, k):\n      self.w *= k * 2\n  return self\n```\n";
+        assert_eq!(
+            applied(&files, &p, reply)?[0],
+            SHAPES.replace(
+                "        self.w *= k\n        return self\n",
+                "      self.w *= k * 2\n    return self\n"
+            )
+        );
+        // No function among the spans: anchored instead.
+        let p = prompt_of(
+            dir.path(),
+            "x",
+            &[location("m.py", "imports", 1, 1)],
+            EditFormat::Definition,
+            false,
+        );
+        assert_eq!((p.format, p.targets.len()), (EditFormat::Anchored, 0));
+        Ok(())
+    }
+
+    /// A xorshift64 generator: the property tests' seeded randomness.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        /// A number in `0..n` (`n` > 0).
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// Random replacement lines at `indent`: 0-4 statements (some opening
+    /// a block or a parenthesis, so some results do not parse), blank
+    /// lines among them.
+    fn random_lines(rng: &mut Rng, indent: &str) -> String {
+        const POOL: &[&str] = &[
+            "pass",
+            "x = 1",
+            "return None",
+            "",
+            "y = [1, 2]",
+            "if x:",
+            "self.w = 0  # note",
+            "y = (1,",
+        ];
+        (0..rng.below(5))
+            .map(|_| {
+                let line = POOL[rng.below(POOL.len())];
+                if line.is_empty() {
+                    "\n".to_string()
+                } else {
+                    format!("{indent}{line}\n")
+                }
+            })
+            .collect()
+    }
+
+    /// The cases of the property tests: a small module shown whole, and a
+    /// large class trimmed around the issue's names (gaps in the runs).
+    fn property_cases() -> Vec<(
+        Vec<(&'static str, String)>,
+        Vec<Location>,
+        &'static str,
+        bool,
+    )> {
+        vec![
+            (
+                vec![("m.py", SHAPES.to_string()), ("t.py", twins())],
+                vec![
+                    location("m.py", "Shape", 4, 11),
+                    location("m.py", "helper", 14, 18),
+                    location("t.py", "b", 1, 23),
+                ],
+                "Shape.area",
+                false,
+            ),
+            (
+                vec![("pkg/big.py", big_class())],
+                vec![location("pkg/big.py", "Big", 1, 600)],
+                "Big.target_method() returns 'wrong'",
+                true,
+            ),
+        ]
+    }
+
+    /// Applies `reply`; the only failure allowed is a syntax error of the
+    /// result (counted), anything else fails the test.
+    fn check_property(
+        files: &[(&str, String)],
+        prompt: &Prompt,
+        reply: &str,
+        syntax_errors: &mut usize,
+    ) -> R {
+        let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+        let after =
+            applied(&refs, prompt, reply).map_err(|e| format!("{e}\nin reply:\n{reply}"))?;
+        let broken = after
+            .iter()
+            .zip(files)
+            .any(|(a, (_, b))| symbols::syntax_errors(a).len() > symbols::syntax_errors(b).len());
+        if broken {
+            *syntax_errors += 1;
+        }
+        Ok(())
+    }
+
+    /// Replies per format and case in the property tests.
+    const PROPERTY_REPLIES: usize = 200;
+
+    #[test]
+    fn every_conforming_anchored_reply_applies() -> R {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut syntax = 0;
+        for (files, locs, issue, trim) in property_cases() {
+            let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+            let dir = workspace(&refs)?;
+            let p = prompt_of(dir.path(), issue, &locs, EditFormat::Anchored, trim);
+            let shown: Vec<grammar::ShownFile> = p.code.iter().map(|c| c.runs(true)).collect();
+            for _ in 0..PROPERTY_REPLIES {
+                let mut reply = String::from("Reasoning: a random edit.\n\n");
+                let mut taken: Vec<(usize, usize, usize)> = Vec::new();
+                for _ in 0..1 + rng.below(3) {
+                    let f = rng.below(shown.len());
+                    let run = &shown[f].runs[rng.below(shown[f].runs.len())];
+                    let at = rng.below(run.lines.len());
+                    let len = 1 + rng.below((run.lines.len() - at).min(6));
+                    let (a, b) = (run.first + at, run.first + at + len - 1);
+                    if taken.iter().any(|&(g, s, e)| g == f && a <= e && s <= b) {
+                        continue;
+                    }
+                    taken.push((f, a, b));
+                    let search: String = run.lines[at..at + len]
+                        .iter()
+                        .map(|l| format!("{l}\n"))
+                        .collect();
+                    let indent: String = run.lines[at]
+                        .chars()
+                        .take_while(|c| c.is_whitespace())
+                        .collect();
+                    reply.push_str(&format!(
+                        "{}\n<<<<<<< SEARCH\n{search}=======\n{}>>>>>>> REPLACE\n",
+                        shown[f].path,
+                        random_lines(&mut rng, &indent)
+                    ));
+                }
+                check_property(&files, &p, &reply, &mut syntax)?;
+            }
+        }
+        // Some random replacements break the syntax: the generator is not
+        // trivially safe.
+        assert!(syntax > 0);
+        Ok(())
+    }
+
+    #[test]
+    fn every_conforming_lines_reply_applies() -> R {
+        let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+        let mut syntax = 0;
+        for (files, locs, issue, trim) in property_cases() {
+            let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+            let dir = workspace(&refs)?;
+            let p = prompt_of(dir.path(), issue, &locs, EditFormat::Lines, trim);
+            let shown: Vec<grammar::ShownFile> = p.code.iter().map(|c| c.runs(false)).collect();
+            for _ in 0..PROPERTY_REPLIES {
+                let mut reply = String::from("Reasoning: a random edit.\n\n");
+                let mut taken: Vec<(usize, usize, usize)> = Vec::new();
+                for _ in 0..1 + rng.below(3) {
+                    let f = rng.below(shown.len());
+                    let run = &shown[f].runs[rng.below(shown[f].runs.len())];
+                    let a = run.first + rng.below(run.lines.len());
+                    let b = run.first + rng.below(run.lines.len());
+                    let (lo, hi) = (a.min(b), a.max(b));
+                    if taken.iter().any(|&(g, s, e)| g == f && lo <= e && s <= hi) {
+                        continue;
+                    }
+                    taken.push((f, lo, hi));
+                    let first = &run.lines[lo - run.first];
+                    let indent: String = first.chars().take_while(|c| c.is_whitespace()).collect();
+                    reply.push_str(&format!(
+                        "{}\nreplace lines {a}-{b} with:\n```\n{}```\n",
+                        shown[f].path,
+                        random_lines(&mut rng, &indent)
+                    ));
+                }
+                check_property(&files, &p, &reply, &mut syntax)?;
+            }
+        }
+        assert!(syntax > 0);
+        Ok(())
+    }
+
+    #[test]
+    fn every_conforming_definition_reply_applies() -> R {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let mut syntax = 0;
+        for (files, locs, issue, trim) in property_cases() {
+            let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+            let dir = workspace(&refs)?;
+            let p = prompt_of(dir.path(), issue, &locs, EditFormat::Definition, trim);
+            assert_eq!(p.format, EditFormat::Definition);
+            for _ in 0..PROPERTY_REPLIES {
+                let t = &p.targets[rng.below(p.targets.len())];
+                let decorators: String = (0..rng.below(3))
+                    .map(|i| format!("{}@decorator_{i}\n", t.indent))
+                    .collect();
+                let body = random_lines(&mut rng, &format!("{}    ", t.indent));
+                let reply = format!(
+                    "Reasoning: a random rewrite.\n\n{}\n```\n{decorators}{}self, x):\n{}    return x\n{body}```\n",
+                    t.label(),
+                    t.lead,
+                    t.indent
+                );
+                check_property(&files, &p, &reply, &mut syntax)?;
+            }
+        }
+        assert!(syntax > 0);
+        Ok(())
+    }
+
+    /// `files` committed in a new git repository; its head commit.
+    fn git_workspace(
+        files: &[(&str, &str)],
+    ) -> Result<(tempfile::TempDir, String), Box<dyn std::error::Error>> {
+        let dir = workspace(files)?;
+        for args in [
+            &["init", "-q"][..],
+            &["add", "-A"],
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-qm",
+                "base",
+            ],
+        ] {
+            let status = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir.path())
+                .status()?;
+            assert!(status.success(), "git {args:?}");
+        }
+        let head = crate::repo::head_commit(dir.path())?;
+        Ok((dir, head))
+    }
+
+    #[test]
+    fn each_format_runs_through_the_fixer_and_is_recorded() -> R {
+        let (dir, head) = git_workspace(&[("m.py", SHAPES)])?;
+        let issue = issue_of("Shape.area is wrong");
+        let locs = [location("m.py", "Shape", 4, 11)];
+        let patch = "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -4,7 +4,7 @@ import functools\n class Shape:\n     @property\n     def area(self):\n-        return self.w * self.h\n+        return self.w * self.h * 2\n \n     def scale(self, k):\n         self.w *= k\n";
+        let cases = [
+            (
+                EditFormat::SearchReplace,
+                "Reasoning: x.\n\nm.py\n<<<<<<< SEARCH\n        return self.w * self.h\n=======\n        return self.w * self.h * 2\n>>>>>>> REPLACE\n",
+            ),
+            (
+                EditFormat::Anchored,
+                "Reasoning: x.\n\nm.py\n<<<<<<< SEARCH\n        return self.w * self.h\n=======\n        return self.w * self.h * 2\n>>>>>>> REPLACE\n",
+            ),
+            (
+                EditFormat::Lines,
+                "Reasoning: x.\n\nm.py\nreplace lines 7-7 with:\n```\n        return self.w * self.h * 2\n```\n",
+            ),
+            (
+                EditFormat::Definition,
+                "Reasoning: x.\n\nm.py::Shape.area\n```\n    @property\n    def area(self):\n        return self.w * self.h * 2\n```\n",
+            ),
+        ];
+        for (format, reply) in cases {
+            let mut conversation = Fake::new(32_768, reply);
+            let mut trajectory = Trajectory::new("demo__big-1");
+            let settings = FixerSettings {
+                candidates: 2,
+                edit_format: format,
+                ..FixerSettings::default()
+            };
+            let fixes = run(
+                &mut conversation,
+                dir.path(),
+                &head,
+                &issue,
+                &locs,
+                &settings,
+                &Sampling::default(),
+                &mut trajectory,
+            )?;
+            let statuses: Vec<&Status> = fixes.candidates.iter().map(|c| &c.status).collect();
+            assert_eq!(
+                statuses,
+                [&Status::Kept, &Status::Duplicate(0)],
+                "{format:?}"
+            );
+            let got = fixes.candidates[0].patch.as_deref().map(normalise);
+            assert_eq!(got, Some(normalise(patch)), "{format:?}");
+            assert_eq!((fixes.edit_format, fixes.applied()), (format, 2));
+            let json = serde_json::to_value(&fixes)?;
+            assert_eq!(json["edit_format"], format.name(), "{format:?}");
+            // The workspace is left as it was.
+            assert_eq!(crate::repo::diff_against(dir.path(), &head)?, "");
+        }
+        // A reply cut before its edit closed is `no_blocks`.
+        let mut conversation = Fake::new(
+            32_768,
+            "Reasoning: x.\n\nm.py\nreplace lines 7-7 with:\n```\n        return",
+        );
+        let settings = FixerSettings {
+            candidates: 1,
+            edit_format: EditFormat::Lines,
+            ..FixerSettings::default()
+        };
+        let fixes = run(
+            &mut conversation,
+            dir.path(),
+            &head,
+            &issue,
+            &locs,
+            &settings,
+            &Sampling::default(),
+            &mut Trajectory::new("demo__big-1"),
+        )?;
+        assert_eq!(fixes.candidates[0].status, Status::NoBlocks);
+        assert_eq!(fixes.applied(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn older_records_and_settings_read_as_search_replace() -> R {
+        let fixes: Fixes = serde_json::from_str(r#"{"candidates": [], "distinct": []}"#)?;
+        assert_eq!(fixes.edit_format, EditFormat::SearchReplace);
+        let cases = [
+            ("candidates = 2\ntemperature = 0.5\nmax_tokens = 9", EditFormat::SearchReplace),
+            ("candidates = 2\ntemperature = 0.5\nmax_tokens = 9\nedit_format = \"lines\"", EditFormat::Lines),
+            ("candidates = 2\ntemperature = 0.5\nmax_tokens = 9\nedit_format = \"anchored\"", EditFormat::Anchored),
+            ("candidates = 2\ntemperature = 0.5\nmax_tokens = 9\nedit_format = \"definition\"", EditFormat::Definition),
+            ("candidates = 2\ntemperature = 0.5\nmax_tokens = 9\nedit_format = \"search_replace\"", EditFormat::SearchReplace),
+        ];
+        for (text, want) in cases {
+            let s: FixerSettings = toml::from_str(text)?;
+            assert_eq!(s.edit_format, want, "{text}");
+            assert_eq!(serde_json::to_value(want)?, want.name());
+        }
+        assert!(toml::from_str::<FixerSettings>(
+            "candidates = 2\ntemperature = 0.5\nmax_tokens = 9\nedit_format = \"diff\""
+        )
+        .is_err());
+        Ok(())
     }
 }
