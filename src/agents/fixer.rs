@@ -189,7 +189,7 @@ and one line around them.";
 const ANCHORED_INSTRUCTIONS: &str = "Fix the issue. Start with `Reasoning:` and one short line \
 on the cause. Then write each change as a SEARCH/REPLACE block: the file's path on its own line, \
 `<<<<<<< SEARCH`, one or more consecutive lines copied exactly from the code above, `=======`, \
-the new lines, and `>>>>>>> REPLACE`. Keep SEARCH short: only the lines that change.";
+the new lines, and `>>>>>>> REPLACE`. Keep SEARCH short: only the lines that change";
 
 /// The `lines` format's instructions.
 const LINES_INSTRUCTIONS: &str = "Fix the issue. Start with `Reasoning:` and one short line on \
@@ -210,7 +210,10 @@ old function. The functions you can rewrite:";
 fn instructions(format: EditFormat, targets: &[Target]) -> String {
     match format {
         EditFormat::SearchReplace => INSTRUCTIONS.to_string(),
-        EditFormat::Anchored => ANCHORED_INSTRUCTIONS.to_string(),
+        EditFormat::Anchored => format!(
+            "{ANCHORED_INSTRUCTIONS}, at most {} lines (several blocks for changes far apart).",
+            grammar::MAX_SEARCH_LINES
+        ),
         EditFormat::Lines => LINES_INSTRUCTIONS.to_string(),
         EditFormat::Definition => {
             let list: Vec<String> = targets.iter().map(|t| t.label()).collect();

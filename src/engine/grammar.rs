@@ -249,11 +249,17 @@ fn check_shown(files: &[ShownFile]) -> Result<(), GrammarError> {
     }
 }
 
+/// Most lines of an `anchored` SEARCH: small models copy a whole function
+/// into SEARCH and run out of tokens before REPLACE; the change itself is
+/// a few lines.
+pub const MAX_SEARCH_LINES: usize = 8;
+
 /// The Fixer's `anchored` format: the reasoning line, then one to
 /// [`MAX_BLOCKS`] SEARCH/REPLACE blocks whose SEARCH is a contiguous run
-/// of shown lines of the named file, copied exactly: rule `f{i}-l{n}` is
-/// line `n` of file `i` followed by line `n+1` of its run or by nothing.
-/// REPLACE is free lines as in [`search_replace`].
+/// of at most [`MAX_SEARCH_LINES`] shown lines of the named file, copied
+/// exactly: rule `f{i}-l{n}-{k}` is line `n` of file `i` as the `k`-th line
+/// of SEARCH, followed by line `n+1` of its run or by nothing. REPLACE is
+/// free lines as in [`search_replace`].
 pub fn anchored(files: &[ShownFile]) -> Result<String, GrammarError> {
     check_shown(files)?;
     let mut rules = vec![
@@ -266,18 +272,21 @@ pub fn anchored(files: &[ShownFile]) -> Result<String, GrammarError> {
         let mut starts = Vec::new();
         let mut chain = Vec::new();
         for run in &file.runs {
-            for (k, text) in run.lines.iter().enumerate() {
-                let n = run.first + k;
-                starts.push(format!("f{i}-l{n}"));
-                let next = if k + 1 < run.lines.len() {
-                    format!(" f{i}-l{}?", n + 1)
-                } else {
-                    String::new()
-                };
-                chain.push(format!(
-                    "f{i}-l{n} ::= {}{next}",
-                    literal(&format!("{text}\n"))
-                ));
+            for (at, text) in run.lines.iter().enumerate() {
+                let n = run.first + at;
+                starts.push(format!("f{i}-l{n}-1"));
+                // Line `n` as SEARCH's k-th line: k-1 lines of the run before it.
+                for k in 1..=MAX_SEARCH_LINES.min(at + 1) {
+                    let next = if at + 1 < run.lines.len() && k < MAX_SEARCH_LINES {
+                        format!(" f{i}-l{}-{}?", n + 1, k + 1)
+                    } else {
+                        String::new()
+                    };
+                    chain.push(format!(
+                        "f{i}-l{n}-{k} ::= {}{next}",
+                        literal(&format!("{text}\n"))
+                    ));
+                }
             }
         }
         if starts.is_empty() {
@@ -666,10 +675,13 @@ mod tests {
             "root ::= \"Reasoning: \" [^\\n]{1,400} \"\\n\\n\" edit{1,4}\n\
              edit ::= f0\n\
              line ::= ([^\\n<=>] [^\\n]{0,199})? \"\\n\"\n\
-             f0 ::= \"a.py\\n<<<<<<< SEARCH\\n\" (f0-l4 | f0-l5 | f0-l6) \"=======\\n\" line{0,40} \">>>>>>> REPLACE\\n\"\n\
-             f0-l4 ::= \"def f(x):\\n\" f0-l5?\n\
-             f0-l5 ::= \"    return \\\"x\\\"\\n\" f0-l6?\n\
-             f0-l6 ::= \"\\n\"\n"
+             f0 ::= \"a.py\\n<<<<<<< SEARCH\\n\" (f0-l4-1 | f0-l5-1 | f0-l6-1) \"=======\\n\" line{0,40} \">>>>>>> REPLACE\\n\"\n\
+             f0-l4-1 ::= \"def f(x):\\n\" f0-l5-2?\n\
+             f0-l5-1 ::= \"    return \\\"x\\\"\\n\" f0-l6-2?\n\
+             f0-l5-2 ::= \"    return \\\"x\\\"\\n\" f0-l6-3?\n\
+             f0-l6-1 ::= \"\\n\"\n\
+             f0-l6-2 ::= \"\\n\"\n\
+             f0-l6-3 ::= \"\\n\"\n"
         );
         // Two runs (a left-out part between them): line 2 ends its run.
         let files = [ShownFile {
@@ -686,10 +698,24 @@ mod tests {
             ],
         }];
         let g = anchored(&files).unwrap();
-        assert!(g.contains("(f0-l1 | f0-l2 | f0-l9)"), "{g}");
-        assert!(g.contains("f0-l1 ::= \"a = 1\\n\" f0-l2?\n"), "{g}");
-        assert!(g.contains("f0-l2 ::= \"b = 2\\n\"\n"), "{g}");
-        assert!(g.contains("f0-l9 ::= \"c = 3\\n\"\n"), "{g}");
+        assert!(g.contains("(f0-l1-1 | f0-l2-1 | f0-l9-1)"), "{g}");
+        assert!(g.contains("f0-l1-1 ::= \"a = 1\\n\" f0-l2-2?\n"), "{g}");
+        assert!(g.contains("f0-l2-2 ::= \"b = 2\\n\"\n"), "{g}");
+        assert!(g.contains("f0-l9-1 ::= \"c = 3\\n\"\n"), "{g}");
+        assert!(!g.contains("f0-l9-2"), "{g}");
+        // A long run: SEARCH stops at its 8th line.
+        let long = [ShownFile {
+            path: "d.py".into(),
+            runs: vec![ShownRun {
+                first: 1,
+                lines: (1..=12).map(|n| format!("x = {n}")).collect(),
+            }],
+        }];
+        let g = anchored(&long).unwrap();
+        assert!(g.contains("f0-l7-7 ::= \"x = 7\\n\" f0-l8-8?\n"), "{g}");
+        assert!(g.contains("f0-l8-8 ::= \"x = 8\\n\"\n"), "{g}");
+        assert!(g.contains("f0-l12-8 ::= \"x = 12\\n\"\n"), "{g}");
+        assert!(!g.contains("-9 ::="), "{g}");
         let empty = [ShownFile {
             path: "c.py".into(),
             runs: vec![],
