@@ -371,7 +371,8 @@ fn a_long_issue_and_a_large_class_fit_the_real_model() {
 /// new lines runs to any cap), 8 candidates, through the grammar of each
 /// format that promises it (all but `search_replace`), on the located
 /// `memoize` of a demo task: every candidate that closed its edit applied
-/// (a syntax error of the result is the one rejection allowed), and at
+/// (a syntax error of the result, or overlapping edits, are the only
+/// rejections allowed), and at
 /// least one closed, so the check is not empty. The grammar, not the
 /// model, is what makes these random replies apply.
 #[test]
@@ -441,9 +442,11 @@ fn random_replies_through_each_grammar_apply() {
             .iter()
             .filter(|c| c.status != Status::NoBlocks)
             .collect();
+        // Overlapping edits of one reply (`lines`, `anchored`) are the one
+        // refusal besides a syntax error: the grammar cannot order them.
         for c in &closed {
             assert!(
-                !matches!(c.status, Status::DidNotApply(_)),
+                !matches!(&c.status, Status::DidNotApply(why) if !why.contains(" overlap: ")),
                 "{format:?}: candidate {} did not apply: {:?}\n{}",
                 c.index,
                 c.status,
