@@ -1,6 +1,8 @@
 //! SEARCH/REPLACE edit blocks: parsing them out of a model's reply and
 //! applying them to files with an exact matcher, then a whitespace-tolerant
-//! one.
+//! one. Also the Fixer's line-range edits ([`LineEdit`], applied bottom-up
+//! with overlaps refused), the parsers of its `lines` and `definition`
+//! formats, and whole definitions from code fences.
 //!
 //! The format (aider's and Agentless's):
 //!
@@ -301,7 +303,8 @@ pub fn replace(
             })
             .collect()
     };
-    let matchers: [(Matched, &dyn Fn(&str, &str) -> bool); 2] = [
+    type Same<'a> = &'a dyn Fn(&str, &str) -> bool;
+    let matchers: [(Matched, Same); 2] = [
         (Matched::TrailingWhitespace, &|a: &str, b: &str| {
             a.trim_end() == b.trim_end()
         }),
@@ -746,7 +749,8 @@ mod tests {
     #[test]
     fn replace_cases() {
         let file = "def f(x):\n    if x > 1:\n        return x\n    return 0\n";
-        let cases: &[(&str, &str, Result<(&str, Matched), EditError>)] = &[
+        type Case<'a> = (&'a str, &'a str, Result<(&'a str, Matched), EditError>);
+        let cases: &[Case] = &[
             (
                 "    if x > 1:\n",
                 "    if x >= 1:\n",

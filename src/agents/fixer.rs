@@ -1771,14 +1771,18 @@ mod tests {
             .collect()
     }
 
-    /// The cases of the property tests: a small module shown whole, and a
-    /// large class trimmed around the issue's names (gaps in the runs).
-    fn property_cases() -> Vec<(
+    /// A property case: the files, the located spans, the issue, and
+    /// whether the spans are trimmed.
+    type PropertyCase = (
         Vec<(&'static str, String)>,
         Vec<Location>,
         &'static str,
         bool,
-    )> {
+    );
+
+    /// The cases of the property tests: a small module shown whole, and a
+    /// large class trimmed around the issue's names (gaps in the runs).
+    fn property_cases() -> Vec<PropertyCase> {
         vec![
             (
                 vec![("m.py", SHAPES.to_string()), ("t.py", twins())],
