@@ -1,6 +1,8 @@
 //! SEARCH/REPLACE edit blocks: parsing them out of a model's reply and
 //! applying them to files with an exact matcher, then a whitespace-tolerant
-//! one.
+//! one. Also the Fixer's line-range edits ([`LineEdit`], applied bottom-up
+//! with overlaps refused), the parsers of its `lines` and `definition`
+//! formats, and whole definitions from code fences.
 //!
 //! The format (aider's and Agentless's):
 //!
@@ -60,6 +62,26 @@ pub enum EditError {
     EmptySearch(String),
     #[error("SEARCH and REPLACE are identical")]
     NoChange,
+    #[error(
+        "lines {start}-{end} are not lines of {path} (it has {lines}); name lines the prompt shows"
+    )]
+    OutOfRange {
+        path: String,
+        start: usize,
+        end: usize,
+        lines: usize,
+    },
+    #[error(
+        "edits of {path} overlap: lines {first_start}-{first_end} and {second_start}-{second_end}; \
+         write one edit for lines that are changed together"
+    )]
+    Overlap {
+        path: String,
+        first_start: usize,
+        first_end: usize,
+        second_start: usize,
+        second_end: usize,
+    },
     #[error("cannot {action} {path}: {message}")]
     Io {
         action: &'static str,
@@ -80,6 +102,13 @@ fn is_marker(line: &str, ch: char, word: &str) -> bool {
     let t = line.trim_end();
     let n = t.chars().take_while(|&c| c == ch).count();
     (5..=9).contains(&n) && t[n..].trim() == word
+}
+
+/// Whether `line` would be read as a SEARCH/REPLACE marker (`<<<<<<< SEARCH`,
+/// `=======`, `>>>>>>> REPLACE`): such a line of code can never be a SEARCH
+/// line, or the block would not parse back.
+pub fn is_marker_line(line: &str) -> bool {
+    is_marker(line, '<', "SEARCH") || is_marker(line, '=', "") || is_marker(line, '>', "REPLACE")
 }
 
 /// The file name a block belongs to: the closest line above it that is not
@@ -274,7 +303,8 @@ pub fn replace(
             })
             .collect()
     };
-    let matchers: [(Matched, &dyn Fn(&str, &str) -> bool); 2] = [
+    type Same<'a> = &'a dyn Fn(&str, &str) -> bool;
+    let matchers: [(Matched, Same); 2] = [
         (Matched::TrailingWhitespace, &|a: &str, b: &str| {
             a.trim_end() == b.trim_end()
         }),
@@ -458,17 +488,7 @@ pub fn apply_definition(
     while end > line + 1 && lines[end - 1].trim().is_empty() {
         end -= 1;
     }
-    let new: String = def
-        .text
-        .lines()
-        .map(|l| {
-            if l.trim().is_empty() {
-                "\n".to_string()
-            } else {
-                format!("{indent}{l}\n")
-            }
-        })
-        .collect();
+    let new = indent_lines(&def.text, &indent);
     if lines[start..end].concat() == new {
         return Err(EditError::NoChange);
     }
@@ -485,6 +505,193 @@ pub fn apply_definition(
         message: e.to_string(),
     })?;
     Ok(path)
+}
+
+/// `text` (dedented) with `indent` put before each non-blank line; blank
+/// lines become empty. Every line ends in a newline.
+pub fn indent_lines(text: &str, indent: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.trim().is_empty() {
+                "\n".to_string()
+            } else {
+                format!("{indent}{l}\n")
+            }
+        })
+        .collect()
+}
+
+/// `text` with `indent` taken off the start of each line (a line that does
+/// not start with it loses its leading whitespace): the inverse of
+/// [`indent_lines`].
+pub fn dedent_lines(text: &str, indent: &str) -> String {
+    text.lines()
+        .map(|l| match l.strip_prefix(indent) {
+            Some(rest) => format!("{rest}\n"),
+            None => format!("{}\n", l.trim_start()),
+        })
+        .collect()
+}
+
+/// Lines `start`-`end` (1-based, inclusive) of the file at `path` to be
+/// replaced by `text` (whole lines, each ending in a newline; empty
+/// deletes them): what the `anchored`, `lines` and `definition` edit
+/// formats of the Fixer come down to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LineEdit {
+    pub path: String,
+    pub start: usize,
+    pub end: usize,
+    pub text: String,
+}
+
+/// Applies `edits` to the files at `root`: every range must lie in its
+/// file and no two edits of a file may overlap (checked before anything
+/// is written); each file's edits are applied from the bottom up, so the
+/// line numbers, all of the file as it was, stay valid. Returns the
+/// files changed, in the order first named.
+pub fn apply_line_edits(root: &Path, edits: &[LineEdit]) -> Result<Vec<String>, EditError> {
+    let mut paths: Vec<&str> = Vec::new();
+    for e in edits {
+        if !paths.contains(&e.path.as_str()) {
+            paths.push(&e.path);
+        }
+    }
+    let mut outputs = Vec::new();
+    for path in &paths {
+        let full = resolve(root, path)?;
+        if !full.is_file() {
+            return Err(EditError::NoSuchFile(path.to_string()));
+        }
+        let content = std::fs::read_to_string(&full).map_err(|e| EditError::Io {
+            action: "read",
+            path: path.to_string(),
+            message: e.to_string(),
+        })?;
+        let lines: Vec<&str> = content.split_inclusive('\n').collect();
+        let mut mine: Vec<&LineEdit> = edits.iter().filter(|e| e.path == *path).collect();
+        mine.sort_by_key(|e| (e.start, e.end));
+        for e in &mine {
+            if e.start == 0 || e.start > e.end || e.end > lines.len() {
+                return Err(EditError::OutOfRange {
+                    path: path.to_string(),
+                    start: e.start,
+                    end: e.end,
+                    lines: lines.len(),
+                });
+            }
+        }
+        for pair in mine.windows(2) {
+            if pair[1].start <= pair[0].end {
+                return Err(EditError::Overlap {
+                    path: path.to_string(),
+                    first_start: pair[0].start,
+                    first_end: pair[0].end,
+                    second_start: pair[1].start,
+                    second_end: pair[1].end,
+                });
+            }
+        }
+        let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        for e in mine.iter().rev() {
+            let mut text = e.text.clone();
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            let new: Vec<String> = text.split_inclusive('\n').map(str::to_string).collect();
+            out.splice(e.start - 1..e.end, new);
+        }
+        outputs.push((full, path.to_string(), out.concat()));
+    }
+    for (full, path, text) in &outputs {
+        std::fs::write(full, text).map_err(|e| EditError::Io {
+            action: "write",
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+    }
+    Ok(outputs.into_iter().map(|(_, p, _)| p).collect())
+}
+
+/// The line that starts the new text of a `lines` edit: `replace lines
+/// A-B with:`.
+pub const LINES_HEADER_PREFIX: &str = "replace lines ";
+
+/// The fence around the new text of a `lines` or `definition` edit.
+pub const FENCE: &str = "```";
+
+/// One edit of the `lines` format as written: the path, lines `start`-`end`
+/// as the model wrote them (`start` may exceed `end`), and the new text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LinesEdit {
+    pub path: String,
+    pub start: usize,
+    pub end: usize,
+    pub text: String,
+}
+
+/// The edits of the `lines` format in `reply`:
+///
+/// ```text
+/// path/to/file.py
+/// replace lines 12-14 with:
+/// ```
+/// new lines
+/// ```
+/// ```
+///
+/// and how many were left open (a reply cut by the token cap). The path
+/// is the closest non-blank line above the header.
+pub fn parse_lines_edits(reply: &str) -> (Vec<LinesEdit>, usize) {
+    let lines: Vec<&str> = reply.lines().collect();
+    let mut out = Vec::new();
+    let mut path = String::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i].trim_end();
+        let range = line
+            .strip_prefix(LINES_HEADER_PREFIX)
+            .and_then(|r| r.strip_suffix(" with:"))
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+        let Some((start, end)) = range else {
+            if !line.trim().is_empty() {
+                path = line.trim().to_string();
+            }
+            i += 1;
+            continue;
+        };
+        if lines.get(i + 1).map(|l| l.trim_end()) != Some(FENCE) {
+            i += 1;
+            continue;
+        }
+        let body_start = i + 2;
+        let Some(close) = (body_start..lines.len()).find(|&k| lines[k].trim_end() == FENCE) else {
+            return (out, 1);
+        };
+        out.push(LinesEdit {
+            path: path.clone(),
+            start,
+            end,
+            text: join_lines(&lines[body_start..close]),
+        });
+        i = close + 1;
+    }
+    (out, 0)
+}
+
+/// The one edit of the `definition` format in `reply`: a `path::qualname`
+/// line, then the new definition in a fence. `None` when there is no
+/// closed fence after such a line (a reply cut by the token cap).
+pub fn parse_definition_edit(reply: &str) -> Option<(String, String)> {
+    let lines: Vec<&str> = reply.lines().collect();
+    let at = (0..lines.len().saturating_sub(1))
+        .find(|&i| lines[i].contains("::") && lines[i + 1].trim_end() == FENCE)?;
+    let close = (at + 2..lines.len()).find(|&k| lines[k].trim_end() == FENCE)?;
+    Some((
+        lines[at].trim().to_string(),
+        join_lines(&lines[at + 2..close]),
+    ))
 }
 
 fn indent_of(line: &str) -> &str {
@@ -542,7 +749,8 @@ mod tests {
     #[test]
     fn replace_cases() {
         let file = "def f(x):\n    if x > 1:\n        return x\n    return 0\n";
-        let cases: &[(&str, &str, Result<(&str, Matched), EditError>)] = &[
+        type Case<'a> = (&'a str, &'a str, Result<(&'a str, Matched), EditError>);
+        let cases: &[Case] = &[
             (
                 "    if x > 1:\n",
                 "    if x >= 1:\n",
@@ -739,5 +947,149 @@ mod tests {
         // A named file that exists is never second-guessed.
         let got = apply_block_lenient(dir.path(), &block("a.py", "y = 1\n"), &shown);
         assert_eq!(got, Err(EditError::NotFound("a.py".into())));
+    }
+
+    #[test]
+    fn line_edits_apply_from_the_bottom_up_and_refuse_overlaps() {
+        let dir = tempfile::tempdir().unwrap();
+        let original = "a = 1\nb = 2\nc = 3\nd = 4\n";
+        let edit = |path: &str, start: usize, end: usize, text: &str| LineEdit {
+            path: path.into(),
+            start,
+            end,
+            text: text.into(),
+        };
+        type Case = (Vec<LineEdit>, Result<&'static str, EditError>);
+        let cases: Vec<Case> = vec![
+            // Line numbers are the file's as it was, whatever the order.
+            (
+                vec![
+                    edit("m.py", 1, 1, "a = 10\na2 = 0\n"),
+                    edit("m.py", 3, 4, ""),
+                ],
+                Ok("a = 10\na2 = 0\nb = 2\n"),
+            ),
+            (
+                vec![edit("m.py", 4, 4, "d = 40"), edit("m.py", 2, 2, "b = 20\n")],
+                Ok("a = 1\nb = 20\nc = 3\nd = 40\n"),
+            ),
+            (
+                vec![edit("m.py", 1, 2, "x\n"), edit("m.py", 2, 3, "y\n")],
+                Err(EditError::Overlap {
+                    path: "m.py".into(),
+                    first_start: 1,
+                    first_end: 2,
+                    second_start: 2,
+                    second_end: 3,
+                }),
+            ),
+            (
+                vec![edit("m.py", 4, 5, "x\n")],
+                Err(EditError::OutOfRange {
+                    path: "m.py".into(),
+                    start: 4,
+                    end: 5,
+                    lines: 4,
+                }),
+            ),
+            (
+                vec![edit("m.py", 3, 2, "x\n")],
+                Err(EditError::OutOfRange {
+                    path: "m.py".into(),
+                    start: 3,
+                    end: 2,
+                    lines: 4,
+                }),
+            ),
+            (
+                vec![edit("none.py", 1, 1, "x\n")],
+                Err(EditError::NoSuchFile("none.py".into())),
+            ),
+        ];
+        for (edits, expected) in cases {
+            std::fs::write(dir.path().join("m.py"), original).unwrap();
+            let got = apply_line_edits(dir.path(), &edits);
+            let text = std::fs::read_to_string(dir.path().join("m.py")).unwrap();
+            match expected {
+                Ok(want) => {
+                    assert_eq!(got, Ok(vec![edits[0].path.clone()]), "{edits:?}");
+                    assert_eq!(text, want, "{edits:?}");
+                }
+                Err(e) => {
+                    assert_eq!(got, Err(e), "{edits:?}");
+                    assert_eq!(text, original, "nothing written: {edits:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lines_edits_parse_with_their_paths_and_a_cut_one_is_counted() {
+        let reply = "Reasoning: off by one.\n\npkg/a.py\nreplace lines 12-14 with:\n```\n    if x:\n\n        return 1\n```\npkg/b.py\nreplace lines 9-3 with:\n```\n```\npkg/a.py\nreplace lines 20-20 with:\n```\n    cut";
+        let (edits, open) = parse_lines_edits(reply);
+        assert_eq!(
+            edits,
+            vec![
+                LinesEdit {
+                    path: "pkg/a.py".into(),
+                    start: 12,
+                    end: 14,
+                    text: "    if x:\n\n        return 1\n".into(),
+                },
+                LinesEdit {
+                    path: "pkg/b.py".into(),
+                    start: 9,
+                    end: 3,
+                    text: String::new(),
+                },
+            ]
+        );
+        assert_eq!(open, 1);
+        assert_eq!(parse_lines_edits("Reasoning: nothing"), (vec![], 0));
+    }
+
+    #[test]
+    fn a_definition_edit_parses_its_label_and_body() {
+        let cases: [(&str, Option<(&str, &str)>); 3] = [
+            (
+                "Reasoning: x.\n\nm.py::C.f\n```\n    def f(self):\n        return 2\n```\n",
+                Some(("m.py::C.f", "    def f(self):\n        return 2\n")),
+            ),
+            ("Reasoning: x.\n\nm.py::C.f\n```\n    def f(self):\n", None),
+            ("Reasoning: a::b but no fence", None),
+        ];
+        for (reply, want) in cases {
+            let got = parse_definition_edit(reply);
+            assert_eq!(
+                got.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
+                want,
+                "{reply:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn indenting_and_dedenting_are_inverse_on_indented_text() {
+        let text = "    def f(self):\n\n        return 1\n";
+        let dedented = dedent_lines(text, "    ");
+        assert_eq!(dedented, "def f(self):\n\n    return 1\n");
+        assert_eq!(indent_lines(&dedented, "    "), text);
+        // A line under the indentation loses only its own.
+        assert_eq!(dedent_lines("  x\n", "    "), "x\n");
+    }
+
+    #[test]
+    fn marker_lines_are_recognised() {
+        for (line, marker) in [
+            ("<<<<<<< SEARCH", true),
+            ("=======", true),
+            ("=====  ", true),
+            (">>>>>>> REPLACE", true),
+            ("====", false),
+            ("x = 1", false),
+            (">>> f()", false),
+        ] {
+            assert_eq!(is_marker_line(line), marker, "{line:?}");
+        }
     }
 }

@@ -1,9 +1,17 @@
 //! MASAI's Fixer: from the issue and the code at the localised spans, N
 //! candidate edits in one batched generation sharing the prompt (one
-//! greedy, N−1 sampled), each a short chain of thought then SEARCH/REPLACE
-//! blocks over the located files, enforced by grammar. Candidates that do
+//! greedy, N−1 sampled), each a short chain of thought then edits in the
+//! configured [`EditFormat`], enforced by grammar. Candidates that do
 //! not apply, break the syntax, or change nothing are dropped; duplicates
 //! (the same normalised diff) are merged and counted.
+//!
+//! In the `anchored`, `lines` and `definition` formats every reply the
+//! grammar allows names real lines of the shown code, so it applies; the
+//! only rejections left are a syntax error of the result, overlapping
+//! edits (`lines`, `anchored`: `did_not_apply` naming both ranges), and a
+//! reply cut by the token cap before its first edit closed (`no_blocks`:
+//! there is no separate "truncated" status, so `Fixes::applied` keeps its
+//! meaning).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -24,6 +32,44 @@ use crate::trajectory::Trajectory;
 /// context and the model sees the surroundings.
 pub const CONTEXT_LINES: usize = 5;
 
+/// How a candidate writes its edit. Each is enforced by a grammar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EditFormat {
+    /// SEARCH/REPLACE blocks over the shown files, SEARCH free text
+    /// (matched exactly, then ignoring whitespace).
+    #[default]
+    SearchReplace,
+    /// SEARCH/REPLACE blocks whose SEARCH the grammar restricts to a
+    /// contiguous run of the shown lines of the named file; when the run
+    /// occurs more than once among the shown lines, the first occurrence
+    /// not overlapping an earlier block of the reply is taken.
+    Anchored,
+    /// `replace lines A-B with:` and the new lines in a fence, A and B
+    /// numbers of one run of shown lines of the named file (the code is
+    /// shown numbered). A > B is normalised: the lines between them are
+    /// replaced. Edits of one reply must not overlap.
+    Lines,
+    /// One located function or method rewritten whole: its
+    /// `path::qualname`, then the new definition (decorators included) in
+    /// a fence, which replaces its span from the tree-sitter index. With
+    /// no function or method among the located spans, `anchored` is used.
+    Definition,
+}
+
+impl EditFormat {
+    /// The setting's value as written in a config (`search_replace`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            EditFormat::SearchReplace => "search_replace",
+            EditFormat::Anchored => "anchored",
+            EditFormat::Lines => "lines",
+            EditFormat::Definition => "definition",
+        }
+    }
+}
+
+/// The Fixer's settings (`[fixer]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FixerSettings {
@@ -33,6 +79,9 @@ pub struct FixerSettings {
     pub temperature: f32,
     /// Most tokens of one candidate.
     pub max_tokens: u32,
+    /// How candidates write their edits (`search_replace` when absent).
+    #[serde(default)]
+    pub edit_format: EditFormat,
 }
 
 impl Default for FixerSettings {
@@ -41,6 +90,7 @@ impl Default for FixerSettings {
             candidates: 4,
             temperature: 0.8,
             max_tokens: 512,
+            edit_format: EditFormat::SearchReplace,
         }
     }
 }
@@ -77,10 +127,15 @@ pub struct Distinct {
     pub members: Vec<usize>,
 }
 
+/// The Fixer's outcome (`fixes.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Fixes {
     pub candidates: Vec<Candidate>,
     pub distinct: Vec<Distinct>,
+    /// The format the candidates were asked for (`search_replace` in
+    /// files written before there was a choice).
+    #[serde(default)]
+    pub edit_format: EditFormat,
 }
 
 impl Fixes {
@@ -123,16 +178,169 @@ pub enum FixError {
 const SYSTEM: &str = "You are an expert Python developer who fixes bugs. You first explain the \
 cause in one line, then write the fix as SEARCH/REPLACE blocks.";
 
+/// The `search_replace` format's instructions.
 const INSTRUCTIONS: &str = "Fix the issue. Start with `Reasoning:` and one line on the cause. \
 Then write each change as a SEARCH/REPLACE block: the file's path on its own line, \
 `<<<<<<< SEARCH`, the lines to change copied exactly from the code above (no line numbers), \
 `=======`, the new lines, and `>>>>>>> REPLACE`. Keep SEARCH short: the lines that change \
 and one line around them.";
 
+/// The `anchored` format's instructions.
+const ANCHORED_INSTRUCTIONS: &str = "Fix the issue. Start with `Reasoning:` and one short line \
+on the cause. Then write each change as a SEARCH/REPLACE block: the file's path on its own line, \
+`<<<<<<< SEARCH`, one or more consecutive lines copied exactly from the code above, `=======`, \
+the new lines, and `>>>>>>> REPLACE`. Keep SEARCH short: only the lines that change";
+
+/// The `lines` format's instructions.
+const LINES_INSTRUCTIONS: &str = "Fix the issue. Start with `Reasoning:` and one short line on \
+the cause. Then write each change as: the file's path on its own line, `replace lines A-B with:` \
+(A and B are line numbers shown left of the code above; lines A to B are replaced), then the new \
+lines in a ``` fence, exactly as they must be in the file, indentation included, without line \
+numbers. For example:\n\npkg/mod.py\nreplace lines 12-13 with:\n```\n    if x is None:\n        \
+return 0\n```";
+
+/// The `definition` format's instructions, before the list of targets.
+const DEFINITION_INSTRUCTIONS: &str = "Fix the issue. Start with `Reasoning:` and one short line \
+on the cause. Then write the name of the one function to rewrite on its own line, then the whole \
+new function in a ``` fence, decorators included, indented as in the code above. It replaces the \
+old function. The functions you can rewrite:";
+
+/// What the prompt asks for in `format` (`targets`: the definitions the
+/// `definition` format may rewrite).
+fn instructions(format: EditFormat, targets: &[Target]) -> String {
+    match format {
+        EditFormat::SearchReplace => INSTRUCTIONS.to_string(),
+        EditFormat::Anchored => format!(
+            "{ANCHORED_INSTRUCTIONS}, at most {} lines (several blocks for changes far apart).",
+            grammar::MAX_SEARCH_LINES
+        ),
+        EditFormat::Lines => LINES_INSTRUCTIONS.to_string(),
+        EditFormat::Definition => {
+            let list: Vec<String> = targets.iter().map(|t| t.label()).collect();
+            format!("{DEFINITION_INSTRUCTIONS}\n{}", list.join("\n"))
+        }
+    }
+}
+
 /// The code of the located spans, with context, grouped per file: each
 /// span whole.
 pub fn code_sections(root: &Path, locations: &[Location]) -> Vec<(String, String)> {
-    sections(&read_located(root, locations), None).0
+    sections(&read_located(root, locations), None, false).0
+}
+
+/// A file the prompt shows: all its lines, and which it shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownCode {
+    pub path: String,
+    /// The file's lines, without newlines.
+    pub lines: Vec<String>,
+    /// The 1-based numbers of the lines shown (gaps' notes are none).
+    pub shown: BTreeSet<usize>,
+    /// The located spans of this file (1-based, inclusive).
+    pub spans: Vec<(usize, usize)>,
+}
+
+impl ShownCode {
+    /// The shown lines as runs of consecutive numbers for a grammar; with
+    /// `anchored`, a line that reads as a SEARCH/REPLACE marker ends a run
+    /// and is left out (it could not be parsed back from SEARCH).
+    pub fn runs(&self, anchored: bool) -> grammar::ShownFile {
+        let mut runs: Vec<grammar::ShownRun> = Vec::new();
+        let mut previous = None;
+        for &n in &self.shown {
+            let text = self.lines.get(n - 1).cloned().unwrap_or_default();
+            if anchored && edit::is_marker_line(&text) {
+                previous = None;
+                continue;
+            }
+            match runs.last_mut() {
+                Some(run) if previous == Some(n - 1) => run.lines.push(text),
+                _ => runs.push(grammar::ShownRun {
+                    first: n,
+                    lines: vec![text],
+                }),
+            }
+            previous = Some(n);
+        }
+        grammar::ShownFile {
+            path: self.path.clone(),
+            runs,
+        }
+    }
+}
+
+/// A function or method the `definition` format may rewrite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub path: String,
+    pub qualname: String,
+    /// Its span, 1-based and inclusive, decorators included.
+    pub start_line: usize,
+    pub end_line: usize,
+    /// The indentation of its `def` line.
+    pub indent: String,
+    /// Its `def` line up to and including the name and `(`.
+    pub lead: String,
+}
+
+impl Target {
+    /// `path::qualname`, the line of a reply that picks it.
+    pub fn label(&self) -> String {
+        format!("{}::{}", self.path, self.qualname)
+    }
+}
+
+/// The functions and methods inside the located spans whose `def` line is
+/// shown, outermost only (a nested function is rewritten with its
+/// parent), in the order of the files and lines.
+pub fn definition_targets(code: &[ShownCode]) -> Vec<Target> {
+    let mut out: Vec<Target> = Vec::new();
+    for c in code {
+        let text = c.lines.join("\n") + "\n";
+        let index = symbols::parse_symbols(&c.path, &text);
+        let mut mine: Vec<&symbols::Symbol> = index
+            .symbols
+            .iter()
+            .filter(|s| s.kind != symbols::SymbolKind::Class)
+            .filter(|s| c.shown.contains(&s.def_line))
+            .filter(|s| {
+                c.spans
+                    .iter()
+                    .any(|&(a, b)| a <= s.start_line && s.end_line <= b)
+            })
+            .collect();
+        mine.sort_by_key(|s| (s.start_line, std::cmp::Reverse(s.end_line)));
+        let mut last_end = 0;
+        for s in mine {
+            if s.start_line <= last_end {
+                continue;
+            }
+            let Some(def_line) = c.lines.get(s.def_line - 1) else {
+                continue;
+            };
+            let Some(lead) = definition_lead(def_line, &s.name) else {
+                continue;
+            };
+            last_end = s.end_line;
+            out.push(Target {
+                path: c.path.clone(),
+                qualname: s.qualname.clone(),
+                start_line: s.start_line,
+                end_line: s.end_line,
+                indent: def_line[..def_line.len() - def_line.trim_start().len()].to_string(),
+                lead,
+            });
+        }
+    }
+    out
+}
+
+/// `line` (a `def` line) up to and including `name` and, when it follows
+/// at once, `(`.
+fn definition_lead(line: &str, name: &str) -> Option<String> {
+    let at = line.find(&format!("def {name}"))? + 4 + name.len();
+    let paren = usize::from(line[at..].starts_with('('));
+    Some(line[..at + paren].to_string())
 }
 
 /// Lines kept after a span's first line (its signature, then usually its
@@ -297,12 +505,16 @@ fn gap_note(a: usize, b: usize, next: &str) -> String {
 
 /// The sections of the prompt, grouped per file, and the spans' cuts:
 /// whole, or trimmed to [`kept_lines`] when `identifiers` is given.
+/// With `numbered`, each shown line starts with its number (the `lines`
+/// format). Also returns what each file shows.
 fn sections(
     located: &[Located],
     identifiers: Option<&BTreeSet<String>>,
-) -> (Vec<(String, String)>, Vec<Cut>) {
+    numbered: bool,
+) -> (Vec<(String, String)>, Vec<Cut>, Vec<ShownCode>) {
     let mut out: Vec<(String, String)> = Vec::new();
     let mut cuts = Vec::new();
+    let mut code: Vec<ShownCode> = Vec::new();
     for l in located {
         let loc = &l.location;
         let (start, end) = shown_range(loc, l.lines.len());
@@ -310,12 +522,18 @@ fn sections(
             Some(ids) => kept_lines(&l.lines, loc, ids),
             None => (start..=end).collect(),
         };
+        let width = end.to_string().len();
+        let number = |n: Option<usize>, text: String| match (numbered, n) {
+            (false, _) => text,
+            (true, Some(n)) => format!("{n:>width$}| {text}"),
+            (true, None) => format!("{:width$}| {text}", ""),
+        };
         let mut shown: Vec<String> = Vec::new();
         let mut left_out: Vec<(usize, usize)> = Vec::new();
         let mut n = start;
         while n <= end {
             if keep.contains(&n) {
-                shown.push(l.lines[n - 1].clone());
+                shown.push(number(Some(n), l.lines[n - 1].clone()));
                 n += 1;
                 continue;
             }
@@ -324,8 +542,21 @@ fn sections(
                 n += 1;
             }
             let next = l.lines.get(n - 1).filter(|_| n <= end).map_or("", |s| s);
-            shown.push(gap_note(a, n - 1, next));
+            shown.push(number(None, gap_note(a, n - 1, next)));
             left_out.push((a, n - 1));
+        }
+        let visible = (start..=end).filter(|n| keep.contains(n));
+        match code.iter_mut().find(|c| c.path == loc.path) {
+            Some(c) => {
+                c.shown.extend(visible);
+                c.spans.push((loc.start_line, loc.end_line));
+            }
+            None => code.push(ShownCode {
+                path: loc.path.clone(),
+                lines: l.lines.clone(),
+                shown: visible.collect(),
+                spans: vec![(loc.start_line, loc.end_line)],
+            }),
         }
         let snippet = shown.join("\n");
         let note = if left_out.is_empty() {
@@ -353,17 +584,43 @@ fn sections(
             None => out.push((loc.path.clone(), section)),
         }
     }
-    (out, cuts)
+    (out, cuts, code)
 }
 
-/// The prompt of the Fixer, showing `issue` (the issue's text, whole or
-/// cut).
+/// The prompt of the Fixer in the `search_replace` format, showing
+/// `issue` (the issue's text, whole or cut).
 pub fn messages(issue: &str, sections: &[(String, String)]) -> Vec<Message> {
+    messages_in(issue, sections, SYSTEM, INSTRUCTIONS)
+}
+
+/// The system message of `format`.
+fn system(format: EditFormat) -> &'static str {
+    match format {
+        EditFormat::SearchReplace | EditFormat::Anchored => SYSTEM,
+        EditFormat::Lines => LINES_SYSTEM,
+        EditFormat::Definition => DEFINITION_SYSTEM,
+    }
+}
+
+/// The system message of the `lines` format.
+const LINES_SYSTEM: &str = "You are an expert Python developer who fixes bugs. You \
+first explain the cause in one line, then replace numbered lines of the code with new ones.";
+
+/// The system message of the `definition` format.
+const DEFINITION_SYSTEM: &str = "You are an expert Python developer who fixes bugs. You first \
+explain the cause in one line, then rewrite the one function that has the bug.";
+
+fn messages_in(
+    issue: &str,
+    sections: &[(String, String)],
+    system: &str,
+    instructions: &str,
+) -> Vec<Message> {
     let code: Vec<&str> = sections.iter().map(|(_, s)| s.as_str()).collect();
     vec![
-        Message::system(SYSTEM),
+        Message::system(system),
         Message::user(format!(
-            "ISSUE:\n{}\n\nTHE CODE TO FIX:\n\n{}\n\n{INSTRUCTIONS}",
+            "ISSUE:\n{}\n\nTHE CODE TO FIX:\n\n{}\n\n{instructions}",
             issue.trim(),
             code.join("\n\n")
         )),
@@ -379,6 +636,99 @@ pub struct Prompt {
     /// The record of the cuts made to fit the context (`None`: nothing
     /// was cut, or the backend does not say its context).
     pub trim: Option<Trim>,
+    /// The format asked for: the one configured, or `anchored` for a
+    /// `definition` prompt with no function among the located spans.
+    pub format: EditFormat,
+    /// What the prompt shows of each file.
+    pub code: Vec<ShownCode>,
+    /// The definitions the `definition` format may rewrite (empty in the
+    /// other formats).
+    pub targets: Vec<Target>,
+}
+
+impl Prompt {
+    /// The grammar every candidate of this prompt follows.
+    pub fn grammar(&self) -> Result<String, grammar::GrammarError> {
+        match self.format {
+            EditFormat::SearchReplace => grammar::search_replace_with_reasoning(&self.paths),
+            EditFormat::Anchored => {
+                grammar::anchored(&self.code.iter().map(|c| c.runs(true)).collect::<Vec<_>>())
+            }
+            EditFormat::Lines => {
+                grammar::lines(&self.code.iter().map(|c| c.runs(false)).collect::<Vec<_>>())
+            }
+            EditFormat::Definition => grammar::definition(
+                &self
+                    .targets
+                    .iter()
+                    .map(|t| grammar::DefinitionTarget {
+                        label: t.label(),
+                        indent: t.indent.clone(),
+                        lead: t.lead.clone(),
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+        }
+    }
+}
+
+/// The parts of a prompt built for a number of locations.
+struct Built {
+    messages: Vec<Message>,
+    paths: Vec<String>,
+    cuts: Vec<Cut>,
+    format: EditFormat,
+    code: Vec<ShownCode>,
+    targets: Vec<Target>,
+}
+
+impl Built {
+    fn into_prompt(self, trim: Option<Trim>) -> Prompt {
+        Prompt {
+            messages: self.messages,
+            paths: self.paths,
+            trim,
+            format: self.format,
+            code: self.code,
+            targets: self.targets,
+        }
+    }
+}
+
+/// The prompt in `format` over `located`, showing `issue`; spans trimmed
+/// to [`kept_lines`] of `identifiers` when given.
+fn build_prompt(
+    issue: &str,
+    located: &[Located],
+    identifiers: Option<&BTreeSet<String>>,
+    format: EditFormat,
+) -> Built {
+    let numbered = format == EditFormat::Lines;
+    let (sections, cuts, code) = sections(located, identifiers, numbered);
+    let paths: Vec<String> = sections.iter().map(|(p, _)| p.clone()).collect();
+    let targets = if format == EditFormat::Definition {
+        definition_targets(&code)
+    } else {
+        Vec::new()
+    };
+    let format = if format == EditFormat::Definition && targets.is_empty() {
+        EditFormat::Anchored
+    } else {
+        format
+    };
+    Built {
+        messages: messages_in(
+            issue,
+            &sections,
+            system(format),
+            &instructions(format, &targets),
+        ),
+        paths,
+        cuts,
+        format,
+        code,
+        targets,
+    }
 }
 
 /// The Fixer's prompt fitted to the context: everything whole if it fits;
@@ -393,6 +743,7 @@ pub fn fit_prompt(
     issue: &str,
     locations: &[Location],
     reply_tokens: usize,
+    format: EditFormat,
 ) -> Result<Prompt, FixError> {
     let located = read_located(root, locations);
     if located.is_empty() {
@@ -401,26 +752,16 @@ pub fn fit_prompt(
     let issue = issue.trim();
     let identifiers = issue_identifiers(issue);
     let build = |text: &str, n: usize, trim: bool| {
-        let (sections, cuts) = sections(&located[..n], trim.then_some(&identifiers));
-        let paths: Vec<String> = sections.iter().map(|(p, _)| p.clone()).collect();
-        (messages(text, &sections), paths, cuts)
+        build_prompt(text, &located[..n], trim.then_some(&identifiers), format)
     };
     let all = located.len();
-    let (msgs, paths, _) = build(issue, all, false);
+    let whole = build(issue, all, false);
     let Some(budget) = Budget::of(conversation, reply_tokens) else {
-        return Ok(Prompt {
-            messages: msgs,
-            paths,
-            trim: None,
-        });
+        return Ok(whole.into_prompt(None));
     };
-    let (full_tokens, fits) = budget.measure(conversation, &msgs)?;
+    let (full_tokens, fits) = budget.measure(conversation, &whole.messages)?;
     if fits {
-        return Ok(Prompt {
-            messages: msgs,
-            paths,
-            trim: None,
-        });
+        return Ok(whole.into_prompt(None));
     }
     let dropped = |n: usize| {
         located[n..].iter().map(|l| Cut::Location {
@@ -429,29 +770,34 @@ pub fn fit_prompt(
         })
     };
     for n in (1..=all).rev() {
-        let fitted = budget::fit_issue(conversation, &budget, issue, |t| build(t, n, true).0)?;
+        let fitted =
+            budget::fit_issue(conversation, &budget, issue, |t| build(t, n, true).messages)?;
         if let Some(cut) = fitted {
-            let (msgs, paths, mut cuts) = build(&cut.text, n, true);
-            cuts.extend(cut.cut);
-            cuts.extend(dropped(n));
-            let tokens = conversation.count_tokens(&msgs)?;
-            return Ok(Prompt {
-                messages: msgs,
-                paths,
-                trim: Some(budget.trim("fixer", full_tokens, tokens, cuts)),
-            });
+            let mut built = build(&cut.text, n, true);
+            built.cuts.extend(cut.cut);
+            built.cuts.extend(dropped(n));
+            let tokens = conversation.count_tokens(&built.messages)?;
+            let trim = budget.trim(
+                "fixer",
+                full_tokens,
+                tokens,
+                std::mem::take(&mut built.cuts),
+            );
+            return Ok(built.into_prompt(Some(trim)));
         }
     }
     let shortest = budget::cut_issue(issue, budget::MIN_ISSUE_CHARS);
-    let (msgs, paths, mut cuts) = build(&shortest.text, 1, true);
-    cuts.extend(shortest.cut);
-    cuts.extend(dropped(1));
-    let tokens = conversation.count_tokens(&msgs)?;
-    Ok(Prompt {
-        messages: msgs,
-        paths,
-        trim: Some(budget.trim("fixer", full_tokens, tokens, cuts)),
-    })
+    let mut built = build(&shortest.text, 1, true);
+    built.cuts.extend(shortest.cut);
+    built.cuts.extend(dropped(1));
+    let tokens = conversation.count_tokens(&built.messages)?;
+    let trim = budget.trim(
+        "fixer",
+        full_tokens,
+        tokens,
+        std::mem::take(&mut built.cuts),
+    );
+    Ok(built.into_prompt(Some(trim)))
 }
 
 /// Normalised for deduplication: no `index` lines, no trailing spaces.
@@ -486,17 +832,24 @@ pub fn run(
         &issue.problem_statement,
         locations,
         settings.max_tokens as usize,
+        settings.edit_format,
     )?;
-    let Prompt {
-        messages: msgs,
-        paths,
-        trim,
-    } = prompt;
+    if prompt.format != settings.edit_format {
+        tracing::warn!(
+            "{}: no function or method among the located spans to rewrite: the fixer asks for \
+             the {} format instead of {}",
+            issue.instance_id,
+            prompt.format.name(),
+            settings.edit_format.name()
+        );
+    }
+    let g = prompt.grammar()?;
     let mut fixes = Fixes {
         candidates: Vec::new(),
         distinct: Vec::new(),
+        edit_format: prompt.format,
     };
-    if let Some(t) = trim {
+    if let Some(t) = prompt.trim.clone() {
         let fits = t.fits;
         if !fits {
             tracing::warn!(
@@ -513,7 +866,6 @@ pub fn run(
             return Ok(fixes);
         }
     }
-    let g = grammar::search_replace_with_reasoning(&paths)?;
     let n = settings.candidates.max(1);
     let temperatures: Vec<f32> = (0..n)
         .map(|i| if i == 0 { 0.0 } else { settings.temperature })
@@ -526,20 +878,20 @@ pub fn run(
         n,
         temperatures: Some(temperatures.clone()),
         grammar: Some(&g),
-        ..Request::new(&msgs, sampling.clone())
+        ..Request::new(&prompt.messages, sampling.clone())
     };
     let generation = conversation.generate(&request)?;
-    let prompt = conversation.render(&msgs);
+    let rendered = conversation.render(&prompt.messages);
     trajectory.record(Step::ModelCall(Box::new(ModelCall::from_generation(
         "fixer",
-        msgs,
-        prompt,
+        prompt.messages.clone(),
+        rendered,
         sampling,
         &generation,
     ))));
 
     for (index, c) in generation.candidates.iter().enumerate() {
-        let (status, patch) = try_candidate(root, base, &c.text, &paths)?;
+        let (status, patch) = try_candidate(root, base, &c.text, &prompt)?;
         let status = match (&status, &patch) {
             (Status::Kept, Some(p)) => {
                 let key = normalise(p);
@@ -574,16 +926,160 @@ pub fn run(
     Ok(fixes)
 }
 
-/// Applies one reply's blocks to the workspace, checks and diffs the
+/// The edits a reply asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edits {
+    /// No complete edit: nothing written, or cut before the first closed.
+    None,
+    /// SEARCH/REPLACE blocks, matched in the files (`search_replace`).
+    Blocks(Vec<edit::Block>),
+    /// Line ranges of the files as they are, and their new text.
+    Lines(Vec<edit::LineEdit>),
+    /// Edits that name no shown code (a reply the grammar would not allow).
+    Refused(String),
+}
+
+/// What `reply` asks to change, read in the prompt's format.
+pub fn edits_of(reply: &str, prompt: &Prompt) -> Edits {
+    match prompt.format {
+        EditFormat::SearchReplace => {
+            let parsed = edit::parse(reply);
+            if parsed.blocks.is_empty() {
+                Edits::None
+            } else {
+                Edits::Blocks(parsed.blocks)
+            }
+        }
+        EditFormat::Anchored => {
+            let blocks = edit::parse(reply).blocks;
+            if blocks.is_empty() {
+                return Edits::None;
+            }
+            anchor(&blocks, &prompt.code).map_or_else(Edits::Refused, Edits::Lines)
+        }
+        EditFormat::Lines => {
+            let (written, _) = edit::parse_lines_edits(reply);
+            if written.is_empty() {
+                return Edits::None;
+            }
+            let mut out = Vec::new();
+            for e in written {
+                let Some(code) = prompt.code.iter().find(|c| c.path == e.path) else {
+                    return Edits::Refused(format!("{} is not a file the prompt shows", e.path));
+                };
+                let (start, end) = (e.start.min(e.end), e.start.max(e.end));
+                if let Some(n) = [start, end].into_iter().find(|n| !code.shown.contains(n)) {
+                    return Edits::Refused(format!("line {n} of {} is not shown", e.path));
+                }
+                out.push(edit::LineEdit {
+                    path: e.path,
+                    start,
+                    end,
+                    text: e.text,
+                });
+            }
+            Edits::Lines(out)
+        }
+        EditFormat::Definition => {
+            let Some((label, body)) = edit::parse_definition_edit(reply) else {
+                return Edits::None;
+            };
+            let Some(t) = prompt.targets.iter().find(|t| t.label() == label) else {
+                return Edits::Refused(format!("`{label}` is not a located definition"));
+            };
+            let text = edit::indent_lines(&edit::dedent_lines(&body, &t.indent), &t.indent);
+            Edits::Lines(vec![edit::LineEdit {
+                path: t.path.clone(),
+                start: t.start_line,
+                end: t.end_line,
+                text,
+            }])
+        }
+    }
+}
+
+/// The `anchored` blocks as line ranges: each SEARCH at a run of shown
+/// lines of its file that it equals, chosen so that no two blocks
+/// overlap, the earliest such choice in the order of the blocks (a run
+/// that occurs once, the usual case, has one place). When the blocks
+/// cannot all be placed apart, each at its first place: applying refuses
+/// the overlap.
+fn anchor(blocks: &[edit::Block], code: &[ShownCode]) -> Result<Vec<edit::LineEdit>, String> {
+    let mut places: Vec<Vec<usize>> = Vec::new();
+    for b in blocks {
+        let Some(file) = code.iter().find(|c| c.path == b.path) else {
+            return Err(format!("{} is not a file the prompt shows", b.path));
+        };
+        let search: Vec<&str> = b.search.lines().collect();
+        let fits = |s: usize| {
+            !search.is_empty()
+                && search.iter().enumerate().all(|(k, want)| {
+                    file.shown.contains(&(s + k))
+                        && file.lines.get(s + k - 1).map(String::as_str) == Some(*want)
+                })
+        };
+        let found: Vec<usize> = file.shown.iter().copied().filter(|&s| fits(s)).collect();
+        if found.is_empty() {
+            return Err(format!(
+                "SEARCH is not a run of the lines shown of {}",
+                b.path
+            ));
+        }
+        places.push(found);
+    }
+    let edit_at = |k: usize, start: usize| edit::LineEdit {
+        path: blocks[k].path.clone(),
+        start,
+        end: start + blocks[k].search.lines().count() - 1,
+        text: blocks[k].replace.clone(),
+    };
+    let mut chosen: Vec<edit::LineEdit> = Vec::new();
+    if place(&places, &edit_at, &mut chosen) {
+        return Ok(chosen);
+    }
+    Ok((0..blocks.len())
+        .map(|k| edit_at(k, places[k][0]))
+        .collect())
+}
+
+/// Chooses a place for each block after `chosen`, none overlapping,
+/// backtracking (at most [`grammar::MAX_BLOCKS`] blocks).
+fn place(
+    places: &[Vec<usize>],
+    edit_at: &dyn Fn(usize, usize) -> edit::LineEdit,
+    chosen: &mut Vec<edit::LineEdit>,
+) -> bool {
+    let k = chosen.len();
+    if k == places.len() {
+        return true;
+    }
+    for &start in &places[k] {
+        let e = edit_at(k, start);
+        let free = !chosen
+            .iter()
+            .any(|c| c.path == e.path && e.start <= c.end && c.start <= e.end);
+        if free {
+            chosen.push(e);
+            if place(places, edit_at, chosen) {
+                return true;
+            }
+            chosen.pop();
+        }
+    }
+    false
+}
+
+/// Applies one reply's edits to the workspace, checks and diffs the
 /// result, and undoes it.
 fn try_candidate(
     root: &Path,
     base: &str,
     reply: &str,
-    paths: &[String],
+    prompt: &Prompt,
 ) -> Result<(Status, Option<String>), RepoError> {
-    let parsed = edit::parse(reply);
-    if parsed.blocks.is_empty() {
+    let paths = &prompt.paths;
+    let edits = edits_of(reply, prompt);
+    if edits == Edits::None {
         return Ok((Status::NoBlocks, None));
     }
     let before: Vec<(String, usize)> = paths
@@ -596,10 +1092,21 @@ fn try_candidate(
         })
         .collect();
     let mut failure = None;
-    for block in &parsed.blocks {
-        if let Err(e) = edit::apply_block_lenient(root, block, paths) {
-            failure = Some(e.to_string());
-            break;
+    match &edits {
+        Edits::None => {}
+        Edits::Refused(why) => failure = Some(why.clone()),
+        Edits::Blocks(blocks) => {
+            for block in blocks {
+                if let Err(e) = edit::apply_block_lenient(root, block, paths) {
+                    failure = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        Edits::Lines(lines) => {
+            if let Err(e) = edit::apply_line_edits(root, lines) {
+                failure = Some(e.to_string());
+            }
         }
     }
     let result = match failure {
@@ -718,7 +1225,14 @@ mod tests {
         let untrimmed = messages(&issue, &code_sections(dir.path(), &locs));
         assert_eq!(fake::tokens(&untrimmed), 10_997);
 
-        let p = fit_prompt(&conversation, dir.path(), &issue, &locs, 512)?;
+        let p = fit_prompt(
+            &conversation,
+            dir.path(),
+            &issue,
+            &locs,
+            512,
+            EditFormat::SearchReplace,
+        )?;
         let trim = p.trim.ok_or("nothing was cut")?;
         assert_eq!(
             trim,
@@ -789,11 +1303,18 @@ mod tests {
         // Both spans trimmed and the shortest issue take 822 tokens; the
         // Big class alone and the shortest issue, 647.
         let conversation = Fake::new(700 + 512, "");
-        let p = fit_prompt(&conversation, dir.path(), &issue, &locs, 512)?;
+        let p = fit_prompt(
+            &conversation,
+            dir.path(),
+            &issue,
+            &locs,
+            512,
+            EditFormat::SearchReplace,
+        )?;
         let trim = p.trim.ok_or("nothing was cut")?;
         let shortest = budget::cut_issue(&issue, budget::MIN_ISSUE_CHARS);
         let located = read_located(dir.path(), &locs);
-        let (both, _) = sections(&located, Some(&issue_identifiers(&issue)));
+        let (both, _, _) = sections(&located, Some(&issue_identifiers(&issue)), false);
         assert_eq!(fake::tokens(&messages(&shortest.text, &both)), 822);
         assert_eq!(
             (trim.fits, trim.prompt_tokens, trim.full_tokens),
@@ -892,6 +1413,7 @@ mod tests {
             &issue.problem_statement,
             &locs,
             512,
+            EditFormat::SearchReplace,
         )?;
         assert_eq!(conversation.prompts, [expected.messages]);
         let kinds: Vec<&str> = trajectory
@@ -913,7 +1435,14 @@ mod tests {
         let locs = [location("pkg/big.py", "Big", 1, 600)];
         let conversation = Fake::new(32_768, "");
         let issue = "Big.target_method() returns 'wrong'.";
-        let p = fit_prompt(&conversation, dir.path(), issue, &locs, 512)?;
+        let p = fit_prompt(
+            &conversation,
+            dir.path(),
+            issue,
+            &locs,
+            512,
+            EditFormat::SearchReplace,
+        )?;
         assert_eq!(p.trim, None);
         assert_eq!(
             p.messages,
@@ -962,5 +1491,581 @@ mod tests {
                 .chain(47..=55)
                 .collect::<BTreeSet<_>>()
         );
+    }
+
+    /// A module with a class of a decorated property and a method, and a
+    /// decorated function with a nested one.
+    const SHAPES: &str = "import functools\n\n\nclass Shape:\n    @property\n    def area(self):\n        return self.w * self.h\n\n    def scale(self, k):\n        self.w *= k\n        return self\n\n\n@functools.lru_cache(maxsize=None)\ndef helper(x):\n    def inner(y):\n        return y\n    return inner(x)\n";
+
+    /// Two functions with the same two-line body, 20 lines apart.
+    fn twins() -> String {
+        let mut out = String::from("def a(w, k):\n    w *= k\n    return w\n\n\n");
+        for n in 6..=20 {
+            out.push_str(&format!("x{n} = {n}\n"));
+        }
+        out.push_str("def b(w, k):\n    w *= k\n    return w\n");
+        out
+    }
+
+    /// The prompt of `format` over `locs`, whole, or trimmed to the
+    /// identifiers of `issue` with `trim`.
+    fn prompt_of(
+        root: &Path,
+        issue: &str,
+        locs: &[Location],
+        format: EditFormat,
+        trim: bool,
+    ) -> Prompt {
+        let ids = issue_identifiers(issue);
+        build_prompt(
+            issue,
+            &read_located(root, locs),
+            trim.then_some(&ids),
+            format,
+        )
+        .into_prompt(None)
+    }
+
+    /// The files after applying `reply` (read in `prompt`'s format) to a
+    /// copy of `files`.
+    fn applied(
+        files: &[(&str, &str)],
+        prompt: &Prompt,
+        reply: &str,
+    ) -> Result<Vec<String>, String> {
+        let dir = workspace(files).map_err(|e| e.to_string())?;
+        match edits_of(reply, prompt) {
+            Edits::Lines(edits) => {
+                edit::apply_line_edits(dir.path(), &edits).map_err(|e| e.to_string())?
+            }
+            other => return Err(format!("{other:?}")),
+        };
+        Ok(files
+            .iter()
+            .map(|(p, _)| std::fs::read_to_string(dir.path().join(p)).unwrap_or_default())
+            .collect())
+    }
+
+    #[test]
+    fn an_anchored_search_takes_the_occurrence_inside_the_shown_range() -> R {
+        let text = twins();
+        let files = [("t.py", text.as_str())];
+        let dir = workspace(&files)?;
+        // b (21-23) is shown with lines 16-23: its body, not a's.
+        let locs = [location("t.py", "b", 21, 23)];
+        let p = prompt_of(dir.path(), "b is wrong", &locs, EditFormat::Anchored, false);
+        assert_eq!(p.code[0].shown, (16..=23).collect::<BTreeSet<_>>());
+        let reply = "Reasoning: k is ignored.\n\nt.py\n<<<<<<< SEARCH\n    w *= k\n    return w\n=======\n    return w * k\n>>>>>>> REPLACE\n";
+        let got = applied(&files, &p, reply)?;
+        assert_eq!(
+            got[0],
+            text.replace(
+                "x20 = 20\ndef b(w, k):\n    w *= k\n    return w\n",
+                "x20 = 20\ndef b(w, k):\n    return w * k\n"
+            )
+        );
+        // With both shown, two blocks of the same run take both places.
+        let locs = [location("t.py", "a", 1, 23)];
+        let p = prompt_of(dir.path(), "both", &locs, EditFormat::Anchored, false);
+        let reply = "Reasoning: both.\n\nt.py\n<<<<<<< SEARCH\n    return w\n=======\n    return -w\n>>>>>>> REPLACE\nt.py\n<<<<<<< SEARCH\n    return w\n=======\n    return +w\n>>>>>>> REPLACE\n";
+        let got = applied(&files, &p, reply)?;
+        assert_eq!(got[0].matches("    return -w\n").count(), 1, "{}", got[0]);
+        assert_eq!(got[0].matches("    return +w\n").count(), 1, "{}", got[0]);
+        assert!(got[0].find("-w") < got[0].find("+w"), "{}", got[0]);
+        // A run that is not shown, and one that cannot be placed apart.
+        let reply = "Reasoning: x.\n\nt.py\n<<<<<<< SEARCH\n    w *= k\n    w *= k\n=======\n>>>>>>> REPLACE\n";
+        assert_eq!(
+            edits_of(reply, &p),
+            Edits::Refused("SEARCH is not a run of the lines shown of t.py".into())
+        );
+        let reply = "Reasoning: x.\n\nt.py\n<<<<<<< SEARCH\ndef b(w, k):\n=======\ndef b(w, k=1):\n>>>>>>> REPLACE\nt.py\n<<<<<<< SEARCH\ndef b(w, k):\n    w *= k\n=======\n>>>>>>> REPLACE\n";
+        assert_eq!(
+            applied(&files, &p, reply),
+            Err("edits of t.py overlap: lines 21-21 and 21-22; write one edit for lines that are changed together".into())
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn lines_edits_name_shown_numbers_and_a_reversed_range_is_normalised() -> R {
+        let files = [("m.py", SHAPES)];
+        let dir = workspace(&files)?;
+        let locs = [location("m.py", "Shape", 4, 11)];
+        let p = prompt_of(
+            dir.path(),
+            "Shape.area is wrong",
+            &locs,
+            EditFormat::Lines,
+            false,
+        );
+        let user = &p.messages[1].content;
+        assert!(user.contains("\n 1| import functools\n 2| \n"), "{user}");
+        assert!(
+            user.contains("\n 7|         return self.w * self.h\n"),
+            "{user}"
+        );
+        assert!(user.contains("\n16|     def inner(y):\n```"), "{user}");
+        assert!(user.contains("replace lines A-B with:"), "{user}");
+        let cases: [(&str, Result<&str, &str>); 4] = [
+            (
+                "m.py\nreplace lines 7-7 with:\n```\n        return self.w * self.h * 2\n```\n",
+                Ok("        return self.w * self.h * 2\n\n    def scale"),
+            ),
+            // 11-10: lines 10 to 11.
+            (
+                "m.py\nreplace lines 11-10 with:\n```\n        return self.scaled(k)\n```\n",
+                Ok("    def scale(self, k):\n        return self.scaled(k)\n\n\n@functools"),
+            ),
+            (
+                "m.py\nreplace lines 6-7 with:\n```\n```\nm.py\nreplace lines 7-9 with:\n```\n```\n",
+                Err("edits of m.py overlap: lines 6-7 and 7-9; write one edit for lines that are changed together"),
+            ),
+            (
+                "m.py\nreplace lines 17-17 with:\n```\n```\n",
+                Err("Refused(\"line 17 of m.py is not shown\")"),
+            ),
+        ];
+        for (edits, want) in cases {
+            let reply = format!("Reasoning: x.\n\n{edits}");
+            let got = applied(&files, &p, &reply);
+            match want {
+                Ok(part) => {
+                    let got = got?;
+                    assert!(got[0].contains(part), "{edits}:\n{}", got[0]);
+                }
+                Err(e) => assert_eq!(got, Err(e.to_string()), "{edits}"),
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn definitions_are_the_located_functions_and_methods_outermost() -> R {
+        let files = [("m.py", SHAPES)];
+        let dir = workspace(&files)?;
+        let locs = [
+            location("m.py", "Shape", 4, 11),
+            location("m.py", "helper", 14, 18),
+        ];
+        let p = prompt_of(dir.path(), "area", &locs, EditFormat::Definition, false);
+        assert_eq!(p.format, EditFormat::Definition);
+        let got: Vec<(String, usize, usize, &str, &str)> = p
+            .targets
+            .iter()
+            .map(|t| {
+                (
+                    t.label(),
+                    t.start_line,
+                    t.end_line,
+                    t.indent.as_str(),
+                    t.lead.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "m.py::Shape.area".to_string(),
+                    5,
+                    7,
+                    "    ",
+                    "    def area("
+                ),
+                (
+                    "m.py::Shape.scale".to_string(),
+                    9,
+                    11,
+                    "    ",
+                    "    def scale("
+                ),
+                ("m.py::helper".to_string(), 14, 18, "", "def helper("),
+            ]
+        );
+        let user = &p.messages[1].content;
+        assert!(
+            user.ends_with(
+                "The functions you can rewrite:\nm.py::Shape.area\nm.py::Shape.scale\nm.py::helper"
+            ),
+            "{user}"
+        );
+        // The decorated property, rewritten with its decorator.
+        let reply = "Reasoning: x.\n\nm.py::Shape.area\n```\n    @property\n    def area(self):\n\n        return self.w * self.h * 2\n```\n";
+        assert_eq!(
+            applied(&files, &p, reply)?[0],
+            SHAPES.replace(
+                "        return self.w * self.h\n",
+                "\n        return self.w * self.h * 2\n"
+            )
+        );
+        // Written without its decorator, it loses it.
+        let reply = "Reasoning: x.\n\nm.py::helper\n```\ndef helper(x):\n    return x\n```\n";
+        assert_eq!(
+            applied(&files, &p, reply)?[0],
+            SHAPES.replace(
+                "@functools.lru_cache(maxsize=None)\ndef helper(x):\n    def inner(y):\n        return y\n    return inner(x)\n",
+                "def helper(x):\n    return x\n"
+            )
+        );
+        // The lines are kept as written at the forced indentation; a line
+        // under it is put at it.
+        let reply = "Reasoning: x.\n\nm.py::Shape.scale\n```\n    def scale(self, k):\n      self.w *= k * 2\n  return self\n```\n";
+        assert_eq!(
+            applied(&files, &p, reply)?[0],
+            SHAPES.replace(
+                "        self.w *= k\n        return self\n",
+                "      self.w *= k * 2\n    return self\n"
+            )
+        );
+        // No function among the spans: anchored instead.
+        let p = prompt_of(
+            dir.path(),
+            "x",
+            &[location("m.py", "imports", 1, 1)],
+            EditFormat::Definition,
+            false,
+        );
+        assert_eq!((p.format, p.targets.len()), (EditFormat::Anchored, 0));
+        Ok(())
+    }
+
+    /// A xorshift64 generator: the property tests' seeded randomness.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        /// A number in `0..n` (`n` > 0).
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// Random replacement lines at `indent`: 0-4 statements (some opening
+    /// a block or a parenthesis, so some results do not parse), blank
+    /// lines among them.
+    fn random_lines(rng: &mut Rng, indent: &str) -> String {
+        const POOL: &[&str] = &[
+            "pass",
+            "x = 1",
+            "return None",
+            "",
+            "y = [1, 2]",
+            "if x:",
+            "self.w = 0  # note",
+            "y = (1,",
+        ];
+        (0..rng.below(5))
+            .map(|_| {
+                let line = POOL[rng.below(POOL.len())];
+                if line.is_empty() {
+                    "\n".to_string()
+                } else {
+                    format!("{indent}{line}\n")
+                }
+            })
+            .collect()
+    }
+
+    /// A property case: the files, the located spans, the issue, and
+    /// whether the spans are trimmed.
+    type PropertyCase = (
+        Vec<(&'static str, String)>,
+        Vec<Location>,
+        &'static str,
+        bool,
+    );
+
+    /// The cases of the property tests: a small module shown whole, and a
+    /// large class trimmed around the issue's names (gaps in the runs).
+    fn property_cases() -> Vec<PropertyCase> {
+        vec![
+            (
+                vec![("m.py", SHAPES.to_string()), ("t.py", twins())],
+                vec![
+                    location("m.py", "Shape", 4, 11),
+                    location("m.py", "helper", 14, 18),
+                    location("t.py", "b", 1, 23),
+                ],
+                "Shape.area",
+                false,
+            ),
+            (
+                vec![("pkg/big.py", big_class())],
+                vec![location("pkg/big.py", "Big", 1, 600)],
+                "Big.target_method() returns 'wrong'",
+                true,
+            ),
+        ]
+    }
+
+    /// Applies `reply`; the only failure allowed is a syntax error of the
+    /// result (counted), anything else fails the test.
+    fn check_property(
+        files: &[(&str, String)],
+        prompt: &Prompt,
+        reply: &str,
+        syntax_errors: &mut usize,
+    ) -> R {
+        let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+        let after =
+            applied(&refs, prompt, reply).map_err(|e| format!("{e}\nin reply:\n{reply}"))?;
+        let broken = after
+            .iter()
+            .zip(files)
+            .any(|(a, (_, b))| symbols::syntax_errors(a).len() > symbols::syntax_errors(b).len());
+        if broken {
+            *syntax_errors += 1;
+        }
+        Ok(())
+    }
+
+    /// Replies per format and case in the property tests.
+    const PROPERTY_REPLIES: usize = 200;
+
+    #[test]
+    fn every_conforming_anchored_reply_applies() -> R {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut syntax = 0;
+        for (files, locs, issue, trim) in property_cases() {
+            let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+            let dir = workspace(&refs)?;
+            let p = prompt_of(dir.path(), issue, &locs, EditFormat::Anchored, trim);
+            let shown: Vec<grammar::ShownFile> = p.code.iter().map(|c| c.runs(true)).collect();
+            for _ in 0..PROPERTY_REPLIES {
+                let mut reply = String::from("Reasoning: a random edit.\n\n");
+                let mut taken: Vec<(usize, usize, usize)> = Vec::new();
+                for _ in 0..1 + rng.below(3) {
+                    let f = rng.below(shown.len());
+                    let run = &shown[f].runs[rng.below(shown[f].runs.len())];
+                    let at = rng.below(run.lines.len());
+                    let len = 1 + rng.below((run.lines.len() - at).min(6));
+                    let (a, b) = (run.first + at, run.first + at + len - 1);
+                    if taken.iter().any(|&(g, s, e)| g == f && a <= e && s <= b) {
+                        continue;
+                    }
+                    taken.push((f, a, b));
+                    let search: String = run.lines[at..at + len]
+                        .iter()
+                        .map(|l| format!("{l}\n"))
+                        .collect();
+                    let indent: String = run.lines[at]
+                        .chars()
+                        .take_while(|c| c.is_whitespace())
+                        .collect();
+                    reply.push_str(&format!(
+                        "{}\n<<<<<<< SEARCH\n{search}=======\n{}>>>>>>> REPLACE\n",
+                        shown[f].path,
+                        random_lines(&mut rng, &indent)
+                    ));
+                }
+                check_property(&files, &p, &reply, &mut syntax)?;
+            }
+        }
+        // Some random replacements break the syntax: the generator is not
+        // trivially safe.
+        assert!(syntax > 0);
+        Ok(())
+    }
+
+    #[test]
+    fn every_conforming_lines_reply_applies() -> R {
+        let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+        let mut syntax = 0;
+        for (files, locs, issue, trim) in property_cases() {
+            let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+            let dir = workspace(&refs)?;
+            let p = prompt_of(dir.path(), issue, &locs, EditFormat::Lines, trim);
+            let shown: Vec<grammar::ShownFile> = p.code.iter().map(|c| c.runs(false)).collect();
+            for _ in 0..PROPERTY_REPLIES {
+                let mut reply = String::from("Reasoning: a random edit.\n\n");
+                let mut taken: Vec<(usize, usize, usize)> = Vec::new();
+                for _ in 0..1 + rng.below(3) {
+                    let f = rng.below(shown.len());
+                    let run = &shown[f].runs[rng.below(shown[f].runs.len())];
+                    let a = run.first + rng.below(run.lines.len());
+                    let b = run.first + rng.below(run.lines.len());
+                    let (lo, hi) = (a.min(b), a.max(b));
+                    if taken.iter().any(|&(g, s, e)| g == f && lo <= e && s <= hi) {
+                        continue;
+                    }
+                    taken.push((f, lo, hi));
+                    let first = &run.lines[lo - run.first];
+                    let indent: String = first.chars().take_while(|c| c.is_whitespace()).collect();
+                    reply.push_str(&format!(
+                        "{}\nreplace lines {a}-{b} with:\n```\n{}```\n",
+                        shown[f].path,
+                        random_lines(&mut rng, &indent)
+                    ));
+                }
+                check_property(&files, &p, &reply, &mut syntax)?;
+            }
+        }
+        assert!(syntax > 0);
+        Ok(())
+    }
+
+    #[test]
+    fn every_conforming_definition_reply_applies() -> R {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let mut syntax = 0;
+        for (files, locs, issue, trim) in property_cases() {
+            let refs: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+            let dir = workspace(&refs)?;
+            let p = prompt_of(dir.path(), issue, &locs, EditFormat::Definition, trim);
+            assert_eq!(p.format, EditFormat::Definition);
+            for _ in 0..PROPERTY_REPLIES {
+                let t = &p.targets[rng.below(p.targets.len())];
+                let decorators: String = (0..rng.below(3))
+                    .map(|i| format!("{}@decorator_{i}\n", t.indent))
+                    .collect();
+                let body = random_lines(&mut rng, &format!("{}    ", t.indent));
+                let reply = format!(
+                    "Reasoning: a random rewrite.\n\n{}\n```\n{decorators}{}self, x):\n{}    return x\n{body}```\n",
+                    t.label(),
+                    t.lead,
+                    t.indent
+                );
+                check_property(&files, &p, &reply, &mut syntax)?;
+            }
+        }
+        assert!(syntax > 0);
+        Ok(())
+    }
+
+    /// `files` committed in a new git repository; its head commit.
+    fn git_workspace(
+        files: &[(&str, &str)],
+    ) -> Result<(tempfile::TempDir, String), Box<dyn std::error::Error>> {
+        let dir = workspace(files)?;
+        for args in [
+            &["init", "-q"][..],
+            &["add", "-A"],
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-qm",
+                "base",
+            ],
+        ] {
+            let status = std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir.path())
+                .status()?;
+            assert!(status.success(), "git {args:?}");
+        }
+        let head = crate::repo::head_commit(dir.path())?;
+        Ok((dir, head))
+    }
+
+    #[test]
+    fn each_format_runs_through_the_fixer_and_is_recorded() -> R {
+        let (dir, head) = git_workspace(&[("m.py", SHAPES)])?;
+        let issue = issue_of("Shape.area is wrong");
+        let locs = [location("m.py", "Shape", 4, 11)];
+        let patch = "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -4,7 +4,7 @@ import functools\n class Shape:\n     @property\n     def area(self):\n-        return self.w * self.h\n+        return self.w * self.h * 2\n \n     def scale(self, k):\n         self.w *= k\n";
+        let cases = [
+            (
+                EditFormat::SearchReplace,
+                "Reasoning: x.\n\nm.py\n<<<<<<< SEARCH\n        return self.w * self.h\n=======\n        return self.w * self.h * 2\n>>>>>>> REPLACE\n",
+            ),
+            (
+                EditFormat::Anchored,
+                "Reasoning: x.\n\nm.py\n<<<<<<< SEARCH\n        return self.w * self.h\n=======\n        return self.w * self.h * 2\n>>>>>>> REPLACE\n",
+            ),
+            (
+                EditFormat::Lines,
+                "Reasoning: x.\n\nm.py\nreplace lines 7-7 with:\n```\n        return self.w * self.h * 2\n```\n",
+            ),
+            (
+                EditFormat::Definition,
+                "Reasoning: x.\n\nm.py::Shape.area\n```\n    @property\n    def area(self):\n        return self.w * self.h * 2\n```\n",
+            ),
+        ];
+        for (format, reply) in cases {
+            let mut conversation = Fake::new(32_768, reply);
+            let mut trajectory = Trajectory::new("demo__big-1");
+            let settings = FixerSettings {
+                candidates: 2,
+                edit_format: format,
+                ..FixerSettings::default()
+            };
+            let fixes = run(
+                &mut conversation,
+                dir.path(),
+                &head,
+                &issue,
+                &locs,
+                &settings,
+                &Sampling::default(),
+                &mut trajectory,
+            )?;
+            let statuses: Vec<&Status> = fixes.candidates.iter().map(|c| &c.status).collect();
+            assert_eq!(
+                statuses,
+                [&Status::Kept, &Status::Duplicate(0)],
+                "{format:?}"
+            );
+            let got = fixes.candidates[0].patch.as_deref().map(normalise);
+            assert_eq!(got, Some(normalise(patch)), "{format:?}");
+            assert_eq!((fixes.edit_format, fixes.applied()), (format, 2));
+            let json = serde_json::to_value(&fixes)?;
+            assert_eq!(json["edit_format"], format.name(), "{format:?}");
+            // The workspace is left as it was.
+            assert_eq!(crate::repo::diff_against(dir.path(), &head)?, "");
+        }
+        // A reply cut before its edit closed is `no_blocks`.
+        let mut conversation = Fake::new(
+            32_768,
+            "Reasoning: x.\n\nm.py\nreplace lines 7-7 with:\n```\n        return",
+        );
+        let settings = FixerSettings {
+            candidates: 1,
+            edit_format: EditFormat::Lines,
+            ..FixerSettings::default()
+        };
+        let fixes = run(
+            &mut conversation,
+            dir.path(),
+            &head,
+            &issue,
+            &locs,
+            &settings,
+            &Sampling::default(),
+            &mut Trajectory::new("demo__big-1"),
+        )?;
+        assert_eq!(fixes.candidates[0].status, Status::NoBlocks);
+        assert_eq!(fixes.applied(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn older_records_and_settings_read_as_search_replace() -> R {
+        let fixes: Fixes = serde_json::from_str(r#"{"candidates": [], "distinct": []}"#)?;
+        assert_eq!(fixes.edit_format, EditFormat::SearchReplace);
+        let cases = [
+            ("candidates = 2\ntemperature = 0.5\nmax_tokens = 9", EditFormat::SearchReplace),
+            ("candidates = 2\ntemperature = 0.5\nmax_tokens = 9\nedit_format = \"lines\"", EditFormat::Lines),
+            ("candidates = 2\ntemperature = 0.5\nmax_tokens = 9\nedit_format = \"anchored\"", EditFormat::Anchored),
+            ("candidates = 2\ntemperature = 0.5\nmax_tokens = 9\nedit_format = \"definition\"", EditFormat::Definition),
+            ("candidates = 2\ntemperature = 0.5\nmax_tokens = 9\nedit_format = \"search_replace\"", EditFormat::SearchReplace),
+        ];
+        for (text, want) in cases {
+            let s: FixerSettings = toml::from_str(text)?;
+            assert_eq!(s.edit_format, want, "{text}");
+            assert_eq!(serde_json::to_value(want)?, want.name());
+        }
+        assert!(toml::from_str::<FixerSettings>(
+            "candidates = 2\ntemperature = 0.5\nmax_tokens = 9\nedit_format = \"diff\""
+        )
+        .is_err());
+        Ok(())
     }
 }

@@ -579,6 +579,7 @@ mod tests {
                     members: vec![i],
                 })
                 .collect(),
+            edit_format: Default::default(),
         }
     }
 

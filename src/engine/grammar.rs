@@ -201,6 +201,200 @@ pub fn search_replace_with_reasoning<S: AsRef<str>>(paths: &[S]) -> Result<Strin
     ))
 }
 
+/// Most decorator lines before the `def` of a rewritten definition.
+pub const MAX_DECORATORS: usize = 4;
+
+/// The opening of a reply in every Fixer format: `Reasoning: `, one line
+/// of at most [`MAX_THOUGHT_CHARS`], a blank line.
+fn reasoning() -> String {
+    format!("\"Reasoning: \" [^\\n]{{1,{MAX_THOUGHT_CHARS}}} \"\\n\\n\"")
+}
+
+/// A replacement line: at most [`MAX_LINE_CHARS`], not starting with `<`,
+/// `=` or `>` (so it is never a SEARCH/REPLACE marker).
+fn marker_free_line() -> String {
+    format!("([^\\n<=>] [^\\n]{{0,{}}})? \"\\n\"", MAX_LINE_CHARS - 1)
+}
+
+/// A fenced body line: at most [`MAX_LINE_CHARS`], not starting with a
+/// backtick (so it never closes the fence).
+fn fenced_line() -> String {
+    format!("([^`\\n] [^\\n]{{0,{}}})? \"\\n\"", MAX_LINE_CHARS - 1)
+}
+
+/// A run of consecutive lines the prompt shows of a file: the first's
+/// 1-based number and their text (without newlines).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownRun {
+    pub first: usize,
+    pub lines: Vec<String>,
+}
+
+/// A file the prompt shows, as runs of consecutive lines (a left-out part
+/// of a span ends a run).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownFile {
+    pub path: String,
+    pub runs: Vec<ShownRun>,
+}
+
+fn check_shown(files: &[ShownFile]) -> Result<(), GrammarError> {
+    let any = files
+        .iter()
+        .any(|f| f.runs.iter().any(|r| !r.lines.is_empty()));
+    if any {
+        Ok(())
+    } else {
+        Err(GrammarError::NoOptions)
+    }
+}
+
+/// Most lines of an `anchored` SEARCH: small models copy a whole function
+/// into SEARCH and run out of tokens before REPLACE; the change itself is
+/// a few lines.
+pub const MAX_SEARCH_LINES: usize = 8;
+
+/// The Fixer's `anchored` format: the reasoning line, then one to
+/// [`MAX_BLOCKS`] SEARCH/REPLACE blocks whose SEARCH is a contiguous run
+/// of at most [`MAX_SEARCH_LINES`] shown lines of the named file, copied
+/// exactly: rule `f{i}-l{n}-{k}` is line `n` of file `i` as the `k`-th line
+/// of SEARCH, followed by line `n+1` of its run or by nothing. REPLACE is
+/// free lines as in [`search_replace`].
+pub fn anchored(files: &[ShownFile]) -> Result<String, GrammarError> {
+    check_shown(files)?;
+    let mut rules = vec![
+        format!("root ::= {} edit{{1,{MAX_BLOCKS}}}", reasoning()),
+        String::new(),
+        format!("line ::= {}", marker_free_line()),
+    ];
+    let mut edits = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        let mut starts = Vec::new();
+        let mut chain = Vec::new();
+        for run in &file.runs {
+            for (at, text) in run.lines.iter().enumerate() {
+                let n = run.first + at;
+                starts.push(format!("f{i}-l{n}-1"));
+                // Line `n` as SEARCH's k-th line: k-1 lines of the run before it.
+                for k in 1..=MAX_SEARCH_LINES.min(at + 1) {
+                    let next = if at + 1 < run.lines.len() && k < MAX_SEARCH_LINES {
+                        format!(" f{i}-l{}-{}?", n + 1, k + 1)
+                    } else {
+                        String::new()
+                    };
+                    chain.push(format!(
+                        "f{i}-l{n}-{k} ::= {}{next}",
+                        literal(&format!("{text}\n"))
+                    ));
+                }
+            }
+        }
+        if starts.is_empty() {
+            continue;
+        }
+        rules.push(format!(
+            "f{i} ::= {} ({}) \"=======\\n\" line{{0,{MAX_BLOCK_LINES}}} \">>>>>>> REPLACE\\n\"",
+            literal(&format!("{}\n<<<<<<< SEARCH\n", file.path)),
+            starts.join(" | ")
+        ));
+        rules.extend(chain);
+        edits.push(format!("f{i}"));
+    }
+    rules[1] = format!("edit ::= {}", edits.join(" | "));
+    Ok(rules.join("\n") + "\n")
+}
+
+/// The Fixer's `lines` format: the reasoning line, then one to
+/// [`MAX_BLOCKS`] edits, each the file's path, `replace lines A-B with:`
+/// where A and B are shown line numbers of one run of that file (rule
+/// `f{i}-r{r}-n`), and up to [`MAX_BLOCK_LINES`] new lines in a fence.
+pub fn lines(files: &[ShownFile]) -> Result<String, GrammarError> {
+    check_shown(files)?;
+    let mut rules = vec![
+        format!("root ::= {} edit{{1,{MAX_BLOCKS}}}", reasoning()),
+        String::new(),
+        format!("body ::= {}", fenced_line()),
+    ];
+    let mut edits = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        let mut ranges = Vec::new();
+        let mut extra = Vec::new();
+        for (r, run) in file.runs.iter().enumerate() {
+            if run.lines.is_empty() {
+                continue;
+            }
+            let name = format!("f{i}-r{r}");
+            let numbers: Vec<String> = (run.first..run.first + run.lines.len())
+                .map(|n| n.to_string())
+                .collect();
+            let mut trie = Vec::new();
+            let body = options_rule(&format!("{name}-n"), &numbers, &mut trie);
+            extra.push(format!("{name} ::= {name}-n \"-\" {name}-n"));
+            extra.push(format!("{name}-n ::= {body}"));
+            extra.extend(trie);
+            ranges.push(name);
+        }
+        if ranges.is_empty() {
+            continue;
+        }
+        rules.push(format!(
+            "f{i} ::= {} ({}) \" with:\\n```\\n\" body{{0,{MAX_BLOCK_LINES}}} \"```\\n\"",
+            literal(&format!("{}\nreplace lines ", file.path)),
+            ranges.join(" | ")
+        ));
+        rules.extend(extra);
+        edits.push(format!("f{i}"));
+    }
+    rules[1] = format!("edit ::= {}", edits.join(" | "));
+    Ok(rules.join("\n") + "\n")
+}
+
+/// A definition the `definition` format may rewrite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefinitionTarget {
+    /// `path::Qual.name`, the line that picks it.
+    pub label: String,
+    /// Its indentation.
+    pub indent: String,
+    /// Its `def` line up to and including the name and `(`, as written
+    /// (`    async def size(`): the new definition must start with it.
+    pub lead: String,
+}
+
+/// The Fixer's `definition` format: the reasoning line, then one target's
+/// label, and in a fence up to [`MAX_DECORATORS`] decorator lines at its
+/// indentation, its `def` line's lead and the rest of that line, and up
+/// to [`MAX_BODY_LINES`] lines.
+pub fn definition(targets: &[DefinitionTarget]) -> Result<String, GrammarError> {
+    if targets.is_empty() {
+        return Err(GrammarError::NoOptions);
+    }
+    let rest = format!("[^\\n]{{0,{}}}", MAX_LINE_CHARS - 1);
+    let mut rules = vec![
+        format!("root ::= {} edit", reasoning()),
+        format!(
+            "edit ::= {}",
+            (0..targets.len())
+                .map(|i| format!("d{i}"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ),
+        format!("body ::= {}", fenced_line()),
+    ];
+    for (i, t) in targets.iter().enumerate() {
+        rules.push(format!(
+            "d{i} ::= {} d{i}-dec{{0,{MAX_DECORATORS}}} {} {rest} \"\\n\" body{{0,{MAX_BODY_LINES}}} \"```\\n\"",
+            literal(&format!("{}\n```\n", t.label)),
+            literal(&t.lead)
+        ));
+        rules.push(format!(
+            "d{i}-dec ::= {} {rest} \"\\n\"",
+            literal(&format!("{}@", t.indent))
+        ));
+    }
+    Ok(rules.join("\n") + "\n")
+}
+
 /// The type of one command argument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Arg {
@@ -461,5 +655,130 @@ mod tests {
             }]),
             Err(GrammarError::Nested("cmd-x-arg0".into()))
         );
+    }
+
+    /// A 3-line span of `a.py` (lines 4-6), shown whole.
+    fn three_lines() -> Vec<ShownFile> {
+        vec![ShownFile {
+            path: "a.py".into(),
+            runs: vec![ShownRun {
+                first: 4,
+                lines: vec!["def f(x):".into(), "    return \"x\"".into(), "".into()],
+            }],
+        }]
+    }
+
+    #[test]
+    fn the_anchored_grammar_chains_the_shown_lines() {
+        assert_eq!(
+            anchored(&three_lines()).unwrap(),
+            "root ::= \"Reasoning: \" [^\\n]{1,400} \"\\n\\n\" edit{1,4}\n\
+             edit ::= f0\n\
+             line ::= ([^\\n<=>] [^\\n]{0,199})? \"\\n\"\n\
+             f0 ::= \"a.py\\n<<<<<<< SEARCH\\n\" (f0-l4-1 | f0-l5-1 | f0-l6-1) \"=======\\n\" line{0,40} \">>>>>>> REPLACE\\n\"\n\
+             f0-l4-1 ::= \"def f(x):\\n\" f0-l5-2?\n\
+             f0-l5-1 ::= \"    return \\\"x\\\"\\n\" f0-l6-2?\n\
+             f0-l5-2 ::= \"    return \\\"x\\\"\\n\" f0-l6-3?\n\
+             f0-l6-1 ::= \"\\n\"\n\
+             f0-l6-2 ::= \"\\n\"\n\
+             f0-l6-3 ::= \"\\n\"\n"
+        );
+        // Two runs (a left-out part between them): line 2 ends its run.
+        let files = [ShownFile {
+            path: "b.py".into(),
+            runs: vec![
+                ShownRun {
+                    first: 1,
+                    lines: vec!["a = 1".into(), "b = 2".into()],
+                },
+                ShownRun {
+                    first: 9,
+                    lines: vec!["c = 3".into()],
+                },
+            ],
+        }];
+        let g = anchored(&files).unwrap();
+        assert!(g.contains("(f0-l1-1 | f0-l2-1 | f0-l9-1)"), "{g}");
+        assert!(g.contains("f0-l1-1 ::= \"a = 1\\n\" f0-l2-2?\n"), "{g}");
+        assert!(g.contains("f0-l2-2 ::= \"b = 2\\n\"\n"), "{g}");
+        assert!(g.contains("f0-l9-1 ::= \"c = 3\\n\"\n"), "{g}");
+        assert!(!g.contains("f0-l9-2"), "{g}");
+        // A long run: SEARCH stops at its 8th line.
+        let long = [ShownFile {
+            path: "d.py".into(),
+            runs: vec![ShownRun {
+                first: 1,
+                lines: (1..=12).map(|n| format!("x = {n}")).collect(),
+            }],
+        }];
+        let g = anchored(&long).unwrap();
+        assert!(g.contains("f0-l7-7 ::= \"x = 7\\n\" f0-l8-8?\n"), "{g}");
+        assert!(g.contains("f0-l8-8 ::= \"x = 8\\n\"\n"), "{g}");
+        assert!(g.contains("f0-l12-8 ::= \"x = 12\\n\"\n"), "{g}");
+        assert!(!g.contains("-9 ::="), "{g}");
+        let empty = [ShownFile {
+            path: "c.py".into(),
+            runs: vec![],
+        }];
+        assert_eq!(anchored(&empty), Err(GrammarError::NoOptions));
+        assert_eq!(lines(&empty), Err(GrammarError::NoOptions));
+    }
+
+    #[test]
+    fn the_lines_grammar_chooses_numbers_of_one_run() {
+        assert_eq!(
+            lines(&three_lines()).unwrap(),
+            "root ::= \"Reasoning: \" [^\\n]{1,400} \"\\n\\n\" edit{1,4}\n\
+             edit ::= f0\n\
+             body ::= ([^`\\n] [^\\n]{0,199})? \"\\n\"\n\
+             f0 ::= \"a.py\\nreplace lines \" (f0-r0) \" with:\\n```\\n\" body{0,40} \"```\\n\"\n\
+             f0-r0 ::= f0-r0-n \"-\" f0-r0-n\n\
+             f0-r0-n ::= \"4\" | \"5\" | \"6\"\n"
+        );
+        // More numbers than the threshold: a prefix tree.
+        let long = [ShownFile {
+            path: "a.py".into(),
+            runs: vec![ShownRun {
+                first: 1,
+                lines: vec![String::new(); 20],
+            }],
+        }];
+        let g = lines(&long).unwrap();
+        assert!(
+            g.contains("f0-r0-n ::= \"1\" f0-r0-n-1 | \"2\" f0-r0-n-2 | \"3\" | \"4\" | \"5\" | \"6\" | \"7\" | \"8\" | \"9\"\n"),
+            "{g}"
+        );
+        assert!(
+            g.contains("f0-r0-n-1 ::= (\"0\" | \"1\" | \"2\" | \"3\" | \"4\" | \"5\" | \"6\" | \"7\" | \"8\" | \"9\")?\n"),
+            "{g}"
+        );
+        assert!(g.contains("f0-r0-n-2 ::= (\"0\")?\n"), "{g}");
+    }
+
+    #[test]
+    fn the_definition_grammar_forces_the_chosen_definitions_lead() {
+        let targets = [
+            DefinitionTarget {
+                label: "a.py::f".into(),
+                indent: String::new(),
+                lead: "def f(".into(),
+            },
+            DefinitionTarget {
+                label: "a.py::C.m".into(),
+                indent: "    ".into(),
+                lead: "    async def m(".into(),
+            },
+        ];
+        assert_eq!(
+            definition(&targets).unwrap(),
+            "root ::= \"Reasoning: \" [^\\n]{1,400} \"\\n\\n\" edit\n\
+             edit ::= d0 | d1\n\
+             body ::= ([^`\\n] [^\\n]{0,199})? \"\\n\"\n\
+             d0 ::= \"a.py::f\\n```\\n\" d0-dec{0,4} \"def f(\" [^\\n]{0,199} \"\\n\" body{0,80} \"```\\n\"\n\
+             d0-dec ::= \"@\" [^\\n]{0,199} \"\\n\"\n\
+             d1 ::= \"a.py::C.m\\n```\\n\" d1-dec{0,4} \"    async def m(\" [^\\n]{0,199} \"\\n\" body{0,80} \"```\\n\"\n\
+             d1-dec ::= \"    @\" [^\\n]{0,199} \"\\n\"\n"
+        );
+        assert_eq!(definition(&[]), Err(GrammarError::NoOptions));
     }
 }

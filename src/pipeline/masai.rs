@@ -378,7 +378,6 @@ pub fn run(
         None
     };
 
-
     tracing::info!(
         "{id}: stage 4/5, fixer ({} candidates from {} location(s))",
         settings.fixer.candidates,

@@ -327,8 +327,15 @@ fn a_long_issue_and_a_large_class_fit_the_real_model() {
     )
     .unwrap();
     let mut conversation = engine.conversation(1, 512).unwrap();
-    let prompt =
-        fixer::fit_prompt(conversation.as_ref(), dir.path(), &issue, &locations, 512).unwrap();
+    let prompt = fixer::fit_prompt(
+        conversation.as_ref(),
+        dir.path(),
+        &issue,
+        &locations,
+        512,
+        fixer::EditFormat::SearchReplace,
+    )
+    .unwrap();
     let trim = prompt.trim.expect("the prompt was cut");
     assert!(trim.fits, "{trim:?}");
     assert!(trim.full_tokens > 2048, "{trim:?}");
@@ -358,4 +365,107 @@ fn a_long_issue_and_a_large_class_fit_the_real_model() {
         ))
         .unwrap();
     assert_eq!(generation.stats.prompt_tokens, trim.prompt_tokens);
+}
+
+/// SmolLM2 at temperature 1.0 (at 1.5 the free text of REPLACE or the
+/// new lines runs to any cap), 8 candidates, through the grammar of each
+/// format that promises it (all but `search_replace`), on the located
+/// `memoize` of a demo task: every candidate that closed its edit applied
+/// (a syntax error of the result, or overlapping edits, are the only
+/// rejections allowed), and at
+/// least one closed, so the check is not empty. The grammar, not the
+/// model, is what makes these random replies apply.
+#[test]
+fn random_replies_through_each_grammar_apply() {
+    use patchwright::aci::Location;
+    use patchwright::agents::fixer::{self, EditFormat, FixerSettings, Status};
+    use patchwright::engine::{Engine, EngineSettings, Sampling};
+    let task = task("demo__cachekit-1");
+    let dir = tempfile::tempdir().unwrap();
+    let repos = Repos::new(&common::root().join("datasets/demo/repos")).unwrap();
+    let source = repos.locate(&task.repo).unwrap();
+    let ws = Workspace::create(&source, &task.base_commit, &dir.path().join("ws")).unwrap();
+    let path = "cachekit/decorators.py";
+    let text = std::fs::read_to_string(ws.path().join(path)).unwrap();
+    let symbols = patchwright::index::symbols::parse_symbols(path, &text);
+    let memoize = symbols
+        .symbols
+        .iter()
+        .find(|s| s.qualname == "memoize")
+        .expect("memoize is defined");
+    let locations = [Location {
+        path: path.into(),
+        symbol: "memoize".into(),
+        start_line: memoize.start_line,
+        end_line: memoize.end_line,
+    }];
+    let engine = Engine::load(
+        &common::test_model(),
+        &EngineSettings {
+            context: 4096,
+            threads: 0,
+        },
+    )
+    .unwrap();
+    // The definition format writes the whole 30-line function.
+    for (format, max_tokens) in [
+        (EditFormat::Lines, 256),
+        (EditFormat::Anchored, 256),
+        (EditFormat::Definition, 512),
+    ] {
+        let settings = FixerSettings {
+            candidates: 8,
+            temperature: 1.0,
+            max_tokens,
+            edit_format: format,
+        };
+        let mut conversation = engine.conversation(8, max_tokens as usize).unwrap();
+        let mut trajectory = Trajectory::new(&task.instance_id);
+        let fixes = fixer::run(
+            conversation.as_mut(),
+            ws.path(),
+            &task.base_commit,
+            &task.issue(),
+            &locations,
+            &settings,
+            &Sampling {
+                seed: 7,
+                ..Sampling::default()
+            },
+            &mut trajectory,
+        )
+        .unwrap();
+        assert_eq!(fixes.edit_format, format);
+        assert_eq!(fixes.generated(), 8, "{format:?}");
+        let closed: Vec<&fixer::Candidate> = fixes
+            .candidates
+            .iter()
+            .filter(|c| c.status != Status::NoBlocks)
+            .collect();
+        // Overlapping edits of one reply (`lines`, `anchored`) are the one
+        // refusal besides a syntax error: the grammar cannot order them.
+        for c in &closed {
+            assert!(
+                !matches!(&c.status, Status::DidNotApply(why) if !why.contains(" overlap: ")),
+                "{format:?}: candidate {} did not apply: {:?}\n{}",
+                c.index,
+                c.status,
+                c.reply
+            );
+        }
+        assert!(
+            !closed.is_empty(),
+            "{format:?}: no candidate closed its edit"
+        );
+        eprintln!(
+            "{format:?}: {} of 8 closed, {} applied, {} parsed",
+            closed.len(),
+            fixes.applied(),
+            fixes.parsed()
+        );
+        assert!(
+            clean(ws.path()),
+            "{format:?}: the workspace is left as it was"
+        );
+    }
 }
