@@ -154,6 +154,17 @@ impl Settings {
         }
     }
 
+    /// The most candidates one model call of a run asks for: the Fixer's,
+    /// and the Reproducer's when it samples (what the scheduler's slots
+    /// must hold).
+    pub fn most_candidates(&self) -> usize {
+        let reproducer = match (self.pipeline.reproduce, self.reproducer.mode) {
+            (true, crate::agents::reproduce::ReproducerMode::Sample) => self.reproducer.candidates,
+            _ => 1,
+        };
+        self.fixer.candidates.max(reproducer).max(1)
+    }
+
     /// `base` overridden by the TOML file at `path`.
     pub fn with_file(base: &Settings, path: &Path) -> Result<Settings, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -498,6 +509,16 @@ mod tests {
         old.remove("reproducer");
         let s: Settings = toml::Value::Table(old).try_into().unwrap();
         assert_eq!(s.reproducer, ReproducerSettings::default());
+        // The scheduler's slots hold the larger of the two batches.
+        for (text, most) in [
+            ("", 6),
+            ("[fixer]\ncandidates = 8", 8),
+            ("[reproducer]\nmode = \"react\"", 4),
+            ("[pipeline]\nreproduce = false", 4),
+        ] {
+            let s = Settings::with_toml(&base, text).unwrap();
+            assert_eq!(s.most_candidates(), most, "{text}");
+        }
         let err = Settings::with_toml(&base, "[reproducer]\nmode = \"guess\"")
             .unwrap_err()
             .to_string();
