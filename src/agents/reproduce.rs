@@ -749,7 +749,12 @@ mod tests {
         use SampleStatus::*;
         let a = Some("assert N == N");
         let b = Some("KeyError: 'x'");
-        let cases: &[(&str, &[(SampleStatus, Option<&str>)], Option<usize>)] = &[
+        type Case<'a> = (
+            &'a str,
+            &'a [(SampleStatus, Option<&'a str>)],
+            Option<usize>,
+        );
+        let cases: &[Case] = &[
             ("none accepted", &[(Passed, None), (Broken, None)], None),
             ("nothing at all", &[], None),
             ("one accepted", &[(Broken, None), (Failed, a)], Some(1)),
@@ -831,7 +836,15 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let cases: &[(&str, Option<&str>, &[&str], &[String], &str)] = &[
+        // (case, template, the module's tests, the repository's files, the path)
+        type Case<'a> = (
+            &'a str,
+            Option<&'a str>,
+            &'a [&'a str],
+            &'a [String],
+            &'a str,
+        );
+        let cases: &[Case] = &[
             (
                 "the template's directory",
                 Some("tests/unit/test_x.py"),
