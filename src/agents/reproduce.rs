@@ -467,6 +467,8 @@ struct Tried {
 
 /// Generates the candidates, tries them, and keeps the one to use. The
 /// workspace is left as it was: every candidate runs in its own worktree.
+/// Without located code to show (none, or none readable) no call is made
+/// and no test is returned.
 pub fn run(
     conversation: &mut dyn Conversation,
     issue: &Issue,
@@ -480,9 +482,6 @@ pub fn run(
         samples: Vec::new(),
         chosen: None,
     };
-    if inputs.locations.is_empty() {
-        return Err(ReproduceError::NoLocations);
-    }
     let root = inputs.ws.path();
     let all = crate::index::python_files(root).unwrap_or_default();
     let module_tests = template::template_files(root, &all, inputs.locations);
@@ -491,10 +490,7 @@ pub fn run(
         &module_tests,
         &all,
     );
-    let Prompt {
-        messages: msgs,
-        trim,
-    } = fit_prompt(
+    let fitted = fit_prompt(
         conversation,
         root,
         &issue.problem_statement,
@@ -502,7 +498,19 @@ pub fn run(
         inputs.template,
         &path,
         settings.max_tokens as usize,
-    )?;
+    );
+    let Prompt {
+        messages: msgs,
+        trim,
+    } = match fitted {
+        Ok(p) => p,
+        // Nothing located can be shown: no test, and the task goes on.
+        Err(ReproduceError::NoLocations) => {
+            tracing::info!("  reproducer: no located code to show: no test");
+            return Ok(out);
+        }
+        Err(e) => return Err(e),
+    };
     if let Some(t) = trim {
         let fits = t.fits;
         if !fits {
@@ -991,6 +999,11 @@ mod tests {
             matches!(trim.cuts.as_slice(), [Cut::Span { .. }]),
             "{trim:?}"
         );
+        // Nothing readable located: no prompt.
+        assert!(matches!(
+            fit_prompt(&fake, dir.path(), issue, &locations[1..], None, "t.py", 384),
+            Err(ReproduceError::NoLocations)
+        ));
         Ok(())
     }
 }

@@ -357,17 +357,6 @@ impl Context<'_> {
                 trajectory,
             );
         }
-        if locations.is_empty() {
-            tracing::info!("  reproducer: no location to reproduce the issue at");
-            return Ok(TestArtifact {
-                episode: None,
-                test: None,
-                source: TestSource::Sample,
-                existing: Vec::new(),
-                samples: Vec::new(),
-                chosen: None,
-            });
-        }
         let mut conversation = self
             .backend
             .conversation(settings.candidates.max(1), settings.max_tokens as usize)?;
