@@ -1,7 +1,11 @@
 //! The MASAI pipeline: Edit Localizer → Test Template Generator → Issue
 //! Reproducer → Fixer (N candidates from one prompt) → Ranker. The
 //! localizer runs first so that the test stages can start from the located
-//! code and the tests that exercise it. Each stage's
+//! code and the tests that exercise it: the template is the located
+//! module's existing test file when it passes (the agent only when none
+//! does), and the reproducer samples N test files from one prompt and
+//! keeps the failure they agree on (`[reproducer] mode = "sample"`), or
+//! runs its ReAct agent (`"react"`). Each stage's
 //! output is written as an artifact (`<artifacts>/<stage>.json`) and the
 //! workspace is put back to the base commit between stages, so what one
 //! agent wrote never leaks into the next one's patch.
