@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::agents::fixer::FixerSettings;
 use crate::agents::ranker::RankerSettings;
 use crate::agents::react::ReactSettings;
+use crate::agents::reproduce::ReproducerSettings;
 use crate::engine::{EngineSettings, Sampling};
 use crate::env::build::{Index, Pythons};
 use crate::env::spec::{SpecError, Specs};
@@ -91,6 +92,12 @@ pub struct Settings {
     pub agents: AgentsSettings,
     pub fixer: FixerSettings,
     pub ranker: RankerSettings,
+    /// How the Issue Reproducer writes its test (`mode = "sample"`: N
+    /// candidates from one prompt; `"react"`: the agent of
+    /// `[agents.reproducer]`). Older settings without it read as the
+    /// defaults.
+    #[serde(default)]
+    pub reproducer: ReproducerSettings,
     /// A Python virtualenv that commands in the sandbox use (tests need
     /// their dependencies); without one, the system's Python.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -142,8 +149,20 @@ impl Settings {
             agents: AgentsSettings::default(),
             fixer: FixerSettings::default(),
             ranker: RankerSettings::default(),
+            reproducer: ReproducerSettings::default(),
             environment: None,
         }
+    }
+
+    /// The most candidates one model call of a run asks for: the Fixer's,
+    /// and the Reproducer's when it samples (what the scheduler's slots
+    /// must hold).
+    pub fn most_candidates(&self) -> usize {
+        let reproducer = match (self.pipeline.reproduce, self.reproducer.mode) {
+            (true, crate::agents::reproduce::ReproducerMode::Sample) => self.reproducer.candidates,
+            _ => 1,
+        };
+        self.fixer.candidates.max(reproducer).max(1)
     }
 
     /// `base` overridden by the TOML file at `path`.
@@ -431,6 +450,79 @@ mod tests {
             (s.fixer.candidates, s.fixer.max_tokens),
             (1, base.fixer.max_tokens)
         );
+    }
+
+    #[test]
+    fn the_reproducer_settings_default_and_override_by_key() {
+        use crate::agents::reproduce::ReproducerMode;
+        let base = Settings::defaults("m");
+        assert_eq!(
+            (
+                base.reproducer.mode,
+                base.reproducer.candidates,
+                base.reproducer.temperature,
+                base.reproducer.max_tokens
+            ),
+            (ReproducerMode::Sample, 6, 0.8, 384)
+        );
+        let cases: &[(&str, ReproducerMode, usize, u32)] = &[
+            (
+                "[reproducer]\nmode = \"react\"",
+                ReproducerMode::React,
+                6,
+                384,
+            ),
+            (
+                "[reproducer]\ncandidates = 3",
+                ReproducerMode::Sample,
+                3,
+                384,
+            ),
+            (
+                "[reproducer]\nmax_tokens = 200",
+                ReproducerMode::Sample,
+                6,
+                200,
+            ),
+        ];
+        for (text, mode, candidates, max_tokens) in cases {
+            let s = Settings::with_toml(&base, text).unwrap();
+            assert_eq!(
+                (
+                    s.reproducer.mode,
+                    s.reproducer.candidates,
+                    s.reproducer.max_tokens
+                ),
+                (*mode, *candidates, *max_tokens),
+                "{text}"
+            );
+        }
+        // A dotted key, as a sweep's axis sets it.
+        let mut table = toml::Table::new();
+        let mut r = toml::Table::new();
+        r.insert("temperature".into(), toml::Value::Float(0.5));
+        table.insert("reproducer".into(), toml::Value::Table(r));
+        let s = Settings::with_table(&base, table).unwrap();
+        assert_eq!(s.reproducer.temperature, 0.5);
+        // Settings written before the section existed still read.
+        let mut old = toml::Table::try_from(&base).unwrap();
+        old.remove("reproducer");
+        let s: Settings = toml::Value::Table(old).try_into().unwrap();
+        assert_eq!(s.reproducer, ReproducerSettings::default());
+        // The scheduler's slots hold the larger of the two batches.
+        for (text, most) in [
+            ("", 6),
+            ("[fixer]\ncandidates = 8", 8),
+            ("[reproducer]\nmode = \"react\"", 4),
+            ("[pipeline]\nreproduce = false", 4),
+        ] {
+            let s = Settings::with_toml(&base, text).unwrap();
+            assert_eq!(s.most_candidates(), most, "{text}");
+        }
+        let err = Settings::with_toml(&base, "[reproducer]\nmode = \"guess\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("reproducer.mode"), "{err}");
     }
 
     #[test]

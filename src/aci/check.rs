@@ -470,6 +470,41 @@ pub fn fixed_in(
     fixed_some && broke_none
 }
 
+/// Longest failure signature kept, in characters: a message quoting a
+/// whole object says no more past this.
+pub const MAX_SIGNATURE_CHARS: usize = 200;
+
+static HEX_ADDRESS: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"0x[0-9a-fA-F]+").ok());
+static NUMBER: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"\d+").ok());
+static SPACES: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"\s+").ok());
+
+/// What a failing run failed with, so that runs failing the same way can
+/// be told apart from runs failing differently: pytest's first `E   `
+/// line (the exception or the rewritten assertion of the first failing
+/// test), else the first Python exception line of the output (unittest's,
+/// sympy's tracebacks). Normalised: colours dropped, addresses (`0x7f..`)
+/// masked as `ADDR`, every number as `N`, spaces collapsed, at most
+/// [`MAX_SIGNATURE_CHARS`]. `None` when the output shows neither.
+pub fn failure_signature(output: &str) -> Option<String> {
+    let output = match ANSI_COLOUR.as_ref() {
+        Some(re) => re.replace_all(output, "").into_owned(),
+        None => output.to_string(),
+    };
+    let pytest_e = output.lines().find_map(|l| {
+        let rest = l.strip_prefix("E ")?;
+        let rest = rest.trim();
+        (!rest.is_empty()).then(|| rest.to_string())
+    });
+    let raw = pytest_e.or_else(|| exception_after(&output, 0))?;
+    let mut s = raw;
+    for (re, with) in [(&HEX_ADDRESS, "ADDR"), (&NUMBER, "N"), (&SPACES, " ")] {
+        if let Some(re) = re.as_ref() {
+            s = re.replace_all(&s, with).into_owned();
+        }
+    }
+    Some(s.trim().chars().take(MAX_SIGNATURE_CHARS).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use patchwright_sandbox::{
@@ -1253,5 +1288,41 @@ PASSED testing/test_mark.py::test_c
                 "case {i}"
             );
         }
+    }
+
+    #[test]
+    fn failure_signatures_mask_numbers_and_addresses() {
+        let cases: &[(&str, &str, Option<&str>)] = &[
+            ("pytest assertion", PT_ASSERT, Some("assert [N, N] == [N, N]")),
+            ("pytest exception", PT_EXCEPTION, Some("KeyError: 'missing'")),
+            (
+                "pytest, an address and a number",
+                "___ test_x ___\n    def test_x():\n>       f()\nE       ValueError: bad <Obj at 0x7f3a2c> 42\n\nt.py:3: ValueError\n",
+                Some("ValueError: bad <Obj at ADDR> N"),
+            ),
+            (
+                "coloured",
+                "\x1b[31mE   KeyError: 'k'\x1b[0m\n",
+                Some("KeyError: 'k'"),
+            ),
+            (
+                "unittest traceback",
+                "FAIL: test_a (t.T)\nTraceback (most recent call last):\n  File \"t.py\", line 9\nAssertionError: 3 != 4\n",
+                Some("AssertionError: N != N"),
+            ),
+            ("nothing failed", PT_PASS, None),
+        ];
+        for (name, output, want) in cases {
+            assert_eq!(
+                failure_signature(output).as_deref(),
+                *want,
+                "{name}: {output}"
+            );
+        }
+        let long = format!("E   AssertionError: {}\n", "x".repeat(500));
+        assert_eq!(
+            failure_signature(&long).map(|s| s.chars().count()),
+            Some(MAX_SIGNATURE_CHARS)
+        );
     }
 }

@@ -7,6 +7,8 @@ pub mod fixer;
 pub mod history;
 pub mod ranker;
 pub mod react;
+pub mod reproduce;
+pub mod template;
 
 use crate::aci::command::{EXPLORE, NAMES};
 use crate::dataset::Issue;
@@ -283,13 +285,15 @@ pub fn localizer(issue: &Issue) -> Agent<'static> {
 mod tests {
     /// The sources that solve a task: every agent, and the pipelines that
     /// drive them. They take a `dataset::Issue`, which has no answer in it.
-    const SOLVERS: [(&str, &str); 8] = [
+    const SOLVERS: [(&str, &str); 10] = [
         ("src/agents/mod.rs", include_str!("mod.rs")),
         ("src/agents/budget.rs", include_str!("budget.rs")),
         ("src/agents/fixer.rs", include_str!("fixer.rs")),
         ("src/agents/history.rs", include_str!("history.rs")),
         ("src/agents/ranker.rs", include_str!("ranker.rs")),
         ("src/agents/react.rs", include_str!("react.rs")),
+        ("src/agents/reproduce.rs", include_str!("reproduce.rs")),
+        ("src/agents/template.rs", include_str!("template.rs")),
         (
             "src/pipeline/masai.rs",
             include_str!("../pipeline/masai.rs"),

@@ -510,7 +510,7 @@ impl Failure {
 
     /// The kind of failure, from the error's type down to its cause.
     fn kind(&self) -> TaskErrorKind {
-        use crate::agents::{fixer::FixError, ranker::RankError};
+        use crate::agents::{fixer::FixError, ranker::RankError, reproduce::ReproduceError};
         use crate::edit::EditError;
         use pipeline::first::PipelineError;
         use TaskErrorKind as K;
@@ -552,6 +552,10 @@ impl Failure {
                     RankError::RunTest(RunTestError::Env(e)) => env(e),
                     RankError::RunTest(RunTestError::Sandbox(_)) => K::Sandbox,
                     RankError::Edit(e) => edit(e),
+                },
+                MasaiError::Reproduce(e) => match e {
+                    ReproduceError::Engine(e) => engine(e),
+                    ReproduceError::NoLocations => K::Unknown,
                 },
                 MasaiError::Artifact { .. } => K::Io,
             },

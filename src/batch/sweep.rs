@@ -459,7 +459,7 @@ where
         let model = ModelRef::resolve(model_spec, server)?;
         let candidates = members
             .iter()
-            .map(|&i| settings[i].fixer.candidates)
+            .map(|&i| settings[i].most_candidates())
             .max()
             .unwrap_or(1);
         let slots = Slots {

@@ -50,7 +50,7 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
     RunDir::open(out, &model.identity(&settings))?;
     let slots = Slots {
         conversations: args.runner.jobs,
-        candidates: settings.fixer.candidates,
+        candidates: settings.most_candidates(),
     };
     let outcome = with_model(&model, &settings.engine, slots, |backing| {
         batch::run::run(&cx, &settings, &model, backing, out, "", None).map_err(anyhow::Error::from)

@@ -1,11 +1,14 @@
 //! A check of the MASAI pipeline's test machinery on a task, with a
-//! scripted model that knows the answer: the Issue Reproducer hands in the
+//! scripted model that knows the answer: the Edit Localizer records the
+//! functions the gold patch changes, the Issue Reproducer answers with the
 //! task's own test file as its test patch leaves it (the FAIL_TO_PASS
-//! tests in it), the Edit Localizer records the functions the gold patch
-//! changes, and the Fixer offers a wrong patch and the gold patch. In the
-//! task's own environment the Reproducer must accept the test (it fails on
-//! the base commit inside a test's body) and the Ranker must put the gold
-//! patch first. Like the stage metrics, this reads the answer: it checks
+//! tests in it) — in sample mode, the default, as its one candidate, which
+//! becomes a new test file beside the located code's tests; in ReAct mode
+//! (when the test patch adds files beside the test, which only an agent
+//! can create) by writing and handing it in — and the Fixer offers a wrong
+//! patch and the gold patch. In the task's own environment the Reproducer
+//! must accept the test (it fails on the base commit inside a test's body)
+//! and the Ranker must put the gold patch first. Like the stage metrics, this reads the answer: it checks
 //! the machinery, it is never a result.
 
 use std::path::Path;
@@ -16,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::masai::{self, Dirs};
 use super::metrics;
+use crate::agents::reproduce::{ReproducerMode, SampleStatus};
 use crate::config::Settings;
 use crate::dataset::Task;
 use crate::engine::{
@@ -43,11 +47,20 @@ pub struct CheckRow {
     pub repo: String,
     pub version: String,
     pub environment: Option<EnvironmentUsed>,
-    /// The test file handed in as the reproduction.
+    /// The task's test file the reproduction is made of.
     pub test_file: Option<String>,
+    /// How the Reproducer ran (`sample`, `react`).
+    #[serde(default)]
+    pub reproducer_mode: Option<ReproducerMode>,
+    /// The accepted test's path and command.
+    #[serde(default)]
+    pub reproduction_path: Option<String>,
+    #[serde(default)]
+    pub reproduction_command: Option<String>,
     /// The Reproducer accepted it.
     pub reproduction_accepted: bool,
-    /// `submit_test`'s last observation (why it was not accepted).
+    /// ReAct mode: `submit_test`'s last observation; sample mode: the
+    /// candidate's status and why (why it was not accepted).
     pub reproducer_said: String,
     /// The Ranker's order, by name (`gold`, `wrong`).
     pub order: Vec<String>,
@@ -152,38 +165,54 @@ fn run_check(
         None => None,
     };
 
-    // The reproducer: open (or create) the file, replace its text, hand it
-    // in: three turns, its step limit.
-    let open = if base_lines == 0 {
-        format!("The test file is new.\n\n```\ncreate {test_file}\n```")
-    } else {
-        format!("I open the test file.\n\n```\nopen {test_file}\n```")
-    };
-    let edit = format!(
-        "I write the tests the issue needs.\n\n```\nedit 1:{}\n{}\nend_of_edit\n```",
-        base_lines.max(1),
-        test_text.trim_end_matches('\n')
-    );
-    let submit = format!(
-        "They should fail on this code.\n\n```\nsubmit_test {test_file} python -m pytest {test_file}\n```"
-    );
+    // The localizer records the gold functions, then submits.
     let mut calls: Vec<Vec<String>> = Vec::new();
-    for (path, text) in &added {
-        calls.push(vec![format!(
-            "The tests need this file.\n\n```\ncreate {path}\n```"
-        )]);
-        calls.push(vec![format!(
-            "Its content.\n\n```\nedit 1:1\n{}\nend_of_edit\n```",
-            text.trim_end_matches('\n')
-        )]);
-    }
-    calls.extend([vec![open], vec![edit], vec![submit]]);
     for (path, symbol) in &locate {
         calls.push(vec![format!(
             "This is a place to change.\n\n```\nlocate {path}::{symbol}\n```"
         )]);
     }
     calls.push(vec!["That is all.\n\n```\nsubmit\n```".to_string()]);
+    // The reproducer.
+    let mode = if added.is_empty() {
+        ReproducerMode::Sample
+    } else {
+        ReproducerMode::React
+    };
+    row.reproducer_mode = Some(mode);
+    match mode {
+        ReproducerMode::Sample => calls.push(vec![format!(
+            "```python\n{}\n```",
+            test_text.trim_end_matches('\n')
+        )]),
+        // Create the files beside the test, open (or create) the test
+        // file, replace its text, hand it in.
+        ReproducerMode::React => {
+            for (path, text) in &added {
+                calls.push(vec![format!(
+                    "The tests need this file.\n\n```\ncreate {path}\n```"
+                )]);
+                calls.push(vec![format!(
+                    "Its content.\n\n```\nedit 1:1\n{}\nend_of_edit\n```",
+                    text.trim_end_matches('\n')
+                )]);
+            }
+            let open = if base_lines == 0 {
+                format!("The test file is new.\n\n```\ncreate {test_file}\n```")
+            } else {
+                format!("I open the test file.\n\n```\nopen {test_file}\n```")
+            };
+            let edit = format!(
+                "I write the tests the issue needs.\n\n```\nedit 1:{}\n{}\nend_of_edit\n```",
+                base_lines.max(1),
+                test_text.trim_end_matches('\n')
+            );
+            let submit = format!(
+                "They should fail on this code.\n\n```\nsubmit_test {test_file} python -m pytest {test_file}\n```"
+            );
+            calls.extend([vec![open], vec![edit], vec![submit]]);
+        }
+    }
     calls.push(vec![
         format!("Reasoning: a harmless comment.\n\n{wrong}"),
         format!("Reasoning: the fix.\n\n{gold}"),
@@ -197,6 +226,8 @@ fn run_check(
     settings.pipeline.template = false;
     settings.pipeline.reproduce = true;
     settings.pipeline.rank = true;
+    settings.reproducer.mode = mode;
+    settings.reproducer.candidates = 1;
     settings.agents.reproducer.max_steps = 3 + 2 * added.len();
     settings.agents.localizer.max_steps = locate.len() + 1;
     settings.fixer.candidates = 2;
@@ -217,21 +248,38 @@ fn run_check(
         },
         &mut trajectory,
     )?;
-    row.reproducer_said = trajectory
-        .steps
-        .iter()
-        .rev()
-        .find_map(|s| match &s.step {
-            Step::Action(a) if a.action.starts_with("submit_test") => {
-                Some(a.observation.chars().take(2000).collect())
-            }
-            _ => None,
-        })
-        .unwrap_or_default();
-    row.reproduction_accepted = outcome
-        .reproduction
-        .as_ref()
-        .is_some_and(|r| r.test.is_some());
+    let reproduction = outcome.reproduction.as_ref();
+    row.reproducer_said = match mode {
+        ReproducerMode::React => trajectory
+            .steps
+            .iter()
+            .rev()
+            .find_map(|s| match &s.step {
+                Step::Action(a) if a.action.starts_with("submit_test") => {
+                    Some(a.observation.chars().take(2000).collect())
+                }
+                _ => None,
+            })
+            .unwrap_or_default(),
+        ReproducerMode::Sample => reproduction
+            .and_then(|r| r.samples.first())
+            .map(|s| {
+                let status = serde_json::to_value(s.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                let why = match s.status {
+                    SampleStatus::Failed => s.signature.clone().unwrap_or_default(),
+                    _ => s.reason.clone(),
+                };
+                format!("{status}: {why}").chars().take(2000).collect()
+            })
+            .unwrap_or_default(),
+    };
+    let accepted = reproduction.and_then(|r| r.test.as_ref());
+    row.reproduction_accepted = accepted.is_some();
+    row.reproduction_path = accepted.map(|t| t.path.clone());
+    row.reproduction_command = accepted.map(|t| t.command.clone());
     let name = |i: usize| -> String {
         let members = outcome
             .fixes

@@ -1,7 +1,11 @@
 //! The MASAI pipeline: Edit Localizer → Test Template Generator → Issue
 //! Reproducer → Fixer (N candidates from one prompt) → Ranker. The
 //! localizer runs first so that the test stages can start from the located
-//! code and the tests that exercise it. Each stage's
+//! code and the tests that exercise it: the template is the located
+//! module's existing test file when it passes (the agent only when none
+//! does), and the reproducer samples N test files from one prompt and
+//! keeps the failure they agree on (`[reproducer] mode = "sample"`), or
+//! runs its ReAct agent (`"react"`). Each stage's
 //! output is written as an artifact (`<artifacts>/<stage>.json`) and the
 //! workspace is put back to the base commit between stages, so what one
 //! agent wrote never leaks into the next one's patch.
@@ -14,6 +18,8 @@ use crate::aci::{Aci, Location, SubmittedTest, TestCheck};
 use crate::agents::fixer::{self, Fixes};
 use crate::agents::ranker::{self, Ranking};
 use crate::agents::react::{self, Agent};
+use crate::agents::reproduce::{self, ReproducerMode};
+use crate::agents::template;
 use crate::agents::{self as agent_defs};
 use crate::config::{AgentSettings, Settings};
 use crate::dataset::Issue;
@@ -44,6 +50,8 @@ pub enum MasaiError {
     Fix(#[from] fixer::FixError),
     #[error("ranker: {0}")]
     Rank(#[from] ranker::RankError),
+    #[error("reproducer: {0}")]
+    Reproduce(#[from] reproduce::ReproduceError),
     #[error("cannot write artifact {path}: {source}")]
     Artifact {
         path: PathBuf,
@@ -51,11 +59,55 @@ pub enum MasaiError {
     },
 }
 
-/// A ReAct stage's artifact.
+/// Where a test stage's test came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TestSource {
+    /// An existing test file of the located code that passes (the
+    /// template, without the model).
+    Existing,
+    /// A ReAct agent handed it in (older artifacts say nothing: this).
+    #[default]
+    Agent,
+    /// Chosen among sampled candidates (the reproducer's sample mode).
+    Sample,
+}
+
+/// A test stage's artifact (`template.json`, `reproduction.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TestArtifact {
-    pub episode: EpisodeSummary,
+    /// The ReAct agent's episode, when one ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episode: Option<EpisodeSummary>,
+    /// The accepted test (the template passes; a reproduction fails on
+    /// the base commit), or none.
     pub test: Option<SubmittedTest>,
+    #[serde(default)]
+    pub source: TestSource,
+    /// The existing test files run as the template, and their verdicts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub existing: Vec<template::Tried>,
+    /// Sample mode's candidates: each reply, its run's verdict and
+    /// failure signature.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<reproduce::Sample>,
+    /// The accepted sample's index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chosen: Option<usize>,
+}
+
+impl TestArtifact {
+    /// The artifact of a ReAct agent's episode.
+    fn agent(episode: EpisodeSummary, test: Option<SubmittedTest>) -> TestArtifact {
+        TestArtifact {
+            episode: Some(episode),
+            test,
+            source: TestSource::Agent,
+            existing: Vec::new(),
+            samples: Vec::new(),
+            chosen: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,13 +152,14 @@ struct SharedStages {
 }
 
 impl SharedStages {
-    /// The key of a ReAct stage: the model, the settings every agent
-    /// shares, the agent's own, the environment, and what it was given
-    /// from the stage before.
+    /// The key of a stage: the model, the settings every agent shares,
+    /// the stage's own (`agent`: a ReAct agent's, or sample mode's), the
+    /// environment, and what it was given from the stages before (the
+    /// locations, the template).
     fn key(
         settings: &Settings,
         stage: &str,
-        agent: &AgentSettings,
+        agent: &impl Serialize,
         before: Option<&impl Serialize>,
     ) -> String {
         use sha2::Digest;
@@ -239,9 +292,100 @@ impl Context<'_> {
         let mut aci = self.interface()?;
         aci.set_test_check(check);
         let episode = self.episode(agent, &mut aci, agent_settings, trajectory)?;
+        Ok(TestArtifact::agent(episode, aci.submitted_test().cloned()))
+    }
+
+    /// The test template: the located code's existing test file when one
+    /// passes, else the ReAct agent's.
+    fn template_stage(
+        &self,
+        issue: &Issue,
+        locations: &[Location],
+        trajectory: &mut Trajectory,
+    ) -> Result<TestArtifact, MasaiError> {
+        let all = crate::index::python_files(self.ws.path()).unwrap_or_default();
+        let (test, existing) = template::existing(
+            self.ws.path(),
+            &all,
+            locations,
+            self.env,
+            self.settings.aci.run_timeout_s,
+        );
+        for t in &existing {
+            tracing::info!("  test template: existing {}: {}", t.path, t.verdict);
+        }
+        if test.is_some() {
+            return Ok(TestArtifact {
+                episode: None,
+                test,
+                source: TestSource::Existing,
+                existing,
+                samples: Vec::new(),
+                chosen: None,
+            });
+        }
+        let test_cmd = self.env.and_then(|e| e.spec()).map(|s| s.test_cmd.as_str());
+        let mut a = self.test_stage(
+            &agent_defs::test_template(issue, test_cmd),
+            TestCheck::Passes,
+            &self.settings.agents.test_template,
+            trajectory,
+        )?;
+        a.existing = existing;
+        Ok(a)
+    }
+
+    /// The reproduction test: sampled candidates or the ReAct agent, as
+    /// `[reproducer] mode` says.
+    fn reproduce_stage(
+        &self,
+        issue: &Issue,
+        locations: &[Location],
+        template: Option<&SubmittedTest>,
+        scratch: &Path,
+        trajectory: &mut Trajectory,
+    ) -> Result<TestArtifact, MasaiError> {
+        let settings = &self.settings.reproducer;
+        if settings.mode == ReproducerMode::React {
+            // The agent sees the template's imports and first tests, not a
+            // whole existing file.
+            let shown = template.map(|t| SubmittedTest {
+                text: reproduce::excerpt(&t.path, &t.text, reproduce::EXCERPT_TESTS),
+                ..t.clone()
+            });
+            let test_cmd = self.env.and_then(|e| e.spec()).map(|s| s.test_cmd.as_str());
+            return self.test_stage(
+                &agent_defs::reproducer(issue, shown.as_ref(), test_cmd),
+                TestCheck::Fails,
+                &self.settings.agents.reproducer,
+                trajectory,
+            );
+        }
+        let mut conversation = self
+            .backend
+            .conversation(settings.candidates.max(1), settings.max_tokens as usize)?;
+        let r = reproduce::run(
+            conversation.as_mut(),
+            issue,
+            &reproduce::Inputs {
+                ws: self.ws,
+                env: self.env,
+                locations,
+                template,
+                scratch,
+                timeout_s: self.settings.aci.run_timeout_s,
+            },
+            settings,
+            &self.settings.sampling,
+            trajectory,
+        )?;
         Ok(TestArtifact {
-            episode,
-            test: aci.submitted_test().cloned(),
+            episode: None,
+            test: r.test,
+            source: TestSource::Sample,
+            existing: Vec::new(),
+            samples: r.samples,
+            chosen: r.chosen,
         })
     }
 }
@@ -311,7 +455,6 @@ pub fn run(
     };
     let stages = &settings.pipeline;
     let agents = &settings.agents;
-    let test_cmd = env.and_then(|e| e.spec()).map(|s| s.test_cmd.as_str());
 
     tracing::info!("{id}: stage 1/5, edit localizer");
     trajectory.stage("localize");
@@ -343,13 +486,8 @@ pub fn run(
         let a: TestArtifact = shared_stage!(
             "template",
             &agents.test_template,
-            None::<&()>,
-            cx.test_stage(
-                &agent_defs::test_template(issue, test_cmd),
-                TestCheck::Passes,
-                &agents.test_template,
-                trajectory,
-            )?
+            Some(&locations.locations),
+            cx.template_stage(issue, &locations.locations, trajectory)?
         );
         write_artifact(artifacts, "template", &a)?;
         Some(a)
@@ -358,19 +496,30 @@ pub fn run(
     };
 
     let reproduction = if stages.reproduce {
-        tracing::info!("{id}: stage 3/5, issue reproducer");
+        tracing::info!(
+            "{id}: stage 3/5, issue reproducer ({})",
+            match settings.reproducer.mode {
+                ReproducerMode::Sample => format!(
+                    "{} sampled candidates",
+                    settings.reproducer.candidates.max(1)
+                ),
+                ReproducerMode::React => "agent".to_string(),
+            }
+        );
         trajectory.stage("reproduce");
         let t = template.as_ref().and_then(|t| t.test.as_ref());
+        let own = match settings.reproducer.mode {
+            ReproducerMode::Sample => serde_json::json!(settings.reproducer),
+            ReproducerMode::React => serde_json::json!({
+                "mode": settings.reproducer.mode,
+                "agent": agents.reproducer,
+            }),
+        };
         let a: TestArtifact = shared_stage!(
             "reproduce",
-            &agents.reproducer,
-            Some(&t),
-            cx.test_stage(
-                &agent_defs::reproducer(issue, t, test_cmd),
-                TestCheck::Fails,
-                &agents.reproducer,
-                trajectory,
-            )?
+            &own,
+            Some(&(&locations.locations, t)),
+            cx.reproduce_stage(issue, &locations.locations, t, scratch, trajectory)?
         );
         write_artifact(artifacts, "reproduction", &a)?;
         Some(a)

@@ -284,7 +284,11 @@ fn run_drives_the_masai_pipeline_on_one_task() {
     for stage in [
         "stage 1/5, edit localizer",
         "stage 2/5, test template",
-        "stage 3/5, issue reproducer",
+        // The located module's own test file passes: the template, no model.
+        "  test template: existing tests/test_decorators.py: passed",
+        // The default reproducer: six sampled test files, each run.
+        "stage 3/5, issue reproducer (6 sampled candidates)",
+        "  reproducer: 6 candidates (",
         "stage 4/5, fixer (3 candidates",
         "stage 5/5, ranker",
     ] {
@@ -306,6 +310,27 @@ fn run_drives_the_masai_pipeline_on_one_task() {
         .collect();
     assert_eq!(fixer.len(), 1, "one prompt evaluation for all candidates");
     assert_eq!(fixer[0]["candidates"].as_array().unwrap().len(), 3);
+    let calls = |purpose: &str| -> Vec<&Value> {
+        trajectory["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["kind"] == "model_call" && s["purpose"] == purpose)
+            .collect()
+    };
+    assert!(
+        calls("test_template").is_empty(),
+        "the template needs no model"
+    );
+    let reproducer = calls("reproducer");
+    assert_eq!(reproducer.len(), 1, "one prompt for all test candidates");
+    assert_eq!(reproducer[0]["candidates"].as_array().unwrap().len(), 6);
+    let reproduction = read_json(&artifacts.join("reproduction.json"));
+    assert_eq!(reproduction["source"], "sample");
+    assert_eq!(reproduction["samples"].as_array().unwrap().len(), 6);
+    let template = read_json(&artifacts.join("template.json"));
+    assert_eq!(template["source"], "existing");
+    assert_eq!(template["test"]["path"], "tests/test_decorators.py");
     let metrics = read_json(&artifacts.join("metrics.json"));
     assert_eq!(metrics["candidates_generated"], 3);
     assert_eq!(

@@ -1,8 +1,9 @@
 //! `patchwright check` on every demo task: with a scripted model that
-//! hands in the task's own test file (as its test patch leaves it) and
-//! offers the gold patch and a wrong one, the Reproducer accepts the test
-//! in the task's own environment (built from its spec) and the Ranker puts
-//! the gold patch first. `scripts/check-pipeline` runs the same command on
+//! answers the Reproducer's sample prompt with the task's own test file
+//! (as its test patch leaves it) and offers the gold patch and a wrong
+//! one, the Reproducer accepts the test, written as a new file beside the
+//! located code's tests and run in the task's own environment (built from
+//! its spec), and the Ranker puts the gold patch first. `scripts/check-pipeline` runs the same command on
 //! real SWE-bench tasks.
 
 use std::process::Command;
@@ -45,10 +46,16 @@ fn the_reproducer_accepts_the_tasks_test_and_the_ranker_puts_gold_first() {
             (&Value::Bool(true), &Value::Bool(false)),
             "{id}: {r:#}"
         );
-        let said = r["reproducer_said"].as_str().unwrap();
-        assert!(
-            said.starts_with("Accepted (run the repository's way: `pytest -rA "),
-            "{id}: {said}"
+        assert_eq!(r["reproducer_mode"], "sample", "{id}: {r:#}");
+        assert_eq!(
+            r["reproduction_path"], "tests/test_reproduce_issue.py",
+            "{id}: {r:#}"
         );
+        assert_eq!(
+            r["reproduction_command"], "pytest -rA 'tests/test_reproduce_issue.py'\n",
+            "{id}: {r:#}"
+        );
+        let said = r["reproducer_said"].as_str().unwrap();
+        assert!(said.starts_with("failed: "), "{id}: {said}");
     }
 }

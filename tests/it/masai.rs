@@ -1,13 +1,16 @@
 //! The MASAI pipeline end to end on a demo task: all five stages with a
 //! scripted model (recorded, then replayed from the trajectory to the same
-//! outcome), the ranking order, and the fallback without a reproduction
-//! test, where agreement and then the model's comparison decide.
+//! outcome) — the template from the located module's existing test file
+//! without the model, the reproduction by the ReAct agent and by sampling
+//! — the ranking order, and the fallback without a reproduction test,
+//! where agreement and then the model's comparison decide.
 
 use crate::common;
 
 use std::path::{Path, PathBuf};
 
 use common::Scripted;
+use patchwright::agents::reproduce::{ReproducerMode, SampleStatus};
 use patchwright::config::Settings;
 use patchwright::dataset::Task;
 use patchwright::engine::Backend;
@@ -28,12 +31,6 @@ fn task_env(task: &Task, ws: &Workspace, layer: &Path) -> TaskEnv {
     let setup = common::demo_pool().setup(task).unwrap();
     setup.install(ws.path(), layer).unwrap().task
 }
-
-const TEMPLATE: &[&str] = &[
-    "I write a small passing test.\n\n```\ncreate tests/test_template.py\n```",
-    "It checks that memoize returns the result.\n\n```\nedit 1:1\nfrom cachekit import memoize\n\n\ndef test_memoize_returns_the_result():\n    @memoize\n    def double(x):\n        return 2 * x\n\n    assert double(3) == 6\nend_of_edit\n```",
-    "I hand it in.\n\n```\nsubmit_test tests/test_template.py python -m pytest -q tests/test_template.py\n```",
-];
 
 const REPRODUCER: &[&str] = &[
     "I write a test with two memoized functions.\n\n```\ncreate tests/test_issue.py\n```",
@@ -57,6 +54,7 @@ fn settings(reproduce: bool, candidates: usize) -> Settings {
     s.pipeline.template = reproduce;
     s.fixer.candidates = candidates;
     s.ranker.test_timeout_s = 120;
+    s.reproducer.mode = ReproducerMode::React;
     s
 }
 
@@ -121,21 +119,25 @@ fn clean(ws: &Path) -> bool {
 fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
     let task = task("demo__cachekit-1");
     let mut calls: Vec<Vec<&str>> = Vec::new();
-    calls.extend(TEMPLATE.iter().map(|t| vec![*t]));
-    calls.extend(REPRODUCER.iter().map(|t| vec![*t]));
     calls.extend(LOCALIZER.iter().map(|t| vec![*t]));
+    calls.extend(REPRODUCER.iter().map(|t| vec![*t]));
     calls.push(vec![WRONG, GOLD, MISSES, GOLD]);
     let scripted = Scripted::new(calls);
     let settings = settings(true, 4);
     let r = run(&task, &settings, &scripted);
     let o = &r.outcome;
 
-    // Stages 1-3 and their artifacts.
+    // Stages 1-3 and their artifacts. The template is the located
+    // module's own test file, which passes: no model call.
     let template = o.template.as_ref().unwrap();
-    assert_eq!(
-        template.test.as_ref().unwrap().path,
-        "tests/test_template.py"
-    );
+    assert_eq!(template.source, masai::TestSource::Existing);
+    assert!(template.episode.is_none());
+    let t = template.test.as_ref().unwrap();
+    assert_eq!(t.path, "tests/test_decorators.py");
+    assert_eq!(t.command, "pytest -rA 'tests/test_decorators.py'\n");
+    assert!(t.text.starts_with("from cachekit"), "{}", t.text);
+    assert_eq!(template.existing.len(), 1);
+    assert_eq!(template.existing[0].verdict, "passed");
     let repro = o.reproduction.as_ref().unwrap().test.as_ref().unwrap();
     // Run the repository's way (the spec's test command), in the task's
     // environment, not as the agent typed it.
@@ -162,10 +164,9 @@ fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
     // Stage 4: one call for four candidates; one misses, two agree.
     assert_eq!(
         model_calls(&r.trajectory),
-        [("test_template", 1); 3]
+        [("localizer", 1); 3]
             .into_iter()
             .chain([("reproducer", 1); 3])
-            .chain([("localizer", 1); 3])
             .chain([("fixer", 4)])
             .map(|(p, n)| (p.to_string(), n))
             .collect::<Vec<_>>()
@@ -239,6 +240,148 @@ fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
     assert_eq!(replay.remaining(), 0);
     assert_eq!(again.outcome.patch, o.patch);
     assert_eq!(again.outcome.ranking.as_ref().unwrap().order, ranking.order);
+}
+
+/// Sample mode's candidates: one passes, one is broken by an import, and
+/// three fail on the base commit, two of them with the same failure.
+const SAMPLES: [&str; 5] = [
+    "```python\nfrom cachekit import memoize\n\n\ndef test_memoize_returns_the_result():\n    @memoize\n    def double(x):\n        return 2 * x\n\n    assert double(3) == 6\n```",
+    "```python\nfrom cachekit import no_such_name\n\n\ndef test_it():\n    assert no_such_name(1) == 1\n```",
+    "```python\nfrom cachekit import memoize\n\n\ndef test_functions_keep_their_own_results():\n    @memoize\n    def one(x):\n        return 1\n\n    @memoize\n    def two(x):\n        return 2\n\n    assert one(7) == 1\n    assert two(7) == 2\n```",
+    "```python\nfrom cachekit import memoize\n\n\ndef test_a_key_error():\n    raise KeyError('nope')\n```",
+    "```python\nfrom cachekit import memoize\n\n\ndef test_two_functions():\n    @memoize\n    def ten(x):\n        return 10\n\n    @memoize\n    def twenty(x):\n        return 20\n\n    assert ten(3) == 10\n    assert twenty(3) == 20\n```",
+];
+
+#[test]
+fn sampled_reproductions_agree_on_the_failure_and_the_template_needs_no_model() {
+    let task = task("demo__cachekit-1");
+    let mut calls: Vec<Vec<&str>> = LOCALIZER.iter().map(|t| vec![*t]).collect();
+    calls.push(SAMPLES.to_vec());
+    calls.push(vec![WRONG, GOLD]);
+    let scripted = Scripted::new(calls);
+    let mut settings = settings(true, 2);
+    settings.reproducer.mode = ReproducerMode::Sample;
+    settings.reproducer.candidates = SAMPLES.len();
+    let r = run(&task, &settings, &scripted);
+    let o = &r.outcome;
+    // No model call for the template: the existing test file passes.
+    assert_eq!(
+        model_calls(&r.trajectory),
+        [("localizer", 1), ("localizer", 1), ("localizer", 1)]
+            .into_iter()
+            .chain([("reproducer", SAMPLES.len()), ("fixer", 2)])
+            .map(|(p, n)| (p.to_string(), n))
+            .collect::<Vec<_>>()
+    );
+    let template = o.template.as_ref().unwrap();
+    assert_eq!(template.source, masai::TestSource::Existing);
+    assert_eq!(
+        template.test.as_ref().unwrap().path,
+        "tests/test_decorators.py"
+    );
+
+    let repro = o.reproduction.as_ref().unwrap();
+    assert_eq!(repro.source, masai::TestSource::Sample);
+    assert!(repro.episode.is_none());
+    let statuses: Vec<SampleStatus> = repro.samples.iter().map(|s| s.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            SampleStatus::Passed,
+            SampleStatus::Broken,
+            SampleStatus::Failed,
+            SampleStatus::Failed,
+            SampleStatus::Failed
+        ],
+        "{:#?}",
+        repro.samples
+    );
+    let signatures: Vec<Option<&str>> = repro
+        .samples
+        .iter()
+        .map(|s| s.signature.as_deref())
+        .collect();
+    assert_eq!(
+        signatures,
+        [
+            None,
+            None,
+            Some("assert N == N"),
+            Some("KeyError: 'nope'"),
+            Some("assert N == N")
+        ]
+    );
+    assert!(
+        repro.samples[1].reason.contains("no_such_name"),
+        "{}",
+        repro.samples[1].reason
+    );
+    // The majority's failure, its first candidate.
+    assert_eq!(repro.chosen, Some(2));
+    let test = repro.test.as_ref().unwrap();
+    assert_eq!(test.path, "tests/test_reproduce_issue.py");
+    assert_eq!(test.command, "pytest -rA 'tests/test_reproduce_issue.py'\n");
+    assert!(test
+        .text
+        .contains("def test_functions_keep_their_own_results"));
+    assert!(
+        test.output.contains(
+            "FAILED tests/test_reproduce_issue.py::test_functions_keep_their_own_results"
+        ),
+        "{}",
+        test.output
+    );
+    // The artifact reads back, and `test` non-null says accepted.
+    let text = std::fs::read_to_string(r.artifacts.join("reproduction.json")).unwrap();
+    let back: masai::TestArtifact = serde_json::from_str(&text).unwrap();
+    assert_eq!(&back, repro);
+    let raw: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(raw["test"].is_object() && raw.get("episode").is_none());
+    assert!(clean(r.ws.path()));
+
+    // The ranker uses it: the gold patch fixes it, the wrong one does not.
+    let ranking = o.ranking.as_ref().unwrap();
+    assert_eq!(ranking.evaluations[1].reproduction, Some(true));
+    assert_eq!(ranking.evaluations[0].reproduction, Some(false));
+    assert_eq!(ranking.order, [1, 0]);
+    assert_eq!(o.patch, task.patch);
+    let m = metrics::compute(
+        &task,
+        &r.ws,
+        Some(&r.env),
+        common::demo_pool(),
+        o,
+        &r.trajectory.steps,
+        &r.artifacts.join("m"),
+    );
+    assert_eq!(
+        (
+            m.reproduction_fails_on_base,
+            m.reproduction_passes_with_gold
+        ),
+        (Some(true), Some(true))
+    );
+
+    // Replayed from the trajectory, the same samples and choice.
+    let file = r.artifacts.join("trajectory.json");
+    std::fs::write(&file, serde_json::to_string(&r.trajectory).unwrap()).unwrap();
+    let replay = ReplayBackend::from_trajectory(&file).unwrap();
+    let again = run(&task, &settings, &replay);
+    assert_eq!(replay.remaining(), 0);
+    let again_repro = again.outcome.reproduction.as_ref().unwrap();
+    assert_eq!(again_repro.chosen, Some(2));
+    assert_eq!(again_repro.test.as_ref().unwrap().text, test.text);
+    assert_eq!(again.outcome.patch, o.patch);
+}
+
+/// An artifact written before the test stages changed (an episode, a
+/// test, nothing else) still reads: from an agent, with no samples.
+#[test]
+fn an_older_test_artifact_reads() {
+    let old = r#"{"episode":{"agent":"reproducer","status":"exit_step_limit","steps":3,"format_errors":0,"truncated":0,"tokens_evaluated":900,"tokens_reused":300,"tokens_generated":120,"wall_s":4.5},"test":null}"#;
+    let a: masai::TestArtifact = serde_json::from_str(old).unwrap();
+    assert_eq!(a.source, masai::TestSource::Agent);
+    assert!(a.episode.is_some() && a.test.is_none() && a.samples.is_empty());
 }
 
 #[test]
