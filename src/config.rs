@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::agents::fixer::FixerSettings;
+use crate::agents::localize::LocalizerSettings;
 use crate::agents::ranker::RankerSettings;
 use crate::agents::react::ReactSettings;
 use crate::engine::{EngineSettings, Sampling};
@@ -89,6 +90,10 @@ pub struct Settings {
     pub pipeline: PipelineSettings,
     /// The ReAct sub-agents' step limits and sampling.
     pub agents: AgentsSettings,
+    /// How the Edit Localizer works: choosing among the code index's
+    /// candidates (default) or the ReAct agent of `[agents.localizer]`.
+    #[serde(default)]
+    pub localizer: LocalizerSettings,
     pub fixer: FixerSettings,
     pub ranker: RankerSettings,
     /// A Python virtualenv that commands in the sandbox use (tests need
@@ -140,6 +145,7 @@ impl Settings {
             react: ReactSettings::default(),
             pipeline: PipelineSettings::default(),
             agents: AgentsSettings::default(),
+            localizer: LocalizerSettings::default(),
             fixer: FixerSettings::default(),
             ranker: RankerSettings::default(),
             environment: None,

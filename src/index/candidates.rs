@@ -248,19 +248,21 @@ pub fn mentions(issue: &str) -> Mentions {
                 push_unique(&mut m.dotted, word);
             }
         }
-        // Called in prose, or defined.
+        // Called (`name(`), or defined (`def name`, `class Name`).
+        for (at, _) in line.match_indices('(') {
+            let before = &line[..at];
+            let start = before
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(0, |i| i + 1);
+            push_identifier(&mut m.identifiers, &before[start..]);
+        }
         let words: Vec<&str> = line
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '('))
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
             .collect();
-        for (i, w) in words.iter().enumerate() {
-            if let Some(name) = w.strip_suffix('(').filter(|n| is_identifier(n)) {
-                push_identifier(&mut m.identifiers, name);
-            }
-            if matches!(*w, "def" | "class") {
-                if let Some(next) = words.get(i + 1) {
-                    let name = next.split('(').next().unwrap_or(next);
-                    push_identifier(&mut m.identifiers, name);
-                }
+        for pair in words.windows(2) {
+            if matches!(pair[0], "def" | "class") {
+                push_identifier(&mut m.identifiers, pair[1]);
             }
         }
     }
@@ -667,4 +669,219 @@ pub fn top_locations(candidates: &[Candidate], files: usize, functions: usize) -
         out.push(c.clone());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type R = Result<(), Box<dyn std::error::Error>>;
+
+    fn frame(path: &str, line: usize, function: Option<&str>) -> Frame {
+        Frame {
+            path: path.into(),
+            line,
+            function: function.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn mentions_of_real_looking_issues() {
+        struct Case {
+            issue: &'static str,
+            paths: &'static [&'static str],
+            frames: Vec<Frame>,
+            dotted: &'static [&'static str],
+            identifiers: &'static [&'static str],
+        }
+        let cases = [
+            // astropy-14508: a path in prose and a method in backticks.
+            Case {
+                issue: "`io.fits.Card` may use a string representation of floats that is \
+                        larger than necessary; see `_format_float()` in \
+                        astropy/io/fits/card.py.",
+                paths: &["astropy/io/fits/card.py"],
+                frames: vec![],
+                dotted: &["io.fits.Card"],
+                identifiers: &["_format_float", "fits", "Card"],
+            },
+            // sympy: a Python traceback through the repository and numpy.
+            Case {
+                issue: "Traceback (most recent call last):\n  File \"<stdin>\", line 1, in <module>\n  \
+                        File \"/home/me/sympy/sympy/core/sympify.py\", line 385, in sympify\n    \
+                        expr = parse_expr(a)\n  \
+                        File \"C:\\py\\site-packages\\numpy\\core\\numeric.py\", line 12, in asarray\n",
+                paths: &["/home/me/sympy/sympy/core/sympify.py", "/py/site-packages/numpy/core/numeric.py"],
+                frames: vec![
+                    // Kept, though it resolves to no file.
+                    frame("<stdin>", 1, None),
+                    frame("/home/me/sympy/sympy/core/sympify.py", 385, Some("sympify")),
+                    frame("C:/py/site-packages/numpy/core/numeric.py", 12, Some("asarray")),
+                ],
+                // `sympify.py` is a path, not a dotted name.
+                dotted: &[],
+                identifiers: &["parse_expr"],
+            },
+            // pytest's own traceback format, and a module path.
+            Case {
+                issue: "src/_pytest/python.py:578: in _importtestmodule\n    mod = import_path(self.path)\n\
+                        E   ImportError from _pytest.pathlib.import_path",
+                paths: &["src/_pytest/python.py"],
+                frames: vec![frame("src/_pytest/python.py", 578, Some("_importtestmodule"))],
+                dotted: &["_pytest.pathlib.import_path"],
+                identifiers: &["import_path"],
+            },
+            // A code block defining and calling, dotted names in prose.
+            Case {
+                issue: "QuerySet.bulk_create() ignores batch_size.\n```python\ndef check(qs):\n    \
+                        return qs.bulk_create(objs, batch_size=10)\n```\nSee self._batched_insert.",
+                paths: &[],
+                frames: vec![],
+                dotted: &["QuerySet.bulk_create", "qs.bulk_create"],
+                // `self._batched_insert` is prose, `qs` too short.
+                identifiers: &["bulk_create", "check", "objs", "batch_size"],
+            },
+        ];
+        for (i, case) in cases.iter().enumerate() {
+            let m = mentions(case.issue);
+            assert_eq!(m.paths, case.paths, "case {i} paths");
+            assert_eq!(m.frames, case.frames, "case {i} frames");
+            assert_eq!(m.dotted, case.dotted, "case {i} dotted");
+            assert_eq!(m.identifiers, case.identifiers, "case {i} identifiers");
+        }
+    }
+
+    #[test]
+    fn test_files_are_never_locations_and_docs_only_last() {
+        let cases = [
+            ("tests/test_card.py", true, false),
+            ("astropy/io/fits/tests/test_card.py", true, false),
+            ("testing/test_python.py", true, false),
+            ("src/_pytest/python.py", false, false),
+            ("sympy/testing/runtests.py", false, false),
+            ("pkg/card_test.py", true, false),
+            ("conftest.py", true, false),
+            ("doc/conf.py", false, true),
+            ("docs/conf.py", false, true),
+            ("examples/plot.py", false, true),
+            ("setup.py", false, true),
+            ("pkg/setup.py", false, false),
+            ("sphinx/ext/autodoc/__init__.py", false, false),
+        ];
+        for (path, excluded, secondary) in cases {
+            assert_eq!(
+                (is_excluded(path), is_secondary(path)),
+                (excluded, secondary),
+                "{path}"
+            );
+        }
+    }
+
+    fn git(dir: &Path, args: &[&str]) -> R {
+        let out = crate::repo::git_command()
+            .current_dir(dir)
+            .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
+            .args(args)
+            .output()?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned().into());
+        }
+        Ok(())
+    }
+
+    fn repo(files: &[(&str, &str)]) -> Result<tempfile::TempDir, Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        for (path, text) in files {
+            let full = dir.path().join(path);
+            if let Some(parent) = full.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(full, text)?;
+        }
+        git(dir.path(), &["init", "-q"])?;
+        git(dir.path(), &["add", "-A"])?;
+        git(dir.path(), &["commit", "-qm", "x"])?;
+        Ok(dir)
+    }
+
+    const CARD: &str = "class Card:\n    def _split(self, text):\n        return text.split('=')\n\n    def image(self):\n        return self._split(str(self))\n";
+    const UTIL: &str = "def format_value(value):\n    if isinstance(value, float):\n        return repr(value)\n    return str(value)\n\n\ndef unrelated():\n    return 1\n";
+    const TEST: &str = "from pkg.card import Card\n\ndef test_split_card_value_float():\n    assert Card()._split('a=1.0') == ['a', '1.0']\n";
+    const DOCS: &str = "def setup(app):\n    app.add_config_value('card', 'float', 'value')\n";
+
+    fn ranked(issue: &str) -> Result<Vec<(String, String, String)>, Box<dyn std::error::Error>> {
+        let dir = repo(&[
+            ("pkg/__init__.py", ""),
+            ("pkg/card.py", CARD),
+            ("pkg/util.py", UTIL),
+            ("tests/test_card.py", TEST),
+            ("docs/conf.py", DOCS),
+        ])?;
+        let index = CodeIndex::build(dir.path())?;
+        Ok(rank(&index, dir.path(), issue)
+            .candidates
+            .into_iter()
+            .map(|c| (format!("{}::{}", c.path, c.symbol), c.why, format!("{:.2}", c.score)))
+            .collect())
+    }
+
+    fn triple(a: &str, b: &str, c: &str) -> (String, String, String) {
+        (a.into(), b.into(), c.into())
+    }
+
+    #[test]
+    fn the_traceback_then_named_then_bm25_and_never_a_test() -> R {
+        // The innermost frame (util.py line 3, in format_value) first, then
+        // the outer frame's Card.image, then the named Card._split (both
+        // files are named by the frames' paths); the test file, which
+        // matches the words best, and the docs never appear; `unrelated`
+        // has no evidence of its own.
+        let issue = "Card._split drops the float value.\n\nTraceback (most recent call last):\n  \
+                     File \"/site-packages/pkg/card.py\", line 6, in image\n  \
+                     File \"/site-packages/pkg/util.py\", line 3, in format_value\n";
+        let got = ranked(issue)?;
+        assert_eq!(
+            got,
+            [
+                triple("pkg/util.py::format_value", "traceback+path+bm25", "8.00"),
+                triple("pkg/card.py::Card.image", "traceback+path+bm25", "7.30"),
+                triple("pkg/card.py::Card._split", "named+path+bm25", "6.22"),
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn without_mentions_bm25_ranks_and_docs_come_only_when_nothing_else_does() -> R {
+        let got = ranked("the float value is formatted wrong")?;
+        assert_eq!(
+            got,
+            [triple("pkg/util.py::format_value", "bm25", "2.00")]
+        );
+        // Only the docs match: they are all there is.
+        let got = ranked("app config")?;
+        assert_eq!(got, [triple("docs/conf.py::setup", "bm25", "2.00")]);
+        Ok(())
+    }
+
+    #[test]
+    fn top_locations_keep_to_the_first_files() {
+        let c = |path: &str, symbol: &str| Candidate {
+            path: path.into(),
+            symbol: symbol.into(),
+            start_line: 1,
+            end_line: 2,
+            score: 1.0,
+            why: "bm25".into(),
+        };
+        let ranked = [c("a.py", "f"), c("b.py", "g"), c("a.py", "h"), c("c.py", "k")];
+        let names = |v: Vec<Candidate>| -> Vec<String> {
+            v.iter().map(|c| format!("{}::{}", c.path, c.symbol)).collect()
+        };
+        assert_eq!(names(top_locations(&ranked, 1, 2)), ["a.py::f", "a.py::h"]);
+        assert_eq!(names(top_locations(&ranked, 2, 3)), ["a.py::f", "b.py::g", "a.py::h"]);
+        assert_eq!(names(top_locations(&ranked, 1, 1)), ["a.py::f"]);
+        assert_eq!(names(top_locations(&ranked, 5, 9)).len(), 4);
+        assert!(top_locations(&[], 1, 2).is_empty());
+    }
 }
