@@ -566,6 +566,53 @@ mod tests {
     use super::*;
 
     #[test]
+    fn locate_offers_no_test_file() {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let with_symbols = Choices {
+            files: strings(&["a.py", "tests/test_a.py"]),
+            python_files: strings(&["a.py", "tests/test_a.py"]),
+            dirs: strings(&["."]),
+            symbols: strings(&["a.py::f", "tests/test_a.py::test_f"]),
+            locatable: strings(&["a.py::f"]),
+            locatable_files: strings(&["a.py"]),
+        };
+        let args = |choices: &Choices, name: &str| {
+            actions(&[name], choices)
+                .into_iter()
+                .next()
+                .map(|a| a.args)
+        };
+        let cases = [
+            (&with_symbols, "locate", Some(vec![Arg::Choice(strings(&["a.py::f"]))])),
+            (
+                &with_symbols,
+                "view_symbol",
+                Some(vec![Arg::Choice(strings(&["a.py::f", "tests/test_a.py::test_f"]))]),
+            ),
+        ];
+        for (choices, name, want) in cases {
+            assert_eq!(args(choices, name), want, "{name}");
+        }
+        // Too many symbols to list: a dotted name in a non-test file.
+        let many = Choices {
+            symbols: Vec::new(),
+            locatable: Vec::new(),
+            ..with_symbols.clone()
+        };
+        assert_eq!(
+            args(&many, "locate"),
+            Some(vec![Arg::Symbol(strings(&["a.py"]))])
+        );
+        // Only test files: no locate command at all.
+        let only_tests = Choices {
+            locatable: Vec::new(),
+            locatable_files: Vec::new(),
+            ..with_symbols.clone()
+        };
+        assert_eq!(args(&only_tests, "locate"), None);
+    }
+
+    #[test]
     fn commands_parse() {
         let cases: Vec<(&str, Command)> = vec![
             (
