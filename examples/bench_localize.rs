@@ -27,7 +27,9 @@ use patchwright::pipeline::metrics::gold_functions;
 use patchwright::repo::{Repos, Workspace};
 
 /// The methods' names, in output order.
-const METHODS: [&str; 6] = ["bm25@3", "cand@1", "cand@3", "loc(1,1)", "loc(1,2)", "loc(2,3)"];
+const METHODS: [&str; 6] = [
+    "bm25@3", "cand@1", "cand@3", "loc(1,1)", "loc(1,2)", "loc(2,3)",
+];
 
 fn prf(gold: &BTreeSet<String>, named: &BTreeSet<String>) -> [f64; 3] {
     let hit = gold.intersection(named).count() as f64;
@@ -100,19 +102,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         };
         let started = std::time::Instant::now();
-        let ws = Workspace::create(&source, &commit, &scratch.path().join("ws"))?;
+        let ws = match Workspace::create(&source, &commit, &scratch.path().join("ws")) {
+            Ok(ws) => ws,
+            Err(e) => {
+                println!("{}", serde_json::json!({"id": id, "error": e.to_string()}));
+                continue;
+            }
+        };
         let (index, _) = CodeIndex::load_or_build(ws.path(), &index_cache_dir(), &repo, &commit)?;
         let gold: BTreeSet<String> = touched_files(&patch).into_iter().collect();
         let gold_fns = gold_functions(ws.path(), &patch);
         let ranking = candidates::rank(&index, ws.path(), &issue);
         let baseline = candidates::bm25_files(&index, ws.path(), &issue, 3);
-        let files_of = |c: &[Candidate]| -> BTreeSet<String> {
-            c.iter().map(|c| c.path.clone()).collect()
-        };
+        let files_of =
+            |c: &[Candidate]| -> BTreeSet<String> { c.iter().map(|c| c.path.clone()).collect() };
         let fns_of = |c: &[Candidate]| -> Vec<String> {
-            c.iter().map(|c| format!("{}::{}", c.path, c.symbol)).collect()
+            c.iter()
+                .map(|c| format!("{}::{}", c.path, c.symbol))
+                .collect()
         };
-        let top = |k: usize| ranking.files.iter().take(k).map(|r| r.path.clone()).collect();
+        let top = |k: usize| {
+            ranking
+                .files
+                .iter()
+                .take(k)
+                .map(|r| r.path.clone())
+                .collect()
+        };
         let top_fns = |k: usize| fns_of(&ranking.candidates[..k.min(ranking.candidates.len())]);
         let loc = |f, k| candidates::top_locations(&ranking.candidates, f, k);
         let results: [(BTreeSet<String>, Option<Vec<String>>); METHODS.len()] = [
@@ -125,7 +141,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ];
         let mut row = serde_json::Map::new();
         row.insert("id".into(), id.clone().into());
-        row.insert("gold_files".into(), gold.iter().cloned().collect::<Vec<_>>().into());
+        row.insert(
+            "gold_files".into(),
+            gold.iter().cloned().collect::<Vec<_>>().into(),
+        );
         row.insert("gold_functions".into(), gold_fns.clone().into());
         for (i, (files, fns)) in results.iter().enumerate() {
             let [p, r, f] = prf(&gold, files);
@@ -150,7 +169,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .collect::<Vec<_>>()
                 .into(),
         );
-        row.insert("seconds".into(), round(started.elapsed().as_secs_f64()).into());
+        row.insert(
+            "seconds".into(),
+            round(started.elapsed().as_secs_f64()).into(),
+        );
         println!("{}", serde_json::Value::Object(row));
         ws.remove()?;
         n += 1;

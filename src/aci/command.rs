@@ -577,17 +577,21 @@ mod tests {
             locatable_files: strings(&["a.py"]),
         };
         let args = |choices: &Choices, name: &str| {
-            actions(&[name], choices)
-                .into_iter()
-                .next()
-                .map(|a| a.args)
+            actions(&[name], choices).into_iter().next().map(|a| a.args)
         };
         let cases = [
-            (&with_symbols, "locate", Some(vec![Arg::Choice(strings(&["a.py::f"]))])),
+            (
+                &with_symbols,
+                "locate",
+                Some(vec![Arg::Choice(strings(&["a.py::f"]))]),
+            ),
             (
                 &with_symbols,
                 "view_symbol",
-                Some(vec![Arg::Choice(strings(&["a.py::f", "tests/test_a.py::test_f"]))]),
+                Some(vec![Arg::Choice(strings(&[
+                    "a.py::f",
+                    "tests/test_a.py::test_f",
+                ]))]),
             ),
         ];
         for (choices, name, want) in cases {

@@ -328,7 +328,9 @@ mod tests {
     }
 
     fn symbols(l: &[Location]) -> Vec<String> {
-        l.iter().map(|l| format!("{}::{}", l.path, l.symbol)).collect()
+        l.iter()
+            .map(|l| format!("{}::{}", l.path, l.symbol))
+            .collect()
     }
 
     fn kinds(t: &Trajectory) -> Vec<&'static str> {
@@ -346,8 +348,16 @@ mod tests {
     #[test]
     fn the_models_labels_become_the_locations() -> R {
         // (reply, context, locations, source, steps)
-        let cases: &[(&str, usize, &[&str], &str, &[&str])] = &[
-            ("2", 4096, &["pkg/card.py::Card._split"], "localizer", &["model_call"]),
+        /// (reply, context, locations, source, steps)
+        type Case<'a> = (&'a str, usize, &'a [&'a str], &'a str, &'a [&'a str]);
+        let cases: &[Case] = &[
+            (
+                "2",
+                4096,
+                &["pkg/card.py::Card._split"],
+                "localizer",
+                &["model_call"],
+            ),
             (
                 "4, 1",
                 4096,
@@ -356,7 +366,13 @@ mod tests {
                 &["model_call"],
             ),
             // Out of range and repeated labels are ignored.
-            ("9, 2, 2", 4096, &["pkg/card.py::Card._split"], "localizer", &["model_call"]),
+            (
+                "9, 2, 2",
+                4096,
+                &["pkg/card.py::Card._split"],
+                "localizer",
+                &["model_call"],
+            ),
             // Nothing named: the top-ranked file's first two functions.
             (
                 "none",
@@ -450,7 +466,10 @@ mod tests {
             &Sampling::default(),
             &mut t,
         )?;
-        assert_eq!((choice.locations.len(), choice.source.as_str()), (0, "index"));
+        assert_eq!(
+            (choice.locations.len(), choice.source.as_str()),
+            (0, "index")
+        );
         assert!(t.steps.is_empty() && fake.prompts.is_empty());
         Ok(())
     }
@@ -487,7 +506,10 @@ mod tests {
                 picks: MAX_PICKS
             }
         );
-        assert_eq!(toml::from_str::<LocalizerSettings>("")?, LocalizerSettings::default());
+        assert_eq!(
+            toml::from_str::<LocalizerSettings>("")?,
+            LocalizerSettings::default()
+        );
         assert!(toml::from_str::<LocalizerSettings>("mode = \"guess\"").is_err());
         Ok(())
     }

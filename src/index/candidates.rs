@@ -71,15 +71,85 @@ pub const MIN_IDENTIFIER_CHARS: usize = 3;
 
 /// Words of code that name nothing in a repository: keywords and builtins.
 const NOT_NAMES: &[&str] = &[
-    "and", "any", "all", "assert", "async", "await", "bool", "break", "bytes", "class",
-    "continue", "def", "del", "dict", "elif", "else", "except", "False", "finally", "float",
-    "for", "from", "getattr", "global", "hasattr", "if", "import", "int", "isinstance", "in",
-    "is", "lambda", "len", "list", "max", "min", "None", "nonlocal", "not", "object", "open",
-    "or", "pass", "print", "raise", "range", "repr", "return", "self", "cls", "set", "setattr",
-    "str", "super", "True", "try", "tuple", "type", "while", "with", "yield", "Traceback",
-    "File", "line", "most", "recent", "call", "last", "Error", "Exception", "ValueError",
-    "TypeError", "KeyError", "AttributeError", "IndexError", "RuntimeError", "python",
-    "pip", "install",
+    "and",
+    "any",
+    "all",
+    "assert",
+    "async",
+    "await",
+    "bool",
+    "break",
+    "bytes",
+    "class",
+    "continue",
+    "def",
+    "del",
+    "dict",
+    "elif",
+    "else",
+    "except",
+    "False",
+    "finally",
+    "float",
+    "for",
+    "from",
+    "getattr",
+    "global",
+    "hasattr",
+    "if",
+    "import",
+    "int",
+    "isinstance",
+    "in",
+    "is",
+    "lambda",
+    "len",
+    "list",
+    "max",
+    "min",
+    "None",
+    "nonlocal",
+    "not",
+    "object",
+    "open",
+    "or",
+    "pass",
+    "print",
+    "raise",
+    "range",
+    "repr",
+    "return",
+    "self",
+    "cls",
+    "set",
+    "setattr",
+    "str",
+    "super",
+    "True",
+    "try",
+    "tuple",
+    "type",
+    "while",
+    "with",
+    "yield",
+    "Traceback",
+    "File",
+    "line",
+    "most",
+    "recent",
+    "call",
+    "last",
+    "Error",
+    "Exception",
+    "ValueError",
+    "TypeError",
+    "KeyError",
+    "AttributeError",
+    "IndexError",
+    "RuntimeError",
+    "python",
+    "pip",
+    "install",
 ];
 
 /// A place to edit, ranked.
@@ -243,7 +313,9 @@ pub fn mentions(issue: &str) -> Mentions {
                 .or_else(|| word.strip_prefix("cls."))
                 .unwrap_or(word);
             let parts: Vec<&str> = word.split('.').collect();
-            if parts.len() >= 2 && parts.iter().all(|p| is_identifier(p)) && parts.last() != Some(&"py")
+            if parts.len() >= 2
+                && parts.iter().all(|p| is_identifier(p))
+                && parts.last() != Some(&"py")
             {
                 push_unique(&mut m.dotted, word);
             }
@@ -393,9 +465,9 @@ pub fn rank(index: &CodeIndex, root: &Path, issue: &str) -> Ranking {
         }
     }
     let give = |own: &mut HashMap<(usize, usize), Own>,
-                    hits: &[(usize, usize)],
-                    weight: f64,
-                    set: fn(&mut Own, f64)| {
+                hits: &[(usize, usize)],
+                weight: f64,
+                set: fn(&mut Own, f64)| {
         if hits.is_empty() || hits.len() > MAX_DEFINITIONS {
             return;
         }
@@ -438,7 +510,10 @@ pub fn rank(index: &CodeIndex, root: &Path, issue: &str) -> Ranking {
                 let hits: Vec<(usize, usize)> = found
                     .iter()
                     .filter_map(|&fi| {
-                        let si = index.files[fi].symbols.iter().position(|s| s.qualname == qual)?;
+                        let si = index.files[fi]
+                            .symbols
+                            .iter()
+                            .position(|s| s.qualname == qual)?;
                         Some((fi, si))
                     })
                     .collect();
@@ -509,7 +584,10 @@ pub fn rank(index: &CodeIndex, root: &Path, issue: &str) -> Ranking {
             let first = named.next()?;
             named.next().is_none().then_some(first.0)
         };
-        if let Some(si) = holding(true).or_else(by_function).or_else(|| holding(false)) {
+        if let Some(si) = holding(true)
+            .or_else(by_function)
+            .or_else(|| holding(false))
+        {
             let o = own.entry((*fi, si)).or_default();
             o.traceback = o.traceback.max(weight);
         }
@@ -605,7 +683,11 @@ pub fn rank(index: &CodeIndex, root: &Path, issue: &str) -> Ranking {
     if ranked_files.iter().any(|r| !is_secondary(&r.path)) {
         ranked_files.retain(|r| !is_secondary(&r.path));
     }
-    ranked_files.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.path.cmp(&b.path)));
+    ranked_files.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| a.path.cmp(&b.path))
+    });
     Ranking {
         candidates,
         files: ranked_files,
@@ -809,7 +891,10 @@ mod tests {
     const TEST: &str = "from pkg.card import Card\n\ndef test_split_card_value_float():\n    assert Card()._split('a=1.0') == ['a', '1.0']\n";
     const DOCS: &str = "def setup(app):\n    app.add_config_value('card', 'float', 'value')\n";
 
-    fn ranked(issue: &str) -> Result<Vec<(String, String, String)>, Box<dyn std::error::Error>> {
+    /// `path::qualname`, why, the score to two decimals.
+    type Ranked = Vec<(String, String, String)>;
+
+    fn ranked(issue: &str) -> Result<Ranked, Box<dyn std::error::Error>> {
         let dir = repo(&[
             ("pkg/__init__.py", ""),
             ("pkg/card.py", CARD),
@@ -821,7 +906,13 @@ mod tests {
         Ok(rank(&index, dir.path(), issue)
             .candidates
             .into_iter()
-            .map(|c| (format!("{}::{}", c.path, c.symbol), c.why, format!("{:.2}", c.score)))
+            .map(|c| {
+                (
+                    format!("{}::{}", c.path, c.symbol),
+                    c.why,
+                    format!("{:.2}", c.score),
+                )
+            })
             .collect())
     }
 
@@ -854,10 +945,7 @@ mod tests {
     #[test]
     fn without_mentions_bm25_ranks_and_docs_come_only_when_nothing_else_does() -> R {
         let got = ranked("the float value is formatted wrong")?;
-        assert_eq!(
-            got,
-            [triple("pkg/util.py::format_value", "bm25", "2.00")]
-        );
+        assert_eq!(got, [triple("pkg/util.py::format_value", "bm25", "2.00")]);
         // Only the docs match: they are all there is.
         let got = ranked("app config")?;
         assert_eq!(got, [triple("docs/conf.py::setup", "bm25", "2.00")]);
@@ -874,12 +962,22 @@ mod tests {
             score: 1.0,
             why: "bm25".into(),
         };
-        let ranked = [c("a.py", "f"), c("b.py", "g"), c("a.py", "h"), c("c.py", "k")];
+        let ranked = [
+            c("a.py", "f"),
+            c("b.py", "g"),
+            c("a.py", "h"),
+            c("c.py", "k"),
+        ];
         let names = |v: Vec<Candidate>| -> Vec<String> {
-            v.iter().map(|c| format!("{}::{}", c.path, c.symbol)).collect()
+            v.iter()
+                .map(|c| format!("{}::{}", c.path, c.symbol))
+                .collect()
         };
         assert_eq!(names(top_locations(&ranked, 1, 2)), ["a.py::f", "a.py::h"]);
-        assert_eq!(names(top_locations(&ranked, 2, 3)), ["a.py::f", "b.py::g", "a.py::h"]);
+        assert_eq!(
+            names(top_locations(&ranked, 2, 3)),
+            ["a.py::f", "b.py::g", "a.py::h"]
+        );
         assert_eq!(names(top_locations(&ranked, 1, 1)), ["a.py::f"]);
         assert_eq!(names(top_locations(&ranked, 5, 9)).len(), 4);
         assert!(top_locations(&[], 1, 2).is_empty());

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::aci::{Aci, Location, SubmittedTest, TestCheck};
 use crate::agents::fixer::{self, Fixes};
-use crate::agents::ranker::{self, Ranking};
 use crate::agents::localize::{self, LocalizerMode};
+use crate::agents::ranker::{self, Ranking};
 use crate::agents::react::{self, Agent};
 use crate::agents::{self as agent_defs};
 use crate::config::{AgentSettings, Settings};
@@ -416,7 +416,6 @@ pub fn run(
     } else {
         None
     };
-
 
     tracing::info!(
         "{id}: stage 4/5, fixer ({} candidates from {} location(s))",
