@@ -30,11 +30,11 @@ pub const PICKS_LIMIT: usize = 3;
 /// that is 20³ sequences in the grammar at the most.
 pub const CANDIDATES_LIMIT: usize = 20;
 /// Files the fallback takes its locations from. Measured with
-/// `scripts/bench-localize` on the 126 SWE-bench Lite test tasks of the nine
+/// `scripts/bench-localize` on the 138 SWE-bench Lite test tasks of the nine
 /// repositories at hand (mean file-level F1 / gold-function hit): the first
-/// function alone 0.476 / 0.19, the first two of the top file 0.476 / 0.26,
-/// the first three from at most two files 0.487 / 0.33 (plain BM25's top
-/// three files: F1 0.258).
+/// function alone 0.471 / 0.18, the first two of the top file 0.471 / 0.27,
+/// the first three from at most two files 0.483 / 0.33 (plain BM25's top
+/// three files: F1 0.257).
 pub const FALLBACK_FILES: usize = 2;
 /// Functions the fallback takes from those files (see [`FALLBACK_FILES`]):
 /// three spans are still few enough for the fixer's prompt.
