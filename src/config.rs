@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::agents::fixer::FixerSettings;
+use crate::agents::localize::LocalizerSettings;
 use crate::agents::ranker::RankerSettings;
 use crate::agents::react::ReactSettings;
 use crate::agents::reproduce::ReproducerSettings;
@@ -90,6 +91,10 @@ pub struct Settings {
     pub pipeline: PipelineSettings,
     /// The ReAct sub-agents' step limits and sampling.
     pub agents: AgentsSettings,
+    /// How the Edit Localizer works: choosing among the code index's
+    /// candidates (default) or the ReAct agent of `[agents.localizer]`.
+    #[serde(default)]
+    pub localizer: LocalizerSettings,
     pub fixer: FixerSettings,
     pub ranker: RankerSettings,
     /// How the Issue Reproducer writes its test (`mode = "sample"`: N
@@ -147,6 +152,7 @@ impl Settings {
             react: ReactSettings::default(),
             pipeline: PipelineSettings::default(),
             agents: AgentsSettings::default(),
+            localizer: LocalizerSettings::default(),
             fixer: FixerSettings::default(),
             ranker: RankerSettings::default(),
             reproducer: ReproducerSettings::default(),

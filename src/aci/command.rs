@@ -162,6 +162,12 @@ pub struct Choices {
     /// are few enough to offer as a choice; empty otherwise (then a symbol
     /// argument is an existing Python file and any dotted name).
     pub symbols: Vec<String>,
+    /// The symbols `locate` may record: those of [`Choices::symbols`] outside
+    /// test files (see `index::candidates::is_excluded`).
+    pub locatable: Vec<String>,
+    /// The Python files `locate` may name when there are too many symbols
+    /// to offer: [`Choices::python_files`] without test files.
+    pub locatable_files: Vec<String>,
 }
 
 /// The typed action set of `names`, with paths restricted to `choices`.
@@ -179,12 +185,26 @@ pub fn actions(names: &[&str], choices: &Choices) -> Vec<Action> {
             Arg::Choice(choices.symbols.clone())
         }
     };
+    let locatable = || {
+        if choices.symbols.is_empty() {
+            Arg::Symbol(choices.locatable_files.clone())
+        } else {
+            Arg::Choice(choices.locatable.clone())
+        }
+    };
     let mut out = Vec::new();
     for &name in names {
         let needs_files = matches!(name, "open" | "search_file" | "str_replace" | "submit_test");
         let needs_python = matches!(name, "view_skeleton" | "view_symbol" | "locate");
+        let needs_locatable = name == "locate"
+            && if choices.symbols.is_empty() {
+                choices.locatable_files.is_empty()
+            } else {
+                choices.locatable.is_empty()
+            };
         if (needs_files && choices.files.is_empty())
             || (needs_python && choices.python_files.is_empty())
+            || needs_locatable
         {
             continue;
         }
@@ -196,7 +216,8 @@ pub fn actions(names: &[&str], choices: &Choices) -> Vec<Action> {
             "search_dir" => vec![Arg::Term, dirs()],
             "search_file" => vec![Arg::Term, optional(files())],
             "view_skeleton" => vec![python()],
-            "view_symbol" | "locate" => vec![symbol()],
+            "view_symbol" => vec![symbol()],
+            "locate" => vec![locatable()],
             "search_class" => vec![Arg::Identifier],
             "search_method" => vec![Arg::Identifier, optional(Arg::Identifier)],
             "edit" => vec![Arg::Range, Arg::Lines(END_OF_EDIT.into())],
@@ -543,6 +564,57 @@ pub fn split_turn(reply: &str) -> Option<Turn> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn locate_offers_no_test_file() {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let with_symbols = Choices {
+            files: strings(&["a.py", "tests/test_a.py"]),
+            python_files: strings(&["a.py", "tests/test_a.py"]),
+            dirs: strings(&["."]),
+            symbols: strings(&["a.py::f", "tests/test_a.py::test_f"]),
+            locatable: strings(&["a.py::f"]),
+            locatable_files: strings(&["a.py"]),
+        };
+        let args = |choices: &Choices, name: &str| {
+            actions(&[name], choices).into_iter().next().map(|a| a.args)
+        };
+        let cases = [
+            (
+                &with_symbols,
+                "locate",
+                Some(vec![Arg::Choice(strings(&["a.py::f"]))]),
+            ),
+            (
+                &with_symbols,
+                "view_symbol",
+                Some(vec![Arg::Choice(strings(&[
+                    "a.py::f",
+                    "tests/test_a.py::test_f",
+                ]))]),
+            ),
+        ];
+        for (choices, name, want) in cases {
+            assert_eq!(args(choices, name), want, "{name}");
+        }
+        // Too many symbols to list: a dotted name in a non-test file.
+        let many = Choices {
+            symbols: Vec::new(),
+            locatable: Vec::new(),
+            ..with_symbols.clone()
+        };
+        assert_eq!(
+            args(&many, "locate"),
+            Some(vec![Arg::Symbol(strings(&["a.py"]))])
+        );
+        // Only test files: no locate command at all.
+        let only_tests = Choices {
+            locatable: Vec::new(),
+            locatable_files: Vec::new(),
+            ..with_symbols.clone()
+        };
+        assert_eq!(args(&only_tests, "locate"), None);
+    }
 
     #[test]
     fn commands_parse() {

@@ -27,6 +27,7 @@ use crate::env::task::TaskEnv;
 pub use command::{Choices, Command, ParseError, Turn};
 
 use crate::edit::EditError;
+use crate::index::candidates::is_excluded;
 use crate::index::symbols::{self, CodeIndex};
 
 /// Why a command could not do its work. Each message is the observation
@@ -317,6 +318,12 @@ impl Aci {
                         .map(move |s| format!("{}::{}", f.path, s.qualname))
                 })
                 .collect();
+            choices.locatable = choices
+                .symbols
+                .iter()
+                .filter(|s| !is_excluded(s.split("::").next().unwrap_or(s)))
+                .cloned()
+                .collect();
         }
         for (path, is_dir) in walk(&self.root, "") {
             if choices.files.len() + choices.dirs.len() >= MAX_GRAMMAR_PATHS {
@@ -326,6 +333,9 @@ impl Aci {
                 choices.dirs.push(path);
             } else {
                 if path.ends_with(".py") {
+                    if !is_excluded(&path) {
+                        choices.locatable_files.push(path.clone());
+                    }
                     choices.python_files.push(path.clone());
                 }
                 choices.files.push(path);
@@ -628,6 +638,12 @@ impl Aci {
     }
 
     fn locate(&mut self, path: &str, qualname: &str) -> String {
+        if is_excluded(path) {
+            return format!(
+                "Error: {path} is a test file; the fix goes into the source code. Locate the \
+                 function or method the tests exercise instead."
+            );
+        }
         let text = match read_text(&self.root, path) {
             Ok(t) => t,
             Err(e) => return e.to_string(),

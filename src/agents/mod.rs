@@ -5,6 +5,7 @@
 pub mod budget;
 pub mod fixer;
 pub mod history;
+pub mod localize;
 pub mod ranker;
 pub mod react;
 pub mod reproduce;
@@ -285,11 +286,12 @@ pub fn localizer(issue: &Issue) -> Agent<'static> {
 mod tests {
     /// The sources that solve a task: every agent, and the pipelines that
     /// drive them. They take a `dataset::Issue`, which has no answer in it.
-    const SOLVERS: [(&str, &str); 10] = [
+    const SOLVERS: [(&str, &str); 11] = [
         ("src/agents/mod.rs", include_str!("mod.rs")),
         ("src/agents/budget.rs", include_str!("budget.rs")),
         ("src/agents/fixer.rs", include_str!("fixer.rs")),
         ("src/agents/history.rs", include_str!("history.rs")),
+        ("src/agents/localize.rs", include_str!("localize.rs")),
         ("src/agents/ranker.rs", include_str!("ranker.rs")),
         ("src/agents/react.rs", include_str!("react.rs")),
         ("src/agents/reproduce.rs", include_str!("reproduce.rs")),

@@ -7,6 +7,7 @@
 //! other modules (`imports.rs`).
 
 pub mod bm25;
+pub mod candidates;
 pub mod imports;
 pub mod symbols;
 

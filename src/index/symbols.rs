@@ -733,7 +733,7 @@ fn path_component(text: &str) -> String {
     out
 }
 
-fn canonical_root(root: &Path) -> Result<PathBuf, IndexError> {
+pub(crate) fn canonical_root(root: &Path) -> Result<PathBuf, IndexError> {
     root.canonicalize().map_err(|e| IndexError::Root {
         dir: root.display().to_string(),
         message: e.to_string(),
@@ -743,7 +743,7 @@ fn canonical_root(root: &Path) -> Result<PathBuf, IndexError> {
 /// The text of `root/path` if it can be indexed: a regular file reached
 /// through no symlink (the file itself or a directory on the way), at most
 /// [`MAX_FILE_BYTES`], UTF-8. `root` must be canonical.
-fn read_source(root: &Path, path: &str) -> Option<String> {
+pub(crate) fn read_source(root: &Path, path: &str) -> Option<String> {
     let full = root.join(path);
     let meta = std::fs::symlink_metadata(&full).ok()?;
     if !meta.is_file() || meta.len() > MAX_FILE_BYTES {

@@ -229,6 +229,7 @@ fn run_check(
     settings.reproducer.mode = mode;
     settings.reproducer.candidates = 1;
     settings.agents.reproducer.max_steps = 3 + 2 * added.len();
+    settings.localizer.mode = crate::agents::localize::LocalizerMode::React;
     settings.agents.localizer.max_steps = locate.len() + 1;
     settings.fixer.candidates = 2;
     settings.ranker.compare = false;

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::aci::{Aci, Location, SubmittedTest, TestCheck};
 use crate::agents::fixer::{self, Fixes};
+use crate::agents::localize::{self, LocalizerMode};
 use crate::agents::ranker::{self, Ranking};
 use crate::agents::react::{self, Agent};
 use crate::agents::reproduce::{self, ReproducerMode};
@@ -25,16 +26,13 @@ use crate::config::{AgentSettings, Settings};
 use crate::dataset::Issue;
 use crate::engine::{Backend, EngineError, Sampling};
 use crate::env::task::TaskEnv;
+use crate::index::candidates::{self, Candidate};
 use crate::index::symbols::CodeIndex;
 use crate::index::IndexError;
 use crate::record::trajectory::EpisodeSummary;
 use crate::record::trajectory::Step;
 use crate::repo::{RepoError, Workspace};
 use crate::trajectory::Trajectory;
-
-/// Functions the fallback localisation takes when the localizer records
-/// none: the best BM25 matches of the issue.
-pub const FALLBACK_LOCATIONS: usize = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MasaiError {
@@ -112,10 +110,18 @@ impl TestArtifact {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LocationsArtifact {
-    pub episode: EpisodeSummary,
-    /// `localizer` or, when it recorded nothing, `bm25`.
+    /// The ReAct localizer's episode (`react` mode only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episode: Option<EpisodeSummary>,
+    /// `localizer` when the model chose the locations, `index` when they are
+    /// the code index's top-ranked candidates (the model named none), `bm25`
+    /// in runs written before the candidate ranking.
     pub source: String,
     pub locations: Vec<Location>,
+    /// The code index's ranked candidates the model was shown (`choose`
+    /// mode) or could compare with (`react` mode), best first.
+    #[serde(default)]
+    pub candidates: Vec<Candidate>,
 }
 
 /// What the pipeline produced for one task.
@@ -458,26 +464,59 @@ pub fn run(
 
     tracing::info!("{id}: stage 1/5, edit localizer");
     trajectory.stage("localize");
-    let locations: LocationsArtifact = shared_stage!("localize", &agents.localizer, None::<&()>, {
-        let mut aci = cx.interface()?;
-        let episode = cx.episode(
-            &agent_defs::localizer(issue),
-            &mut aci,
-            &agents.localizer,
-            trajectory,
-        )?;
-        let mut locations = LocationsArtifact {
-            episode,
-            source: "localizer".into(),
-            locations: aci.locations().to_vec(),
-        };
-        if locations.locations.is_empty() {
-            locations.source = "bm25".into();
-            locations.locations =
-                fallback_locations(&cx.index, ws.path(), &issue.problem_statement);
-        }
-        locations
-    });
+    let localizer = &settings.localizer;
+    let locations: LocationsArtifact =
+        shared_stage!("localize", &agents.localizer, Some(localizer), {
+            let ranked =
+                candidates::rank(&cx.index, ws.path(), &issue.problem_statement).candidates;
+            match localizer.mode {
+                LocalizerMode::Choose => {
+                    let mut conversation =
+                        backend.conversation(1, localize::REPLY_TOKENS as usize)?;
+                    let choice = localize::choose(
+                        conversation.as_mut(),
+                        issue,
+                        &cx.index,
+                        &ranked,
+                        localizer,
+                        &settings.sampling,
+                        trajectory,
+                    )?;
+                    tracing::info!(
+                        "  localizer: {} location(s) from the {} among {} candidates",
+                        choice.locations.len(),
+                        choice.source,
+                        choice.shown.len()
+                    );
+                    LocationsArtifact {
+                        episode: None,
+                        source: choice.source,
+                        locations: choice.locations,
+                        candidates: choice.shown,
+                    }
+                }
+                LocalizerMode::React => {
+                    let mut aci = cx.interface()?;
+                    let episode = cx.episode(
+                        &agent_defs::localizer(issue),
+                        &mut aci,
+                        &agents.localizer,
+                        trajectory,
+                    )?;
+                    let mut locations = LocationsArtifact {
+                        episode: Some(episode),
+                        source: "localizer".into(),
+                        locations: aci.locations().to_vec(),
+                        candidates: ranked.iter().take(localizer.candidates).cloned().collect(),
+                    };
+                    if locations.locations.is_empty() {
+                        locations.source = "index".into();
+                        locations.locations = localize::fallback(&ranked);
+                    }
+                    locations
+                }
+            }
+        });
     write_artifact(artifacts, "locations", &locations)?;
 
     let template = if stages.template {
@@ -602,21 +641,4 @@ pub fn run(
         ranking,
         chosen,
     })
-}
-
-/// The functions BM25 ranks best against the issue, as locations.
-fn fallback_locations(index: &CodeIndex, root: &Path, issue: &str) -> Vec<Location> {
-    index
-        .rank_functions(root, issue, FALLBACK_LOCATIONS)
-        .into_iter()
-        .filter_map(|(path, qualname, _)| {
-            let s = index.symbol(&path, &qualname)?;
-            Some(Location {
-                path,
-                symbol: qualname,
-                start_line: s.start_line,
-                end_line: s.end_line,
-            })
-        })
-        .collect()
 }

@@ -171,6 +171,7 @@ submit
 locate inventory/stock.py::Stock.total_value
 locate inventory/stock.py::Stock.nothing
 locate inventory/report.py::Report.render
+locate tests/test_stock.py::test_add_and_count
 create tests/check_count.py
 edit 1:1
 import sys

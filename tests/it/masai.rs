@@ -50,6 +50,8 @@ const MISSES: &str = "Reasoning: a guess.\n\ncachekit/decorators.py\n<<<<<<< SEA
 
 fn settings(reproduce: bool, candidates: usize) -> Settings {
     let mut s = Settings::defaults("unused");
+    // The scripted turns are the ReAct localizer's.
+    s.localizer.mode = patchwright::agents::localize::LocalizerMode::React;
     s.pipeline.reproduce = reproduce;
     s.pipeline.template = reproduce;
     s.fixer.candidates = candidates;

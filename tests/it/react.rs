@@ -278,6 +278,8 @@ fn the_turn_grammar_over_thousands_of_paths_is_sampled_by_llama_cpp() {
         python_files: files.clone(),
         dirs: (0..40).map(|d| format!("pkg/sub{d}")).collect(),
         symbols: Vec::new(),
+        locatable: Vec::new(),
+        locatable_files: files.clone(),
         files,
     };
     let g = grammar::turn(&command::actions(command::NAMES, &choices)).unwrap();
