@@ -7,8 +7,7 @@
 //!
 //! In the `anchored`, `lines` and `definition` formats every reply the
 //! grammar allows names real lines of the shown code, so it applies; the
-//! only rejections left are a syntax error of the result, overlapping
-//! edits (`lines`, `anchored`: `did_not_apply` naming both ranges), and a
+//! only rejections left are a syntax error of the result and a
 //! reply cut by the token cap before its first edit closed (`no_blocks`:
 //! there is no separate "truncated" status, so `Fixes::applied` keeps its
 //! meaning).
@@ -48,7 +47,8 @@ pub enum EditFormat {
     /// `replace lines A-B with:` and the new lines in a fence, A and B
     /// numbers of one run of shown lines of the named file (the code is
     /// shown numbered). A > B is normalised: the lines between them are
-    /// replaced. Edits of one reply must not overlap.
+    /// replaced. An edit overlapping an earlier one of the reply is
+    /// dropped ([`apart`]).
     Lines,
     /// One located function or method rewritten whole: its
     /// `path::qualname`, then the new definition (decorators included) in
@@ -90,7 +90,10 @@ impl Default for FixerSettings {
             candidates: 4,
             temperature: 0.8,
             max_tokens: 512,
-            edit_format: EditFormat::SearchReplace,
+            // The format small models apply best (issue 16's sweep in
+            // BENCHMARKS.md); a setting written before there was a choice
+            // reads as `search_replace` (the field's serde default).
+            edit_format: EditFormat::Lines,
         }
     }
 }
@@ -194,10 +197,10 @@ the new lines, and `>>>>>>> REPLACE`. Keep SEARCH short: only the lines that cha
 /// The `lines` format's instructions.
 const LINES_INSTRUCTIONS: &str = "Fix the issue. Start with `Reasoning:` and one short line on \
 the cause. Then write each change as: the file's path on its own line, `replace lines A-B with:` \
-(A and B are line numbers shown left of the code above; lines A to B are replaced), then the new \
-lines in a ``` fence, exactly as they must be in the file, indentation included, without line \
-numbers. For example:\n\npkg/mod.py\nreplace lines 12-13 with:\n```\n    if x is None:\n        \
-return 0\n```";
+(A and B are line numbers shown left of the code above; lines A to B, at most 8, are replaced), \
+then the new lines in a ``` fence, exactly as they must be in the file, indentation included, \
+without line numbers. Change only the lines that must change; write several short changes \
+rather than one long one.";
 
 /// The `definition` format's instructions, before the list of targets.
 const DEFINITION_INSTRUCTIONS: &str = "Fix the issue. Start with `Reasoning:` and one short line \
@@ -1037,9 +1040,37 @@ fn anchor(blocks: &[edit::Block], code: &[ShownCode]) -> Result<Vec<edit::LineEd
     if place(&places, &edit_at, &mut chosen) {
         return Ok(chosen);
     }
-    Ok((0..blocks.len())
-        .map(|k| edit_at(k, places[k][0]))
-        .collect())
+    // No placement keeps every block: each at its first place clear of
+    // the ones before it, and a block with none is dropped.
+    let mut kept: Vec<edit::LineEdit> = Vec::new();
+    for (k, starts) in places.iter().enumerate() {
+        if let Some(e) = starts
+            .iter()
+            .map(|&s| edit_at(k, s))
+            .find(|e| !kept.iter().any(|c| overlaps(c, e)))
+        {
+            kept.push(e);
+        }
+    }
+    Ok(kept)
+}
+
+/// Whether two line edits touch a common line of one file.
+fn overlaps(a: &edit::LineEdit, b: &edit::LineEdit) -> bool {
+    a.path == b.path && b.start <= a.end && a.start <= b.end
+}
+
+/// The edits in reply order without those overlapping an earlier one: a
+/// small model often writes the same change twice, or a second edit
+/// inside the first, and the first is the one it meant.
+pub fn apart(edits: &[edit::LineEdit]) -> Vec<edit::LineEdit> {
+    let mut kept: Vec<edit::LineEdit> = Vec::new();
+    for e in edits {
+        if !kept.iter().any(|c| overlaps(c, e)) {
+            kept.push(e.clone());
+        }
+    }
+    kept
 }
 
 /// Chooses a place for each block after `chosen`, none overlapping,
@@ -1104,7 +1135,7 @@ fn try_candidate(
             }
         }
         Edits::Lines(lines) => {
-            if let Err(e) = edit::apply_line_edits(root, lines) {
+            if let Err(e) = edit::apply_line_edits(root, &apart(lines)) {
                 failure = Some(e.to_string());
             }
         }
@@ -1536,7 +1567,7 @@ mod tests {
         let dir = workspace(files).map_err(|e| e.to_string())?;
         match edits_of(reply, prompt) {
             Edits::Lines(edits) => {
-                edit::apply_line_edits(dir.path(), &edits).map_err(|e| e.to_string())?
+                edit::apply_line_edits(dir.path(), &apart(&edits)).map_err(|e| e.to_string())?
             }
             other => return Err(format!("{other:?}")),
         };
@@ -1572,7 +1603,8 @@ mod tests {
         assert_eq!(got[0].matches("    return -w\n").count(), 1, "{}", got[0]);
         assert_eq!(got[0].matches("    return +w\n").count(), 1, "{}", got[0]);
         assert!(got[0].find("-w") < got[0].find("+w"), "{}", got[0]);
-        // A run that is not shown, and one that cannot be placed apart.
+        // A run that is not shown, and one that cannot be placed apart:
+        // the first block is kept and the one overlapping it dropped.
         let reply = "Reasoning: x.\n\nt.py\n<<<<<<< SEARCH\n    w *= k\n    w *= k\n=======\n>>>>>>> REPLACE\n";
         assert_eq!(
             edits_of(reply, &p),
@@ -1580,8 +1612,8 @@ mod tests {
         );
         let reply = "Reasoning: x.\n\nt.py\n<<<<<<< SEARCH\ndef b(w, k):\n=======\ndef b(w, k=1):\n>>>>>>> REPLACE\nt.py\n<<<<<<< SEARCH\ndef b(w, k):\n    w *= k\n=======\n>>>>>>> REPLACE\n";
         assert_eq!(
-            applied(&files, &p, reply),
-            Err("edits of t.py overlap: lines 21-21 and 21-22; write one edit for lines that are changed together".into())
+            applied(&files, &p, reply)?[0],
+            text.replace("def b(w, k):\n", "def b(w, k=1):\n")
         );
         Ok(())
     }
@@ -1616,9 +1648,10 @@ mod tests {
                 "m.py\nreplace lines 11-10 with:\n```\n        return self.scaled(k)\n```\n",
                 Ok("    def scale(self, k):\n        return self.scaled(k)\n\n\n@functools"),
             ),
+            // 7-9 overlaps 6-7: the first edit stands, the second is dropped.
             (
                 "m.py\nreplace lines 6-7 with:\n```\n```\nm.py\nreplace lines 7-9 with:\n```\n```\n",
-                Err("edits of m.py overlap: lines 6-7 and 7-9; write one edit for lines that are changed together"),
+                Ok("class Shape:\n    @property\n\n    def scale(self, k):"),
             ),
             (
                 "m.py\nreplace lines 17-17 with:\n```\n```\n",

@@ -204,10 +204,15 @@ pub fn search_replace_with_reasoning<S: AsRef<str>>(paths: &[S]) -> Result<Strin
 /// Most decorator lines before the `def` of a rewritten definition.
 pub const MAX_DECORATORS: usize = 4;
 
-/// The opening of a reply in every Fixer format: `Reasoning: `, one line
-/// of at most [`MAX_THOUGHT_CHARS`], a blank line.
+/// Longest reasoning line before a Fixer edit, in characters: the 0.5B
+/// model otherwise spends half of a 192-token reply explaining.
+pub const MAX_REASONING_CHARS: usize = 200;
+
+/// The opening of a reply in the `anchored`, `lines` and `definition`
+/// formats: `Reasoning: `, one line of at most [`MAX_REASONING_CHARS`],
+/// a blank line.
 fn reasoning() -> String {
-    format!("\"Reasoning: \" [^\\n]{{1,{MAX_THOUGHT_CHARS}}} \"\\n\\n\"")
+    format!("\"Reasoning: \" [^\\n]{{1,{MAX_REASONING_CHARS}}} \"\\n\\n\"")
 }
 
 /// A replacement line: at most [`MAX_LINE_CHARS`], not starting with `<`,
@@ -304,16 +309,31 @@ pub fn anchored(files: &[ShownFile]) -> Result<String, GrammarError> {
     Ok(rules.join("\n") + "\n")
 }
 
+/// Most lines one `lines` edit replaces: with the whole span to choose
+/// from, the 0.5B model picked all of it (`replace lines 3-37`), copied
+/// it back with its line numbers and ran out of tokens; a fix is a few
+/// lines, and a reply may hold [`MAX_BLOCKS`] edits.
+pub const MAX_EDIT_LINES: usize = 8;
+
+/// Most indentation of a new line in a `lines` edit.
+pub const MAX_INDENT: usize = 40;
+
 /// The Fixer's `lines` format: the reasoning line, then one to
 /// [`MAX_BLOCKS`] edits, each the file's path, `replace lines A-B with:`
-/// where A and B are shown line numbers of one run of that file (rule
-/// `f{i}-r{r}-n`), and up to [`MAX_BLOCK_LINES`] new lines in a fence.
+/// where A is a shown line number and B one of the next
+/// [`MAX_EDIT_LINES`] of the same run (rule `f{i}-r{r}`), and up to
+/// [`MAX_BLOCK_LINES`] new lines in a fence. A new line is empty or
+/// starts, after its indentation, with neither a digit nor `|`, so it
+/// cannot be a shown line copied with its number.
 pub fn lines(files: &[ShownFile]) -> Result<String, GrammarError> {
     check_shown(files)?;
     let mut rules = vec![
         format!("root ::= {} edit{{1,{MAX_BLOCKS}}}", reasoning()),
         String::new(),
-        format!("body ::= {}", fenced_line()),
+        format!(
+            "body ::= ([ ]{{0,{MAX_INDENT}}} [^`\\n0-9 |] [^\\n]{{0,{}}})? \"\\n\"",
+            MAX_LINE_CHARS - 1
+        ),
     ];
     let mut edits = Vec::new();
     for (i, file) in files.iter().enumerate() {
@@ -324,14 +344,16 @@ pub fn lines(files: &[ShownFile]) -> Result<String, GrammarError> {
                 continue;
             }
             let name = format!("f{i}-r{r}");
-            let numbers: Vec<String> = (run.first..run.first + run.lines.len())
-                .map(|n| n.to_string())
+            let last = run.first + run.lines.len() - 1;
+            let starts: Vec<String> = (run.first..=last)
+                .map(|a| {
+                    let ends: Vec<String> = (a..=last.min(a + MAX_EDIT_LINES - 1))
+                        .map(|b| b.to_string())
+                        .collect();
+                    format!("{} ({})", literal(&format!("{a}-")), alternatives(&ends))
+                })
                 .collect();
-            let mut trie = Vec::new();
-            let body = options_rule(&format!("{name}-n"), &numbers, &mut trie);
-            extra.push(format!("{name} ::= {name}-n \"-\" {name}-n"));
-            extra.push(format!("{name}-n ::= {body}"));
-            extra.extend(trie);
+            extra.push(format!("{name} ::= {}", starts.join(" | ")));
             ranges.push(name);
         }
         if ranges.is_empty() {
@@ -672,7 +694,7 @@ mod tests {
     fn the_anchored_grammar_chains_the_shown_lines() {
         assert_eq!(
             anchored(&three_lines()).unwrap(),
-            "root ::= \"Reasoning: \" [^\\n]{1,400} \"\\n\\n\" edit{1,4}\n\
+            "root ::= \"Reasoning: \" [^\\n]{1,200} \"\\n\\n\" edit{1,4}\n\
              edit ::= f0\n\
              line ::= ([^\\n<=>] [^\\n]{0,199})? \"\\n\"\n\
              f0 ::= \"a.py\\n<<<<<<< SEARCH\\n\" (f0-l4-1 | f0-l5-1 | f0-l6-1) \"=======\\n\" line{0,40} \">>>>>>> REPLACE\\n\"\n\
@@ -728,14 +750,13 @@ mod tests {
     fn the_lines_grammar_chooses_numbers_of_one_run() {
         assert_eq!(
             lines(&three_lines()).unwrap(),
-            "root ::= \"Reasoning: \" [^\\n]{1,400} \"\\n\\n\" edit{1,4}\n\
+            "root ::= \"Reasoning: \" [^\\n]{1,200} \"\\n\\n\" edit{1,4}\n\
              edit ::= f0\n\
-             body ::= ([^`\\n] [^\\n]{0,199})? \"\\n\"\n\
+             body ::= ([ ]{0,40} [^`\\n0-9 |] [^\\n]{0,199})? \"\\n\"\n\
              f0 ::= \"a.py\\nreplace lines \" (f0-r0) \" with:\\n```\\n\" body{0,40} \"```\\n\"\n\
-             f0-r0 ::= f0-r0-n \"-\" f0-r0-n\n\
-             f0-r0-n ::= \"4\" | \"5\" | \"6\"\n"
+             f0-r0 ::= \"4-\" (\"4\" | \"5\" | \"6\") | \"5-\" (\"5\" | \"6\") | \"6-\" (\"6\")\n"
         );
-        // More numbers than the threshold: a prefix tree.
+        // B is at most MAX_EDIT_LINES - 1 after A, and never past the run.
         let long = [ShownFile {
             path: "a.py".into(),
             runs: vec![ShownRun {
@@ -745,14 +766,10 @@ mod tests {
         }];
         let g = lines(&long).unwrap();
         assert!(
-            g.contains("f0-r0-n ::= \"1\" f0-r0-n-1 | \"2\" f0-r0-n-2 | \"3\" | \"4\" | \"5\" | \"6\" | \"7\" | \"8\" | \"9\"\n"),
+            g.contains("| \"3-\" (\"3\" | \"4\" | \"5\" | \"6\" | \"7\" | \"8\" | \"9\" | \"10\") |"),
             "{g}"
         );
-        assert!(
-            g.contains("f0-r0-n-1 ::= (\"0\" | \"1\" | \"2\" | \"3\" | \"4\" | \"5\" | \"6\" | \"7\" | \"8\" | \"9\")?\n"),
-            "{g}"
-        );
-        assert!(g.contains("f0-r0-n-2 ::= (\"0\")?\n"), "{g}");
+        assert!(g.contains("| \"19-\" (\"19\" | \"20\") | \"20-\" (\"20\")\n"), "{g}");
     }
 
     #[test]
@@ -771,7 +788,7 @@ mod tests {
         ];
         assert_eq!(
             definition(&targets).unwrap(),
-            "root ::= \"Reasoning: \" [^\\n]{1,400} \"\\n\\n\" edit\n\
+            "root ::= \"Reasoning: \" [^\\n]{1,200} \"\\n\\n\" edit\n\
              edit ::= d0 | d1\n\
              body ::= ([^`\\n] [^\\n]{0,199})? \"\\n\"\n\
              d0 ::= \"a.py::f\\n```\\n\" d0-dec{0,4} \"def f(\" [^\\n]{0,199} \"\\n\" body{0,80} \"```\\n\"\n\
