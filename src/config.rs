@@ -469,25 +469,25 @@ mod tests {
                 base.reproducer.temperature,
                 base.reproducer.max_tokens
             ),
-            (ReproducerMode::Sample, 6, 0.8, 384)
+            (ReproducerMode::Sample, 4, 0.8, 320)
         );
         let cases: &[(&str, ReproducerMode, usize, u32)] = &[
             (
                 "[reproducer]\nmode = \"react\"",
                 ReproducerMode::React,
-                6,
-                384,
+                4,
+                320,
             ),
             (
                 "[reproducer]\ncandidates = 3",
                 ReproducerMode::Sample,
                 3,
-                384,
+                320,
             ),
             (
                 "[reproducer]\nmax_tokens = 200",
                 ReproducerMode::Sample,
-                6,
+                4,
                 200,
             ),
         ];

@@ -1382,7 +1382,10 @@ mod tests {
         let locs = [location("pkg/big.py", "Big", 1, 600)];
         let mut conversation = Fake::new(700, "Reasoning: x");
         let mut trajectory = Trajectory::new("demo__big-1");
-        let settings = FixerSettings::default();
+        let settings = FixerSettings {
+            edit_format: EditFormat::SearchReplace,
+            ..FixerSettings::default()
+        };
         let fixes = run(
             &mut conversation,
             dir.path(),
@@ -1424,6 +1427,7 @@ mod tests {
         let mut trajectory = Trajectory::new("demo__big-1");
         let settings = FixerSettings {
             candidates: 2,
+            edit_format: EditFormat::SearchReplace,
             ..FixerSettings::default()
         };
         let fixes = run(

@@ -232,6 +232,8 @@ fn run_check(
     settings.localizer.mode = crate::agents::localize::LocalizerMode::React;
     settings.agents.localizer.max_steps = locate.len() + 1;
     settings.fixer.candidates = 2;
+    // The scripted fixes are the patches as SEARCH/REPLACE blocks.
+    settings.fixer.edit_format = crate::agents::fixer::EditFormat::SearchReplace;
     settings.ranker.compare = false;
     settings.ranker.test_timeout_s = CHECK_TEST_TIMEOUT_S;
     settings.aci.run_timeout_s = CHECK_TEST_TIMEOUT_S;

@@ -55,6 +55,8 @@ fn settings(reproduce: bool, candidates: usize) -> Settings {
     s.pipeline.reproduce = reproduce;
     s.pipeline.template = reproduce;
     s.fixer.candidates = candidates;
+    // The scripted fixes are SEARCH/REPLACE blocks.
+    s.fixer.edit_format = patchwright::agents::fixer::EditFormat::SearchReplace;
     s.ranker.test_timeout_s = 120;
     s.reproducer.mode = ReproducerMode::React;
     s
@@ -552,6 +554,10 @@ fn random_replies_through_each_grammar_apply() {
         },
     )
     .unwrap();
+    // SmolLM2 at this temperature often runs to the cap before closing an
+    // edit (0 of 8 in `anchored` on one run): what must hold is that every
+    // closed one applied, and that some did close.
+    let mut closed_in_all = 0;
     // The definition format writes the whole 30-line function.
     for (format, max_tokens) in [
         (EditFormat::Lines, 256),
@@ -587,21 +593,18 @@ fn random_replies_through_each_grammar_apply() {
             .iter()
             .filter(|c| c.status != Status::NoBlocks)
             .collect();
-        // Overlapping edits of one reply (`lines`, `anchored`) are the one
-        // refusal besides a syntax error: the grammar cannot order them.
+        // Overlapping edits of one reply are dropped after the first, so
+        // a syntax error is the one refusal left.
         for c in &closed {
             assert!(
-                !matches!(&c.status, Status::DidNotApply(why) if !why.contains(" overlap: ")),
+                !matches!(&c.status, Status::DidNotApply(_)),
                 "{format:?}: candidate {} did not apply: {:?}\n{}",
                 c.index,
                 c.status,
                 c.reply
             );
         }
-        assert!(
-            !closed.is_empty(),
-            "{format:?}: no candidate closed its edit"
-        );
+        closed_in_all += closed.len();
         eprintln!(
             "{format:?}: {} of 8 closed, {} applied, {} parsed",
             closed.len(),
@@ -613,4 +616,5 @@ fn random_replies_through_each_grammar_apply() {
             "{format:?}: the workspace is left as it was"
         );
     }
+    assert!(closed_in_all > 0, "no candidate of any format closed its edit");
 }
