@@ -315,26 +315,39 @@ pub fn anchored(files: &[ShownFile]) -> Result<String, GrammarError> {
 /// lines, and a reply may hold [`MAX_BLOCKS`] edits.
 pub const MAX_EDIT_LINES: usize = 8;
 
+/// Most lines a `lines` edit writes beyond those it replaces: on the demo
+/// the 0.5B model rewrote whole functions into a one-line range and 7 of
+/// 40 replies ran out of tokens before the fence closed; a guard clause
+/// or a new branch is a few lines.
+pub const MAX_ADDED_LINES: usize = 4;
+
 /// Most indentation of a new line in a `lines` edit.
 pub const MAX_INDENT: usize = 40;
 
 /// The Fixer's `lines` format: the reasoning line, then one to
 /// [`MAX_BLOCKS`] edits, each the file's path, `replace lines A-B with:`
 /// where A is a shown line number and B one of the next
-/// [`MAX_EDIT_LINES`] of the same run (rule `f{i}-r{r}`), and up to
-/// [`MAX_BLOCK_LINES`] new lines in a fence. A new line is empty or
-/// starts, after its indentation, with neither a digit nor `|`, so it
-/// cannot be a shown line copied with its number.
+/// [`MAX_EDIT_LINES`] of the same run (rule `f{i}-r{r}`), and a fence of
+/// at most B−A+1+[`MAX_ADDED_LINES`] new lines (rule `w{k}` for k lines
+/// replaced). A new line is empty or starts, after its indentation, with
+/// neither a digit, a tab nor `|`, so it cannot be a shown line copied
+/// with its number.
 pub fn lines(files: &[ShownFile]) -> Result<String, GrammarError> {
     check_shown(files)?;
     let mut rules = vec![
         format!("root ::= {} edit{{1,{MAX_BLOCKS}}}", reasoning()),
         String::new(),
         format!(
-            "body ::= ([ ]{{0,{MAX_INDENT}}} [^`\\n0-9 |] [^\\n]{{0,{}}})? \"\\n\"",
+            "body ::= ([ ]{{0,{MAX_INDENT}}} [^`\\n0-9 \\t|] [^\\n]{{0,{}}})? \"\\n\"",
             MAX_LINE_CHARS - 1
         ),
     ];
+    for k in 1..=MAX_EDIT_LINES {
+        rules.push(format!(
+            "w{k} ::= \" with:\\n```\\n\" body{{0,{}}} \"```\\n\"",
+            k + MAX_ADDED_LINES
+        ));
+    }
     let mut edits = Vec::new();
     for (i, file) in files.iter().enumerate() {
         let mut ranges = Vec::new();
@@ -348,9 +361,9 @@ pub fn lines(files: &[ShownFile]) -> Result<String, GrammarError> {
             let starts: Vec<String> = (run.first..=last)
                 .map(|a| {
                     let ends: Vec<String> = (a..=last.min(a + MAX_EDIT_LINES - 1))
-                        .map(|b| b.to_string())
+                        .map(|b| format!("{} w{}", literal(&b.to_string()), b - a + 1))
                         .collect();
-                    format!("{} ({})", literal(&format!("{a}-")), alternatives(&ends))
+                    format!("{} ({})", literal(&format!("{a}-")), ends.join(" | "))
                 })
                 .collect();
             extra.push(format!("{name} ::= {}", starts.join(" | ")));
@@ -360,7 +373,7 @@ pub fn lines(files: &[ShownFile]) -> Result<String, GrammarError> {
             continue;
         }
         rules.push(format!(
-            "f{i} ::= {} ({}) \" with:\\n```\\n\" body{{0,{MAX_BLOCK_LINES}}} \"```\\n\"",
+            "f{i} ::= {} ({})",
             literal(&format!("{}\nreplace lines ", file.path)),
             ranges.join(" | ")
         ));
@@ -748,13 +761,19 @@ mod tests {
 
     #[test]
     fn the_lines_grammar_chooses_numbers_of_one_run() {
-        assert_eq!(
-            lines(&three_lines()).unwrap(),
-            "root ::= \"Reasoning: \" [^\\n]{1,200} \"\\n\\n\" edit{1,4}\n\
+        let g = lines(&three_lines()).unwrap();
+        let want_head = "root ::= \"Reasoning: \" [^\\n]{1,200} \"\\n\\n\" edit{1,4}\n\
              edit ::= f0\n\
-             body ::= ([ ]{0,40} [^`\\n0-9 |] [^\\n]{0,199})? \"\\n\"\n\
-             f0 ::= \"a.py\\nreplace lines \" (f0-r0) \" with:\\n```\\n\" body{0,40} \"```\\n\"\n\
-             f0-r0 ::= \"4-\" (\"4\" | \"5\" | \"6\") | \"5-\" (\"5\" | \"6\") | \"6-\" (\"6\")\n"
+             body ::= ([ ]{0,40} [^`\\n0-9 \\t|] [^\\n]{0,199})? \"\\n\"\n\
+             w1 ::= \" with:\\n```\\n\" body{0,5} \"```\\n\"\n";
+        assert!(g.starts_with(want_head), "{g}");
+        assert!(g.contains("w8 ::= \" with:\\n```\\n\" body{0,12} \"```\\n\"\n"), "{g}");
+        assert!(
+            g.ends_with(
+                "f0 ::= \"a.py\\nreplace lines \" (f0-r0)\n\
+                 f0-r0 ::= \"4-\" (\"4\" w1 | \"5\" w2 | \"6\" w3) | \"5-\" (\"5\" w1 | \"6\" w2) | \"6-\" (\"6\" w1)\n"
+            ),
+            "{g}"
         );
         // B is at most MAX_EDIT_LINES - 1 after A, and never past the run.
         let long = [ShownFile {
@@ -766,10 +785,10 @@ mod tests {
         }];
         let g = lines(&long).unwrap();
         assert!(
-            g.contains("| \"3-\" (\"3\" | \"4\" | \"5\" | \"6\" | \"7\" | \"8\" | \"9\" | \"10\") |"),
+            g.contains("| \"3-\" (\"3\" w1 | \"4\" w2 | \"5\" w3 | \"6\" w4 | \"7\" w5 | \"8\" w6 | \"9\" w7 | \"10\" w8) |"),
             "{g}"
         );
-        assert!(g.contains("| \"19-\" (\"19\" | \"20\") | \"20-\" (\"20\")\n"), "{g}");
+        assert!(g.contains("| \"19-\" (\"19\" w1 | \"20\" w2) | \"20-\" (\"20\" w1)\n"), "{g}");
     }
 
     #[test]
