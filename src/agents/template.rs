@@ -43,13 +43,51 @@ pub fn template_files(root: &Path, all_files: &[String], locations: &[Location])
     if modules.is_empty() {
         return Vec::new();
     }
-    let mut found = ranker::regression_tests(root, all_files, &modules);
     let stems: Vec<&str> = modules
         .iter()
         .filter_map(|m| m.rsplit('/').next())
         .map(|n| n.trim_end_matches(".py"))
         .filter(|n| *n != "__init__")
         .collect();
+    let is_own = |f: &str| {
+        let name = f.rsplit('/').next().unwrap_or(f).trim_end_matches(".py");
+        stems.iter().any(|s| {
+            name == format!("test_{s}") || name == format!("{s}_test") || name == format!("test_{s}s")
+        })
+    };
+    // The module's own test files by name first, wherever they are (the
+    // importers of a module are capped, and in sympy or flask the first
+    // importers are `test_args.py` or an example's tests), closest to the
+    // module first.
+    let closeness = |f: &str| {
+        modules
+            .iter()
+            .map(|m| {
+                m.split('/')
+                    .zip(f.split('/'))
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    let mut own: Vec<String> = all_files
+        .iter()
+        .filter(|f| crate::index::is_test_file(f) && is_own(f) && !is_aside(f))
+        .cloned()
+        .collect();
+    own.sort_by_key(|f| (std::cmp::Reverse(closeness(f)), f.clone()));
+    let mut found = own;
+    for f in ranker::regression_tests(root, all_files, &modules) {
+        if !found.contains(&f) {
+            found.push(f);
+        }
+    }
+    // Examples' and documentation's tests run in their own package: a
+    // test written beside them cannot import the library the same way.
+    let (main, aside): (Vec<String>, Vec<String>) = found.into_iter().partition(|f| !is_aside(f));
+    let mut found = main;
+    found.extend(aside);
     // 0: the module's own test file by name; 1: a name holding it; 2: others.
     let rank = |f: &String| {
         let name = f.rsplit('/').next().unwrap_or(f).trim_end_matches(".py");
@@ -66,8 +104,17 @@ pub fn template_files(root: &Path, all_files: &[String], locations: &[Location])
             2
         }
     };
-    found.sort_by_key(rank);
+    found.sort_by_key(|f| (is_aside(f), rank(f)));
     found
+}
+
+/// Top-level folders whose tests belong to an example or the docs, not the
+/// library: tried last.
+pub const ASIDE_DIRS: [&str; 4] = ["examples/", "example/", "docs/", "doc/"];
+
+/// Whether `path` is under one of [`ASIDE_DIRS`].
+fn is_aside(path: &str) -> bool {
+    ASIDE_DIRS.iter().any(|d| path.starts_with(d))
 }
 
 /// The script that runs the test file `path` the repository's way: the
@@ -174,6 +221,10 @@ mod tests {
             ("tests/test_ttl.py", "from pkg import TTL\n"),
             ("tests/test_plugin_hooks.py", "import importlib\n"),
             ("tests/conftest.py", "from pkg.lru import LRU\n"),
+            ("other/sub/hyper.py", "def coth():\n    pass\n"),
+            ("tests/test_args.py", "from other.sub.hyper import coth\n"),
+            ("other/sub/tests/test_hyper.py", "import other\n"),
+            ("examples/app/tests/test_hyper.py", "import app\n"),
         ];
         for (path, text) in files {
             let full = dir.path().join(path);
@@ -207,6 +258,11 @@ mod tests {
                 &[],
             ),
             ("nothing located", &[], &[]),
+            (
+                "by name beside the module before an importer; an example's is none",
+                &["other/sub/hyper.py"],
+                &["other/sub/tests/test_hyper.py", "tests/test_args.py"],
+            ),
         ];
         for (name, located, want) in cases {
             let locations: Vec<Location> = located.iter().map(|p| location(p)).collect();
