@@ -784,12 +784,36 @@ mod tests {
     fn test_bugs_are_told_from_reproductions() {
         let p = "tests/test_reproduce_issue.py";
         let cases: [(&str, &str, Option<&str>); 6] = [
-            ("name never imported", "tests/test_reproduce_issue.py:7: NameError", Some("NameError")),
-            ("a missing file", "test_reproduce_issue.py:12: FileNotFoundError", Some("FileNotFoundError")),
-            ("raised in the library", "cachekit/lru.py:40: NameError", None),
-            ("an assertion in the test", "tests/test_reproduce_issue.py:9: AssertionError", None),
-            ("another test file", "tests/test_other.py:3: NameError", None),
-            ("no location", "E   NameError: name 'x' is not defined", None),
+            (
+                "name never imported",
+                "tests/test_reproduce_issue.py:7: NameError",
+                Some("NameError"),
+            ),
+            (
+                "a missing file",
+                "test_reproduce_issue.py:12: FileNotFoundError",
+                Some("FileNotFoundError"),
+            ),
+            (
+                "raised in the library",
+                "cachekit/lru.py:40: NameError",
+                None,
+            ),
+            (
+                "an assertion in the test",
+                "tests/test_reproduce_issue.py:9: AssertionError",
+                None,
+            ),
+            (
+                "another test file",
+                "tests/test_other.py:3: NameError",
+                None,
+            ),
+            (
+                "no location",
+                "E   NameError: name 'x' is not defined",
+                None,
+            ),
         ];
         for (what, output, want) in cases {
             let output = format!("____ test_x ____\n{output}\n=== short test summary info ===");

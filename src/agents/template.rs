@@ -52,7 +52,9 @@ pub fn template_files(root: &Path, all_files: &[String], locations: &[Location])
     let is_own = |f: &str| {
         let name = f.rsplit('/').next().unwrap_or(f).trim_end_matches(".py");
         stems.iter().any(|s| {
-            name == format!("test_{s}") || name == format!("{s}_test") || name == format!("test_{s}s")
+            name == format!("test_{s}")
+                || name == format!("{s}_test")
+                || name == format!("test_{s}s")
         })
     };
     // The module's own test files by name first, wherever they are (the

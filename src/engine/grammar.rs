@@ -767,7 +767,10 @@ mod tests {
              body ::= ([ ]{0,40} [^`\\n0-9 \\t|] [^\\n]{0,199})? \"\\n\"\n\
              w1 ::= \" with:\\n```\\n\" body{0,5} \"```\\n\"\n";
         assert!(g.starts_with(want_head), "{g}");
-        assert!(g.contains("w8 ::= \" with:\\n```\\n\" body{0,12} \"```\\n\"\n"), "{g}");
+        assert!(
+            g.contains("w8 ::= \" with:\\n```\\n\" body{0,12} \"```\\n\"\n"),
+            "{g}"
+        );
         assert!(
             g.ends_with(
                 "f0 ::= \"a.py\\nreplace lines \" (f0-r0)\n\
@@ -788,7 +791,10 @@ mod tests {
             g.contains("| \"3-\" (\"3\" w1 | \"4\" w2 | \"5\" w3 | \"6\" w4 | \"7\" w5 | \"8\" w6 | \"9\" w7 | \"10\" w8) |"),
             "{g}"
         );
-        assert!(g.contains("| \"19-\" (\"19\" w1 | \"20\" w2) | \"20-\" (\"20\" w1)\n"), "{g}");
+        assert!(
+            g.contains("| \"19-\" (\"19\" w1 | \"20\" w2) | \"20-\" (\"20\" w1)\n"),
+            "{g}"
+        );
     }
 
     #[test]

@@ -616,5 +616,8 @@ fn random_replies_through_each_grammar_apply() {
             "{format:?}: the workspace is left as it was"
         );
     }
-    assert!(closed_in_all > 0, "no candidate of any format closed its edit");
+    assert!(
+        closed_in_all > 0,
+        "no candidate of any format closed its edit"
+    );
 }
