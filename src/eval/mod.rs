@@ -430,14 +430,25 @@ impl TaskRun<'_> {
             return Ok(());
         }
 
-        // 3. Installed again with the patch (as SWE-bench does); a failure
-        // here is the patch's, and the tests show it. An editable install
-        // already sees the patched sources: it is redone only when the
-        // patch could change what the install does.
+        // 3. Installed again with the patch (as SWE-bench does). An
+        // editable install already sees the patched sources: it is redone
+        // only when the patch could change what the install does. A failure
+        // here is the patch's, and it cannot be left to the tests: they
+        // would import the copy the base install left in the layer, not
+        // the patched sources (a model patch that broke `requests/models.py`
+        // graded resolved that way).
         if needs_reinstall(&spec.install, patch) {
             log.step(&format!("install with the patch: {install}"));
             let o = run(install.clone(), INSTALL_TIMEOUT_S)?;
             log.output(&o);
+            if !o.success() {
+                log.step(
+                    "the patched repository did not install: the tests would run the unpatched \
+                     copy of the base install; unresolved",
+                );
+                report.patched_install_failed = true;
+                return Ok(());
+            }
         } else {
             log.step("install with the patch: not needed (editable install, no packaging file or new file in the patch)");
         }

@@ -102,6 +102,11 @@ pub struct InstanceReport {
     pub untrusted_log: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_exit_code: Option<i32>,
+    /// The patch applied but the repository did not install with it: the
+    /// tests were not run (they would see the base install's copy), and
+    /// the task is unresolved.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub patched_install_failed: bool,
     #[serde(default)]
     pub test_seconds: f64,
     #[serde(default)]
@@ -121,14 +126,19 @@ impl InstanceReport {
             error: None,
             untrusted_log: None,
             test_exit_code: None,
+            patched_install_failed: false,
             test_seconds: 0.0,
             total_seconds: 0.0,
         }
     }
 
-    /// Graded (tests ran, or the patch did not apply).
+    /// Graded (tests ran, or the patch did not apply or broke the
+    /// install).
     pub fn completed(&self) -> bool {
-        self.error.is_none() && (self.tests_status.is_some() || !self.patch_successfully_applied)
+        self.error.is_none()
+            && (self.tests_status.is_some()
+                || !self.patch_successfully_applied
+                || self.patched_install_failed)
     }
 }
 
@@ -254,4 +264,40 @@ pub fn stored_report(out: &Path, id: &str) -> Option<InstanceReport> {
 /// Writes the summary `out/report.json`.
 pub fn write_summary(out: &Path, summary: &Summary) -> Result<(), RecordError> {
     super::write_json(&out.join("report.json"), summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_is_completed_when_graded_whatever_the_verdict() {
+        let applied = |r: &mut InstanceReport| r.patch_successfully_applied = true;
+        let cases: [(&str, fn(&mut InstanceReport), bool); 4] = [
+            ("the patch did not apply", |_| {}, true),
+            ("applied, tests not run yet", applied, false),
+            (
+                "applied, the install with it failed",
+                |r| {
+                    r.patch_successfully_applied = true;
+                    r.patched_install_failed = true;
+                },
+                true,
+            ),
+            (
+                "applied, tests ran",
+                |r| {
+                    r.patch_successfully_applied = true;
+                    r.tests_status = Some(TestsStatus::default());
+                },
+                true,
+            ),
+        ];
+        for (what, set, completed) in cases {
+            let mut r = InstanceReport::new("x__y-1", Some("diff"));
+            set(&mut r);
+            assert_eq!(r.completed(), completed, "{what}");
+            assert!(!r.resolved, "{what}");
+        }
+    }
 }
