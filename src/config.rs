@@ -517,7 +517,8 @@ mod tests {
         assert_eq!(s.reproducer, ReproducerSettings::default());
         // The scheduler's slots hold the larger of the two batches.
         for (text, most) in [
-            ("", 6),
+            ("", 4),
+            ("[reproducer]\ncandidates = 6", 6),
             ("[fixer]\ncandidates = 8", 8),
             ("[reproducer]\nmode = \"react\"", 4),
             ("[pipeline]\nreproduce = false", 4),
