@@ -286,9 +286,9 @@ fn run_drives_the_masai_pipeline_on_one_task() {
         "stage 2/5, test template",
         // The located module's own test file passes: the template, no model.
         "  test template: existing tests/test_decorators.py: passed",
-        // The default reproducer: six sampled test files, each run.
-        "stage 3/5, issue reproducer (6 sampled candidates)",
-        "  reproducer: 6 candidates (",
+        // The default reproducer: four sampled test files, each run.
+        "stage 3/5, issue reproducer (4 sampled candidates)",
+        "  reproducer: 4 candidates (",
         "stage 4/5, fixer (3 candidates",
         "stage 5/5, ranker",
     ] {
@@ -324,10 +324,10 @@ fn run_drives_the_masai_pipeline_on_one_task() {
     );
     let reproducer = calls("reproducer");
     assert_eq!(reproducer.len(), 1, "one prompt for all test candidates");
-    assert_eq!(reproducer[0]["candidates"].as_array().unwrap().len(), 6);
+    assert_eq!(reproducer[0]["candidates"].as_array().unwrap().len(), 4);
     let reproduction = read_json(&artifacts.join("reproduction.json"));
     assert_eq!(reproduction["source"], "sample");
-    assert_eq!(reproduction["samples"].as_array().unwrap().len(), 6);
+    assert_eq!(reproduction["samples"].as_array().unwrap().len(), 4);
     let template = read_json(&artifacts.join("template.json"));
     assert_eq!(template["source"], "existing");
     assert_eq!(template["test"]["path"], "tests/test_decorators.py");
