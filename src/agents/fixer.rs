@@ -18,12 +18,13 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
+use super::call::{self, Call};
 use crate::aci::Location;
 use crate::dataset::Issue;
 use crate::edit;
-use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
+use crate::engine::{grammar, Conversation, EngineError, Message, Sampling};
 use crate::index::symbols;
-use crate::record::trajectory::{Cut, ModelCall, Step, Trim};
+use crate::record::trajectory::{Cut, Step, Trim};
 use crate::repo::RepoError;
 use crate::trajectory::Trajectory;
 
@@ -870,28 +871,22 @@ pub fn run(
         }
     }
     let n = settings.candidates.max(1);
-    let temperatures: Vec<f32> = (0..n)
-        .map(|i| if i == 0 { 0.0 } else { settings.temperature })
-        .collect();
-    let sampling = Sampling {
-        max_tokens: settings.max_tokens,
-        ..sampling.clone()
-    };
-    let request = Request {
-        n,
-        temperatures: Some(temperatures.clone()),
-        grammar: Some(&g),
-        ..Request::new(&prompt.messages, sampling.clone())
-    };
-    let generation = conversation.generate(&request)?;
-    let rendered = conversation.render(&prompt.messages);
-    trajectory.record(Step::ModelCall(Box::new(ModelCall::from_generation(
-        "fixer",
-        prompt.messages.clone(),
-        rendered,
-        sampling,
-        &generation,
-    ))));
+    let temperatures = call::greedy_first(n, settings.temperature);
+    let generation = call::constrained(
+        conversation,
+        trajectory,
+        Call {
+            agent: "fixer",
+            messages: prompt.messages.clone(),
+            sampling: Sampling {
+                max_tokens: settings.max_tokens,
+                ..sampling.clone()
+            },
+            n,
+            temperatures: Some(temperatures.clone()),
+            grammar: &g,
+        },
+    )?;
 
     for (index, c) in generation.candidates.iter().enumerate() {
         let (status, patch) = try_candidate(root, base, &c.text, &prompt)?;

@@ -9,12 +9,13 @@
 use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
+use super::call::{self, Call};
 use crate::aci::Location;
 use crate::dataset::Issue;
-use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
+use crate::engine::{grammar, Conversation, EngineError, Message, Sampling};
 use crate::index::candidates::{self, Candidate};
 use crate::index::symbols::CodeIndex;
-use crate::record::trajectory::{ModelCall, Step};
+use crate::record::trajectory::Step;
 use crate::trajectory::Trajectory;
 
 /// Candidates shown to the model by default: enough that the gold
@@ -246,24 +247,22 @@ pub fn choose(
     }
     let g = grammar::choice(&label_options(shown.len(), picks))
         .map_err(|e| EngineError::Grammar(e.to_string()))?;
-    let sampling = Sampling {
-        temperature: 0.0,
-        max_tokens: REPLY_TOKENS,
-        ..sampling.clone()
-    };
-    let request = Request {
-        grammar: Some(&g),
-        ..Request::new(&msgs, sampling.clone())
-    };
-    let generation = conversation.generate(&request)?;
-    let prompt = conversation.render(&msgs);
-    trajectory.record(Step::ModelCall(Box::new(ModelCall::from_generation(
-        "localizer",
-        msgs,
-        prompt,
-        sampling,
-        &generation,
-    ))));
+    let generation = call::constrained(
+        conversation,
+        trajectory,
+        Call {
+            agent: "localizer",
+            messages: msgs,
+            sampling: Sampling {
+                temperature: 0.0,
+                max_tokens: REPLY_TOKENS,
+                ..sampling.clone()
+            },
+            n: 1,
+            temperatures: None,
+            grammar: &g,
+        },
+    )?;
     let reply = generation
         .candidates
         .first()

@@ -3,6 +3,7 @@
 //! demonstration and a task.
 
 pub mod budget;
+pub mod call;
 pub mod fixer;
 pub mod history;
 pub mod localize;
@@ -286,9 +287,10 @@ pub fn localizer(issue: &Issue) -> Agent<'static> {
 mod tests {
     /// The sources that solve a task: every agent, and the pipelines that
     /// drive them. They take a `dataset::Issue`, which has no answer in it.
-    const SOLVERS: [(&str, &str); 11] = [
+    const SOLVERS: [(&str, &str); 12] = [
         ("src/agents/mod.rs", include_str!("mod.rs")),
         ("src/agents/budget.rs", include_str!("budget.rs")),
+        ("src/agents/call.rs", include_str!("call.rs")),
         ("src/agents/fixer.rs", include_str!("fixer.rs")),
         ("src/agents/history.rs", include_str!("history.rs")),
         ("src/agents/localize.rs", include_str!("localize.rs")),
@@ -343,6 +345,27 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn every_agent_file_is_checked() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/agents");
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".rs") {
+                files.push(format!("src/agents/{name}"));
+            }
+        }
+        files.sort();
+        let mut listed: Vec<String> = SOLVERS
+            .iter()
+            .map(|(path, _)| path.to_string())
+            .filter(|path| path.starts_with("src/agents/"))
+            .collect();
+        listed.sort();
+        assert_eq!(listed, files, "add the new agent file to SOLVERS");
+        Ok(())
     }
 
     #[test]

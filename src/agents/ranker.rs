@@ -12,16 +12,17 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
+use super::call::{self, Call};
 use super::fixer::Fixes;
 use crate::aci::{check, SubmittedTest};
 use crate::dataset::Issue;
 use crate::edit::EditError;
-use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling};
+use crate::engine::{grammar, Conversation, EngineError, Message, Sampling};
 use crate::env::log::{self as testlog, TestStatus};
 use crate::env::task::TaskEnv;
 use crate::env::{self, spec::LogFormat};
 use crate::index::imports;
-use crate::record::trajectory::{Cut, ModelCall, Step, Trim};
+use crate::record::trajectory::{Cut, Step, Trim};
 use crate::repo::{RepoError, Workspace};
 use crate::trajectory::Trajectory;
 use patchwright_sandbox as sandbox;
@@ -490,29 +491,27 @@ fn compare(
             .collect::<Vec<_>>()
             .join(" | ")
     );
-    let sampling = Sampling {
-        max_tokens: COMPARE_TOKENS,
-        temperature: 0.0,
-        ..sampling.clone()
-    };
-    let request = Request {
-        grammar: Some(&g),
-        ..Request::new(&msgs, sampling.clone())
-    };
-    let generation = conversation.generate(&request)?;
-    let prompt = conversation.render(&msgs);
+    let generation = call::constrained(
+        conversation,
+        trajectory,
+        Call {
+            agent: "ranker",
+            messages: msgs,
+            sampling: Sampling {
+                max_tokens: COMPARE_TOKENS,
+                temperature: 0.0,
+                ..sampling.clone()
+            },
+            n: 1,
+            temperatures: None,
+            grammar: &g,
+        },
+    )?;
     let text = generation
         .candidates
         .first()
         .map(|c| c.text.clone())
         .unwrap_or_default();
-    trajectory.record(Step::ModelCall(Box::new(ModelCall::from_generation(
-        "ranker",
-        msgs,
-        prompt,
-        sampling,
-        &generation,
-    ))));
     let number = text
         .rsplit_once("Best: ")
         .and_then(|(_, n)| n.trim().parse::<usize>().ok())

@@ -16,14 +16,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
+use super::call::{self, Call};
 use super::{fixer, ranker, template};
 use crate::aci::check::{self, Verdict};
 use crate::aci::{Location, SubmittedTest};
 use crate::dataset::Issue;
-use crate::engine::{Conversation, EngineError, Message, Request, Sampling};
+use crate::engine::{Conversation, EngineError, Message, Sampling};
 use crate::env::task::TaskEnv;
 use crate::index::symbols::{self, SymbolKind};
-use crate::record::trajectory::{Cut, ModelCall, Step, Trim};
+use crate::record::trajectory::{Cut, Step, Trim};
 use crate::repo::Workspace;
 use crate::trajectory::Trajectory;
 
@@ -565,28 +566,22 @@ pub fn run(
     }
     let g = grammar();
     let n = settings.candidates.max(1);
-    let temperatures: Vec<f32> = (0..n)
-        .map(|i| if i == 0 { 0.0 } else { settings.temperature })
-        .collect();
-    let sampling = Sampling {
-        max_tokens: settings.max_tokens,
-        ..sampling.clone()
-    };
-    let request = Request {
-        n,
-        temperatures: Some(temperatures.clone()),
-        grammar: Some(&g),
-        ..Request::new(&msgs, sampling.clone())
-    };
-    let generation = conversation.generate(&request)?;
-    let prompt = conversation.render(&msgs);
-    trajectory.record(Step::ModelCall(Box::new(ModelCall::from_generation(
-        "reproducer",
-        msgs,
-        prompt,
-        sampling,
-        &generation,
-    ))));
+    let temperatures = call::greedy_first(n, settings.temperature);
+    let generation = call::constrained(
+        conversation,
+        trajectory,
+        Call {
+            agent: "reproducer",
+            messages: msgs,
+            sampling: Sampling {
+                max_tokens: settings.max_tokens,
+                ..sampling.clone()
+            },
+            n,
+            temperatures: Some(temperatures.clone()),
+            grammar: &g,
+        },
+    )?;
 
     // One run per distinct file.
     let codes: Vec<Option<String>> = generation
