@@ -15,6 +15,7 @@ use crate::agents::localize::LocalizerSettings;
 use crate::agents::ranker::RankerSettings;
 use crate::agents::react::ReactSettings;
 use crate::agents::reproduce::ReproducerSettings;
+use crate::engine::http::{ServerKind, ServerSettings};
 use crate::engine::{EngineSettings, Sampling};
 use crate::env::build::{Index, Pythons};
 use crate::env::spec::{SpecError, Specs};
@@ -82,6 +83,11 @@ pub struct Settings {
     /// Keep each task's workspace after the task instead of deleting it.
     pub keep_workspaces: bool,
     pub engine: EngineSettings,
+    /// How to talk to an inference server (`--server`): its dialect, API
+    /// key, timeouts and retries. Left out of `run.json` while default, so
+    /// runs written before it stay resumable.
+    #[serde(default, skip_serializing_if = "ServerSettings::is_default")]
+    pub server: ServerSettings,
     pub sampling: Sampling,
     pub retrieval: Retrieval,
     pub aci: AciConfig,
@@ -143,6 +149,7 @@ impl Settings {
             model: default_model.into(),
             keep_workspaces: false,
             engine: EngineSettings::default(),
+            server: ServerSettings::default(),
             sampling: Sampling::default(),
             retrieval: Retrieval { files: 3 },
             aci: AciConfig {
@@ -216,6 +223,8 @@ pub struct Overrides {
     pub keep_workspaces: bool,
     /// A virtualenv; overrides the file's `environment`.
     pub environment: Option<PathBuf>,
+    /// `--server-kind`; overrides the file's `server.kind`.
+    pub server_kind: Option<ServerKind>,
 }
 
 impl Overrides {
@@ -233,6 +242,9 @@ impl Overrides {
         settings.keep_workspaces |= self.keep_workspaces;
         if let Some(env) = &self.environment {
             settings.environment = Some(env.clone());
+        }
+        if let Some(kind) = self.server_kind {
+            settings.server.kind = kind;
         }
         if let Some(env) = &settings.environment {
             Environment::open(env)?;
