@@ -54,9 +54,16 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
         conversations: args.runner.jobs,
         candidates: settings.most_candidates(),
     };
-    let outcome = with_model(&model, &settings.engine, &settings.server, slots, |backing| {
-        batch::run::run(&cx, &settings, &model, backing, out, "", None).map_err(anyhow::Error::from)
-    })?;
+    let outcome = with_model(
+        &model,
+        &settings.engine,
+        &settings.server,
+        slots,
+        |backing| {
+            batch::run::run(&cx, &settings, &model, backing, out, "", None)
+                .map_err(anyhow::Error::from)
+        },
+    )?;
     println!("predictions: {}", out.join("predictions.jsonl").display());
     println!("trajectories: {}", out.join("trajectories").display());
     println!("run: {}", out.join("run.json").display());

@@ -142,7 +142,9 @@ impl FromStr for ServerKind {
         ]
         .into_iter()
         .find(|k| k.name() == s)
-        .ok_or_else(|| format!("unknown server kind {s:?}: use auto, llama-cpp, vllm, sglang or openai"))
+        .ok_or_else(|| {
+            format!("unknown server kind {s:?}: use auto, llama-cpp, vllm, sglang or openai")
+        })
     }
 }
 
@@ -381,7 +383,11 @@ impl HttpBackend {
             backend.base_url,
             backend.dialect.kind.name(),
             backend.dialect.grammar,
-            if backend.dialect.n { "in one request" } else { "one per request" }
+            if backend.dialect.n {
+                "in one request"
+            } else {
+                "one per request"
+            }
         );
         Ok(backend)
     }
@@ -591,7 +597,11 @@ fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
             .parse::<u32>()
             .ok()
     });
-    Some((parts.next()??, parts.next()??, parts.next().flatten().unwrap_or(0)))
+    Some((
+        parts.next()??,
+        parts.next()??,
+        parts.next().flatten().unwrap_or(0),
+    ))
 }
 
 /// The wait before retry `attempt` (0-based): [`BACKOFF_FIRST`] doubled per
@@ -700,8 +710,9 @@ fn parse_reply(text: &str, max_tokens: usize) -> Result<Parsed, String> {
 }
 
 /// `total` generated tokens split among `candidates`: one gets all; one
-/// stopped by the cap gets `max_tokens`; the rest in proportion to text
-/// length, the remainder to the first ones, so the sum is `total`.
+/// stopped by the cap gets `max_tokens`; the others one each, and what is
+/// left in proportion to text length, the remainder to the first ones, so
+/// the sum is `total`.
 pub fn split_tokens(candidates: &[Candidate], total: usize, max_tokens: usize) -> Vec<usize> {
     if candidates.len() == 1 {
         return vec![total];
@@ -725,9 +736,12 @@ pub fn split_tokens(candidates: &[Candidate], total: usize, max_tokens: usize) -
         .map(|&i| candidates[i].text.chars().count().max(1))
         .collect();
     let all_chars: usize = chars.iter().sum();
+    // A reply that ended by itself has at least one token.
+    let floor = usize::from(left >= rest.len());
+    let share = left - floor * rest.len();
     let mut given = 0;
     for (&i, &c) in rest.iter().zip(&chars) {
-        out[i] = left * c / all_chars;
+        out[i] = floor + share * c / all_chars;
         given += out[i];
     }
     for &i in rest.iter().cycle().take(left - given) {
@@ -887,5 +901,653 @@ impl super::Backend for HttpBackend {
         _reply_tokens: usize,
     ) -> Result<Box<dyn Conversation + '_>, EngineError> {
         Ok(Box::new(HttpConversation { backend: self }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Message, Sampling};
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    /// A server on loopback answering one connection per reply in
+    /// `replies` (status line and body), then stopping; the handle returns
+    /// the requests it read (head and body).
+    fn serve(
+        replies: Vec<(&'static str, &'static str)>,
+    ) -> Result<(String, std::thread::JoinHandle<Vec<String>>), std::io::Error> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let url = format!("http://{}", listener.local_addr()?);
+        listener.set_nonblocking(true)?;
+        let handle = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            // A client that makes fewer connections than expected must not
+            // hang the test: wait at most this long for each.
+            let patience = Duration::from_secs(10);
+            for (status, body) in replies {
+                let waiting = Instant::now();
+                let stream = loop {
+                    match listener.accept() {
+                        Ok((stream, _)) => break Some(stream),
+                        Err(_) if waiting.elapsed() < patience => {
+                            std::thread::sleep(Duration::from_millis(10))
+                        }
+                        Err(_) => break None,
+                    }
+                };
+                let Some(stream) = stream else {
+                    break;
+                };
+                let _ = stream.set_nonblocking(false);
+                let mut reader = BufReader::new(stream);
+                let mut head = String::new();
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    head.push_str(&line);
+                }
+                let mut request_body = vec![0; length];
+                let _ = reader.read_exact(&mut request_body);
+                seen.push(format!(
+                    "{head}\r\n{}",
+                    String::from_utf8_lossy(&request_body)
+                ));
+                let reply = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = reader.get_mut().write_all(reply.as_bytes());
+            }
+            seen
+        });
+        Ok((url, handle))
+    }
+
+    fn settings(kind: ServerKind) -> ServerSettings {
+        ServerSettings {
+            kind,
+            retries: 0,
+            ..ServerSettings::default()
+        }
+    }
+
+    fn sampling() -> Sampling {
+        Sampling {
+            temperature: 0.7,
+            top_p: 0.95,
+            seed: 10,
+            max_tokens: 64,
+        }
+    }
+
+    const GBNF: &str = "root ::= \"yes\" | \"no\"";
+
+    /// The exact body for each kind, a grammar and N = 4.
+    #[test]
+    fn request_bodies_per_dialect() {
+        let messages = [Message::system("Be brief."), Message::user("Is it?")];
+        let request = Request {
+            n: 4,
+            grammar: Some(GBNF),
+            ..Request::new(&messages, sampling())
+        };
+        let base = serde_json::json!({
+            "model": "qwen",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Is it?"}
+            ],
+            "temperature": 0.7f32,
+            "top_p": 0.95f32,
+            "seed": 10,
+            "max_tokens": 64,
+            "n": 4,
+        });
+        let with = |key: &str, value: serde_json::Value| {
+            let mut b = base.clone();
+            if !value.is_null() {
+                b[key] = value;
+            }
+            b
+        };
+        let vllm_old = Dialect {
+            grammar: GrammarField::GuidedGrammar,
+            ..Dialect::of(ServerKind::Vllm)
+        };
+        let cases = [
+            (
+                Dialect::of(ServerKind::LlamaCpp),
+                with("grammar", GBNF.into()),
+            ),
+            (
+                Dialect::of(ServerKind::Vllm),
+                with("structured_outputs", serde_json::json!({ "grammar": GBNF })),
+            ),
+            (vllm_old, with("guided_grammar", GBNF.into())),
+            (Dialect::of(ServerKind::Sglang), with("ebnf", GBNF.into())),
+            (Dialect::of(ServerKind::Openai), base.clone()),
+        ];
+        for (dialect, expected) in cases {
+            let body = request_body(&dialect, "qwen", &request, &[0, 1, 2, 3], request.grammar);
+            assert_eq!(body, expected, "{dialect:?}");
+        }
+    }
+
+    #[test]
+    fn candidates_are_grouped_by_temperature() {
+        let messages = [Message::user("x")];
+        let cases: [(usize, Option<Vec<f32>>, Vec<Vec<usize>>); 4] = [
+            (4, None, vec![vec![0, 1, 2, 3]]),
+            (1, None, vec![vec![0]]),
+            (
+                4,
+                Some(vec![0.2, 0.8, 0.2, 0.8]),
+                vec![vec![0, 2], vec![1, 3]],
+            ),
+            // Candidates past the list use the sampling's temperature.
+            (3, Some(vec![0.0]), vec![vec![0], vec![1, 2]]),
+        ];
+        for (n, temperatures, expected) in cases {
+            let request = Request {
+                n,
+                temperatures: temperatures.clone(),
+                ..Request::new(&messages, sampling())
+            };
+            assert_eq!(temperature_groups(&request), expected, "{temperatures:?}");
+        }
+        // The second group's body: its first candidate's seed and temperature.
+        let request = Request {
+            n: 4,
+            temperatures: Some(vec![0.2, 0.8, 0.2, 0.8]),
+            ..Request::new(&messages, sampling())
+        };
+        let body = request_body(&Dialect::of(ServerKind::Vllm), "m", &request, &[1, 3], None);
+        assert_eq!(body["seed"], 11);
+        assert_eq!(body["temperature"], serde_json::json!(0.8f32));
+        assert_eq!(body["n"], 2);
+    }
+
+    /// vLLM's chat completion as its OpenAI-compatible server writes it
+    /// (`ChatCompletionResponse` in `vllm/entrypoints/openai/protocol.py`).
+    const VLLM_REPLY: &str = r#"{
+      "id": "chatcmpl-9f1c", "object": "chat.completion", "created": 1733100000,
+      "model": "Qwen/Qwen2.5-Coder-7B-Instruct",
+      "choices": [
+        {"index": 1, "message": {"role": "assistant", "content": "no", "reasoning_content": null, "tool_calls": []},
+         "logprobs": null, "finish_reason": "stop", "stop_reason": null},
+        {"index": 0, "message": {"role": "assistant", "content": "yes", "reasoning_content": null, "tool_calls": []},
+         "logprobs": null, "finish_reason": "stop", "stop_reason": null},
+        {"index": 2, "message": {"role": "assistant", "content": "yesyesyesyes", "tool_calls": []},
+         "logprobs": null, "finish_reason": "length", "stop_reason": null}
+      ],
+      "usage": {"prompt_tokens": 31, "total_tokens": 41, "completion_tokens": 10,
+                "prompt_tokens_details": {"cached_tokens": 16}},
+      "prompt_logprobs": null, "kv_transfer_params": null
+    }"#;
+
+    /// SGLang's (`ChatCompletionResponse` in
+    /// `sglang/srt/entrypoints/openai/protocol.py`): `matched_stop`, and
+    /// `prompt_tokens_details` null without `--enable-cache-report`.
+    const SGLANG_REPLY: &str = r#"{
+      "id": "4f6d2c", "object": "chat.completion", "created": 1733100000,
+      "model": "default",
+      "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "no", "reasoning_content": null, "tool_calls": null},
+         "logprobs": null, "finish_reason": "stop", "matched_stop": 151645},
+        {"index": 1, "message": {"role": "assistant", "content": "yes", "reasoning_content": null, "tool_calls": null},
+         "logprobs": null, "finish_reason": "stop", "matched_stop": 151645}
+      ],
+      "usage": {"prompt_tokens": 25, "total_tokens": 29, "completion_tokens": 4, "prompt_tokens_details": null},
+      "metadata": {"weight_version": "default"}
+    }"#;
+
+    #[test]
+    fn replies_are_parsed() -> TestResult {
+        let cases = [
+            (
+                VLLM_REPLY,
+                vec![
+                    ("yes", Stop::EndOfText),
+                    ("no", Stop::EndOfText),
+                    ("yesyesyesyes", Stop::MaxTokens),
+                ],
+                vec![1, 1, 8],
+                31,
+                16,
+            ),
+            (
+                SGLANG_REPLY,
+                vec![("no", Stop::EndOfText), ("yes", Stop::EndOfText)],
+                vec![2, 2],
+                25,
+                0,
+            ),
+        ];
+        for (text, expected, generated, prompt, cached) in cases {
+            let parsed = parse_reply(text, 8)?;
+            let got: Vec<(&str, Stop)> = parsed
+                .candidates
+                .iter()
+                .map(|c| (c.text.as_str(), c.stop))
+                .collect();
+            assert_eq!(got, expected);
+            assert_eq!(parsed.generated, generated);
+            assert_eq!(
+                (parsed.prompt_tokens, parsed.cached_tokens),
+                (prompt, cached)
+            );
+        }
+        assert_eq!(
+            parse_reply(r#"{"choices": []}"#, 8).err().as_deref(),
+            Some("the reply has no usage (token counts)")
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn token_totals_are_split_exactly() {
+        let c = |text: &str, stop| Candidate {
+            text: text.into(),
+            tokens: Vec::new(),
+            stop,
+        };
+        let end = Stop::EndOfText;
+        let cases = [
+            (vec![c("abc", end)], 7, vec![7]),
+            (vec![c("ab", end), c("abcdef", end)], 10, vec![3, 7]),
+            (
+                vec![c("a", end), c("a", end), c("a", end)],
+                10,
+                vec![4, 3, 3],
+            ),
+            (vec![c("yes", end), c("no", end)], 2, vec![1, 1]),
+            (vec![c("x", Stop::MaxTokens), c("ab", end)], 70, vec![64, 6]),
+        ];
+        for (candidates, total, expected) in cases {
+            let split = split_tokens(&candidates, total, 64);
+            assert_eq!(split, expected);
+            assert_eq!(split.iter().sum::<usize>(), total);
+        }
+    }
+
+    #[test]
+    fn context_errors_become_too_long() {
+        // (error body, prompt tokens, context) as each server words it.
+        let cases = [
+            // vLLM, current.
+            (
+                r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens. Please reduce the length of the input messages.","type":"BadRequestError","param":null,"code":400}"#,
+                5000,
+                4096,
+            ),
+            // vLLM before 0.8 and llama-cpp-python.
+            (
+                r#"{"error":{"message":"This model's maximum context length is 2048 tokens. However, you requested 3016 tokens (3000 in the messages, 16 in the completion). Please reduce the length of the messages or completion.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+                3000,
+                2048,
+            ),
+            // llama.cpp's server.
+            (
+                r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9000,"n_ctx":8192}}"#,
+                9000,
+                8192,
+            ),
+            // SGLang.
+            (
+                r#"{"object":"error","message":"The input (40000 tokens) is longer than the model's context length (32768 tokens).","type":"BadRequestError","param":null,"code":400}"#,
+                40000,
+                32768,
+            ),
+            (
+                r#"{"object":"error","message":"Requested token count exceeds the model's maximum context length of 32768 tokens. You requested a total of 33000 tokens: 32000 tokens from the input messages and 1000 tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.","type":"BadRequestError","code":400}"#,
+                32000,
+                32768,
+            ),
+            // Older vLLM.
+            (
+                r#"{"message":"The decoder prompt (length 9001) is longer than the maximum model length of 8192. Make sure that `max_model_len` is no smaller than the number of text tokens."}"#,
+                9001,
+                8192,
+            ),
+        ];
+        for (body, prompt, context) in cases {
+            assert!(is_context_error(body), "{body}");
+            match too_long(body, 64) {
+                EngineError::TooLong {
+                    prompt: p,
+                    reserved,
+                    needed,
+                    context: c,
+                    over,
+                } => {
+                    assert_eq!((p, c, reserved), (prompt, context, 64), "{body}");
+                    assert_eq!(needed, prompt + 64);
+                    assert_eq!(over, (prompt + 64).saturating_sub(context));
+                }
+                other => panic!("{other}"),
+            }
+        }
+        assert!(!is_context_error(
+            r#"{"error":{"message":"model not found","code":404}}"#
+        ));
+    }
+
+    #[test]
+    fn a_context_error_from_the_server_is_too_long() -> TestResult {
+        let (url, server) = serve(vec![
+            ("404 Not Found", r#"{"detail":"Not Found"}"#),
+            (
+                "400 Bad Request",
+                r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens.","type":"BadRequestError","code":400}"#,
+            ),
+        ])?;
+        let backend = HttpBackend::new(&url, "m", &settings(ServerKind::Vllm))?;
+        let messages = [Message::user("long")];
+        let result = super::super::Backend::conversation(&backend, 1, 64)?.generate(&Request {
+            grammar: Some(GBNF),
+            ..Request::new(&messages, sampling())
+        });
+        match result {
+            Err(EngineError::TooLong {
+                prompt, context, ..
+            }) => assert_eq!((prompt, context), (5000, 4096)),
+            other => panic!("expected TooLong, got {:?}", other.map(|g| g.stats)),
+        }
+        // GET /version (unknown: the current field), then the request.
+        let seen = server.join().map_err(|_| "server thread")?;
+        assert_eq!(seen.len(), 2);
+        assert!(seen[0].starts_with("GET /version "), "{}", seen[0]);
+        assert!(
+            seen[1].contains(r#""structured_outputs":{"grammar":"root ::="#),
+            "{}",
+            seen[1]
+        );
+        Ok(())
+    }
+
+    const ONE_CHOICE: &str = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"yes"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1}}"#;
+
+    #[test]
+    fn retries_after_503_then_succeeds() -> TestResult {
+        let (url, server) = serve(vec![
+            ("503 Service Unavailable", r#"{"error":"loading"}"#),
+            ("200 OK", ONE_CHOICE),
+        ])?;
+        let backend = HttpBackend::with_key(
+            &url,
+            "m",
+            &ServerSettings {
+                retries: 2,
+                ..settings(ServerKind::LlamaCpp)
+            },
+            Some("sekret".into()),
+        )?;
+        let messages = [Message::user("hi")];
+        let started = Instant::now();
+        let g = super::super::Backend::conversation(&backend, 1, 64)?
+            .generate(&Request::new(&messages, sampling()))?;
+        assert_eq!(g.candidates[0].text, "yes");
+        assert_eq!(g.stats.generated_tokens, vec![1]);
+        assert!(started.elapsed() >= BACKOFF_FIRST);
+        let seen = server.join().map_err(|_| "server thread")?;
+        assert_eq!(seen.len(), 2);
+        for request in &seen {
+            assert!(
+                request.starts_with("POST /v1/chat/completions "),
+                "{request}"
+            );
+            assert!(
+                request
+                    .lines()
+                    .any(|l| l.eq_ignore_ascii_case("authorization: Bearer sekret")),
+                "{request}"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn gives_up_after_the_retries() -> TestResult {
+        let (url, server) = serve(vec![
+            (
+                "429 Too Many Requests\r\nRetry-After: 0",
+                r#"{"error":"busy"}"#,
+            ),
+            ("502 Bad Gateway", r#"{"error":"upstream"}"#),
+        ])?;
+        let backend = HttpBackend::with_key(
+            &url,
+            "m",
+            &ServerSettings {
+                retries: 1,
+                ..settings(ServerKind::Sglang)
+            },
+            None,
+        )?;
+        let messages = [Message::user("hi")];
+        let result = super::super::Backend::conversation(&backend, 1, 64)?
+            .generate(&Request::new(&messages, sampling()));
+        match result {
+            Err(EngineError::Http { message, .. }) => {
+                assert_eq!(message, r#"status 502: {"error":"upstream"}"#)
+            }
+            other => panic!("expected an HTTP error, got {:?}", other.map(|g| g.stats)),
+        }
+        let seen = server.join().map_err(|_| "server thread")?;
+        assert_eq!(seen.len(), 2);
+        assert!(!seen[0].to_lowercase().contains("authorization"));
+        Ok(())
+    }
+
+    #[test]
+    fn fewer_choices_than_asked_are_completed_one_by_one() -> TestResult {
+        let (url, server) = serve(vec![
+            ("200 OK", ONE_CHOICE),
+            ("200 OK", ONE_CHOICE),
+            ("200 OK", ONE_CHOICE),
+        ])?;
+        let backend = HttpBackend::with_key(&url, "m", &settings(ServerKind::LlamaCpp), None)?;
+        let messages = [Message::user("hi")];
+        let g = super::super::Backend::conversation(&backend, 3, 64)?.generate(&Request {
+            n: 3,
+            ..Request::new(&messages, sampling())
+        })?;
+        assert_eq!(g.candidates.len(), 3);
+        assert_eq!(g.stats.generated_tokens, vec![1, 1, 1]);
+        let seen = server.join().map_err(|_| "server thread")?;
+        let asked: Vec<(serde_json::Value, serde_json::Value)> = seen
+            .iter()
+            .map(|r| {
+                let body: serde_json::Value =
+                    serde_json::from_str(r.split("\r\n\r\n").nth(1).unwrap_or("null"))
+                        .unwrap_or_default();
+                (body["n"].clone(), body["seed"].clone())
+            })
+            .collect();
+        let expected: Vec<(serde_json::Value, serde_json::Value)> = [(3, 10), (1, 11), (1, 12)]
+            .iter()
+            .map(|&(n, s)| (n.into(), s.into()))
+            .collect();
+        assert_eq!(asked, expected);
+        Ok(())
+    }
+
+    #[test]
+    fn a_server_refusing_n_is_asked_one_by_one() -> TestResult {
+        let (url, server) = serve(vec![
+            (
+                "500 Internal Server Error",
+                r#"{"error":{"code":500,"message":"Only one completion choice is allowed","type":"server_error"}}"#,
+            ),
+            ("200 OK", ONE_CHOICE),
+            ("200 OK", ONE_CHOICE),
+            ("200 OK", ONE_CHOICE),
+        ])?;
+        let backend = HttpBackend::with_key(
+            &url,
+            "m",
+            &ServerSettings {
+                retries: 3,
+                ..settings(ServerKind::LlamaCpp)
+            },
+            None,
+        )?;
+        let messages = [Message::user("hi")];
+        let request = Request {
+            n: 2,
+            ..Request::new(&messages, sampling())
+        };
+        let mut conversation = super::super::Backend::conversation(&backend, 2, 64)?;
+        assert_eq!(conversation.generate(&request)?.candidates.len(), 2);
+        // Remembered: the next call asks one candidate per request at once.
+        let single = Request::new(&messages, sampling());
+        assert_eq!(conversation.generate(&single)?.candidates.len(), 1);
+        let seen = server.join().map_err(|_| "server thread")?;
+        let ns: Vec<serde_json::Value> = seen
+            .iter()
+            .map(|r| {
+                serde_json::from_str::<serde_json::Value>(
+                    r.split("\r\n\r\n").nth(1).unwrap_or("null"),
+                )
+                .map(|b| b["n"].clone())
+                .unwrap_or_default()
+            })
+            .collect();
+        assert_eq!(ns, [2, 1, 1, 1].map(serde_json::Value::from));
+        Ok(())
+    }
+
+    #[test]
+    fn servers_are_recognised() -> TestResult {
+        let vllm_models = r#"{"object":"list","data":[{"id":"Qwen/Qwen2.5-7B","object":"model","created":1,"owned_by":"vllm","root":"Qwen/Qwen2.5-7B","parent":null,"max_model_len":32768,"permission":[]}]}"#;
+        let cases: [(Vec<(&'static str, &'static str)>, Dialect); 6] = [
+            (
+                vec![
+                    ("200 OK", vllm_models),
+                    ("200 OK", r#"{"version":"0.11.0"}"#),
+                ],
+                Dialect::of(ServerKind::Vllm),
+            ),
+            (
+                vec![
+                    ("200 OK", vllm_models),
+                    ("200 OK", r#"{"version":"0.9.2"}"#),
+                ],
+                Dialect {
+                    grammar: GrammarField::GuidedGrammar,
+                    ..Dialect::of(ServerKind::Vllm)
+                },
+            ),
+            (
+                vec![(
+                    "200 OK",
+                    r#"{"object":"list","data":[{"id":"default","object":"model","created":1,"owned_by":"sglang","root":"default","max_model_len":32768}]}"#,
+                )],
+                Dialect::of(ServerKind::Sglang),
+            ),
+            (
+                vec![(
+                    "200 OK",
+                    r#"{"object":"list","data":[{"id":"m.gguf","object":"model","created":1,"owned_by":"llamacpp","meta":{"n_ctx_train":32768}}]}"#,
+                )],
+                Dialect::of(ServerKind::LlamaCpp),
+            ),
+            (
+                vec![(
+                    "200 OK",
+                    r#"{"object":"list","data":[{"id":"m.gguf","object":"model","owned_by":"me","permissions":[]}]}"#,
+                )],
+                Dialect {
+                    n: false,
+                    ..Dialect::of(ServerKind::LlamaCpp)
+                },
+            ),
+            (
+                vec![
+                    ("404 Not Found", r#"{"detail":"Not Found"}"#),
+                    ("404 Not Found", r#"{"detail":"Not Found"}"#),
+                ],
+                Dialect::of(ServerKind::Openai),
+            ),
+        ];
+        for (replies, expected) in cases {
+            let (url, server) = serve(replies)?;
+            let backend = HttpBackend::with_key(&url, "m", &settings(ServerKind::Auto), None)?;
+            assert_eq!(backend.dialect(), expected);
+            server.join().map_err(|_| "server thread")?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn backoff_doubles_to_a_cap_and_honours_retry_after() {
+        let cases = [
+            (0, None, Duration::from_millis(500)),
+            (1, None, Duration::from_secs(1)),
+            (3, None, Duration::from_secs(4)),
+            (10, None, BACKOFF_MAX),
+            (40, None, BACKOFF_MAX),
+            (0, Some(Duration::from_secs(7)), Duration::from_secs(7)),
+            (0, Some(Duration::from_secs(3600)), RETRY_AFTER_MAX),
+        ];
+        for (attempt, retry_after, expected) in cases {
+            assert_eq!(
+                backoff(attempt, retry_after),
+                expected,
+                "{attempt} {retry_after:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn versions_and_kinds_parse() {
+        assert_eq!(parse_version("0.10.2"), Some((0, 10, 2)));
+        assert_eq!(parse_version("0.11.0rc1"), Some((0, 11, 0)));
+        assert_eq!(parse_version("v1.2"), Some((1, 2, 0)));
+        assert_eq!(parse_version("dev"), None);
+        for kind in ["auto", "llama-cpp", "vllm", "sglang", "openai"] {
+            assert_eq!(kind.parse::<ServerKind>().map(|k| k.name()), Ok(kind));
+        }
+        assert!("tgi".parse::<ServerKind>().is_err());
+        let parsed: Result<ServerSettings, _> =
+            toml::from_str("kind = \"sglang\"\napi_key_env = \"SGLANG_KEY\"\nread_timeout_s = 600");
+        assert_eq!(
+            parsed.ok(),
+            Some(ServerSettings {
+                kind: ServerKind::Sglang,
+                api_key_env: Some("SGLANG_KEY".into()),
+                read_timeout_s: 600,
+                ..ServerSettings::default()
+            })
+        );
+    }
+
+    #[test]
+    fn a_missing_key_variable_is_refused() {
+        let result = HttpBackend::new(
+            "http://127.0.0.1:9",
+            "m",
+            &ServerSettings {
+                api_key_env: Some("PATCHWRIGHT_TEST_NO_SUCH_KEY_VAR".into()),
+                ..settings(ServerKind::Openai)
+            },
+        );
+        match result {
+            Err(EngineError::Http { message, .. }) => assert_eq!(
+                message,
+                "the API key variable PATCHWRIGHT_TEST_NO_SUCH_KEY_VAR (server.api_key_env) is not set or empty: export it, or remove api_key_env"
+            ),
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("a backend without its key"),
+        }
     }
 }
