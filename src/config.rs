@@ -471,6 +471,36 @@ mod tests {
     }
 
     #[test]
+    fn the_server_table_overrides_by_key_and_stays_out_while_default() {
+        use crate::engine::http::{ServerKind, ServerSettings};
+        let base = Settings::defaults("m");
+        let s = Settings::with_toml(
+            &base,
+            "[server]\nkind = \"vllm\"\napi_key_env = \"VLLM_KEY\"\nretries = 1",
+        )
+        .unwrap();
+        assert_eq!(
+            s.server,
+            ServerSettings {
+                kind: ServerKind::Vllm,
+                api_key_env: Some("VLLM_KEY".into()),
+                retries: 1,
+                ..ServerSettings::default()
+            }
+        );
+        // Defaults are not serialised, so run.json (and a resumed run's
+        // identity) is as before; set ones are.
+        let json = |s: &Settings| serde_json::to_value(s).unwrap();
+        assert_eq!(json(&base).get("server"), None);
+        assert_eq!(json(&s)["server"]["kind"], "vllm");
+        let overrides = Overrides {
+            server_kind: Some(ServerKind::Sglang),
+            ..Overrides::default()
+        };
+        assert_eq!(overrides.resolve().unwrap().server.kind, ServerKind::Sglang);
+    }
+
+    #[test]
     fn the_reproducer_settings_default_and_override_by_key() {
         use crate::agents::reproduce::ReproducerMode;
         let base = Settings::defaults("m");
@@ -552,6 +582,8 @@ mod tests {
             ("[engine]\ncontext = \"big\"", "context"),
             ("colour = 1", "colour"),
             ("[react.history]\nkeep = \"most\"", "history.keep"),
+            ("[server]\nkind = \"tgi\"", "server.kind"),
+            ("[server]\nretry = 3", "retry"),
         ];
         for (text, key) in cases {
             let err = Settings::with_toml(&base, text).unwrap_err().to_string();
