@@ -1045,7 +1045,9 @@ mod tests {
     #[test]
     fn candidates_are_grouped_by_temperature() {
         let messages = [Message::user("x")];
-        let cases: [(usize, Option<Vec<f32>>, Vec<Vec<usize>>); 4] = [
+        /// Candidates, their temperatures, the groups expected.
+        type Case = (usize, Option<Vec<f32>>, Vec<Vec<usize>>);
+        let cases: [Case; 4] = [
             (4, None, vec![vec![0, 1, 2, 3]]),
             (1, None, vec![vec![0]]),
             (
