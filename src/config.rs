@@ -15,6 +15,7 @@ use crate::agents::localize::LocalizerSettings;
 use crate::agents::ranker::RankerSettings;
 use crate::agents::react::ReactSettings;
 use crate::agents::reproduce::ReproducerSettings;
+use crate::engine::http::{ServerKind, ServerSettings};
 use crate::engine::{EngineSettings, Sampling};
 use crate::env::build::{Index, Pythons};
 use crate::env::spec::{SpecError, Specs};
@@ -82,6 +83,11 @@ pub struct Settings {
     /// Keep each task's workspace after the task instead of deleting it.
     pub keep_workspaces: bool,
     pub engine: EngineSettings,
+    /// How to talk to an inference server (`--server`): its dialect, API
+    /// key, timeouts and retries. Left out of `run.json` while default, so
+    /// runs written before it stay resumable.
+    #[serde(default, skip_serializing_if = "ServerSettings::is_default")]
+    pub server: ServerSettings,
     pub sampling: Sampling,
     pub retrieval: Retrieval,
     pub aci: AciConfig,
@@ -143,6 +149,7 @@ impl Settings {
             model: default_model.into(),
             keep_workspaces: false,
             engine: EngineSettings::default(),
+            server: ServerSettings::default(),
             sampling: Sampling::default(),
             retrieval: Retrieval { files: 3 },
             aci: AciConfig {
@@ -216,6 +223,8 @@ pub struct Overrides {
     pub keep_workspaces: bool,
     /// A virtualenv; overrides the file's `environment`.
     pub environment: Option<PathBuf>,
+    /// `--server-kind`; overrides the file's `server.kind`.
+    pub server_kind: Option<ServerKind>,
 }
 
 impl Overrides {
@@ -233,6 +242,9 @@ impl Overrides {
         settings.keep_workspaces |= self.keep_workspaces;
         if let Some(env) = &self.environment {
             settings.environment = Some(env.clone());
+        }
+        if let Some(kind) = self.server_kind {
+            settings.server.kind = kind;
         }
         if let Some(env) = &settings.environment {
             Environment::open(env)?;
@@ -458,6 +470,36 @@ mod tests {
     }
 
     #[test]
+    fn the_server_table_overrides_by_key_and_stays_out_while_default() {
+        use crate::engine::http::{ServerKind, ServerSettings};
+        let base = Settings::defaults("m");
+        let s = Settings::with_toml(
+            &base,
+            "[server]\nkind = \"vllm\"\napi_key_env = \"VLLM_KEY\"\nretries = 1",
+        )
+        .unwrap();
+        assert_eq!(
+            s.server,
+            ServerSettings {
+                kind: ServerKind::Vllm,
+                api_key_env: Some("VLLM_KEY".into()),
+                retries: 1,
+                ..ServerSettings::default()
+            }
+        );
+        // Defaults are not serialised, so run.json (and a resumed run's
+        // identity) is as before; set ones are.
+        let json = |s: &Settings| serde_json::to_value(s).unwrap();
+        assert_eq!(json(&base).get("server"), None);
+        assert_eq!(json(&s)["server"]["kind"], "vllm");
+        let overrides = Overrides {
+            server_kind: Some(ServerKind::Sglang),
+            ..Overrides::default()
+        };
+        assert_eq!(overrides.resolve().unwrap().server.kind, ServerKind::Sglang);
+    }
+
+    #[test]
     fn the_reproducer_settings_default_and_override_by_key() {
         use crate::agents::reproduce::ReproducerMode;
         let base = Settings::defaults("m");
@@ -539,6 +581,8 @@ mod tests {
             ("[engine]\ncontext = \"big\"", "context"),
             ("colour = 1", "colour"),
             ("[react.history]\nkeep = \"most\"", "history.keep"),
+            ("[server]\nkind = \"tgi\"", "server.kind"),
+            ("[server]\nretry = 3", "retry"),
         ];
         for (text, key) in cases {
             let err = Settings::with_toml(&base, text).unwrap_err().to_string();

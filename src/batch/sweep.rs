@@ -466,7 +466,13 @@ where
             conversations: cx.options.jobs.max(1),
             candidates: candidates.max(1),
         };
-        with_model(&model, engine, slots, |backing| {
+        // One server connection per group: its settings are the first
+        // member's (a grid over `server.*` keys is not a useful sweep).
+        let server = members
+            .first()
+            .map(|&i| settings[i].server.clone())
+            .unwrap_or_default();
+        with_model(&model, engine, &server, slots, |backing| {
             for &i in members {
                 let point = &points[i];
                 tracing::info!("point {}/{}: {}", i + 1, points.len(), point.label);

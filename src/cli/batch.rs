@@ -30,7 +30,9 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
     // Before the settings, the model and any task: an unfit host is one
     // error, not a batch whose every command fails.
     super::preflight(false)?;
-    let settings = args.settings.overrides().resolve()?;
+    let mut overrides = args.settings.overrides();
+    overrides.server_kind = args.runner.server_kind;
+    let settings = overrides.resolve()?;
     let model = ModelRef::resolve(&settings.model, args.runner.server.as_deref())?;
     let repos = Repos::new(repos_dir)?;
     let environments = args.runner.environments()?;
@@ -52,9 +54,16 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
         conversations: args.runner.jobs,
         candidates: settings.most_candidates(),
     };
-    let outcome = with_model(&model, &settings.engine, slots, |backing| {
-        batch::run::run(&cx, &settings, &model, backing, out, "", None).map_err(anyhow::Error::from)
-    })?;
+    let outcome = with_model(
+        &model,
+        &settings.engine,
+        &settings.server,
+        slots,
+        |backing| {
+            batch::run::run(&cx, &settings, &model, backing, out, "", None)
+                .map_err(anyhow::Error::from)
+        },
+    )?;
     println!("predictions: {}", out.join("predictions.jsonl").display());
     println!("trajectories: {}", out.join("trajectories").display());
     println!("run: {}", out.join("run.json").display());
@@ -95,7 +104,9 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
     }
     args.runner.check(&args.repos)?;
     super::preflight(false)?;
-    let base = args.settings.overrides().resolve()?;
+    let mut overrides = args.settings.overrides();
+    overrides.server_kind = args.runner.server_kind;
+    let base = overrides.resolve()?;
     let config = args.settings.config.as_deref();
     let sweep = sweep::prepare(&args.out, &base, config, &args.grid)?;
     let grid = &sweep.file.grid;

@@ -13,6 +13,7 @@ pub mod models;
 pub mod tools;
 
 use std::path::PathBuf;
+use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgAction, Args, Parser, Subcommand};
@@ -304,10 +305,18 @@ pub struct GenerateArgs {
     /// name sent to the server.
     #[arg(long, value_name = "NAME|PATH")]
     pub model: Option<String>,
-    /// Ask an OpenAI-compatible server (http://HOST:PORT) instead of
-    /// loading the model here; each candidate is one request.
+    /// Ask an inference server (http[s]://HOST:PORT: llama.cpp's,
+    /// llama-cpp-python's, vLLM, SGLang, or any OpenAI-compatible API)
+    /// instead of loading the model here.
     #[arg(long, value_name = "URL")]
     pub server: Option<String>,
+    /// The server's dialect (grammar field, `n`): auto asks the server.
+    #[arg(long, value_name = "KIND", default_value = "auto", value_parser = patchwright::engine::http::ServerKind::from_str)]
+    pub server_kind: patchwright::engine::http::ServerKind,
+    /// Environment variable holding the server's API key (sent as
+    /// `Authorization: Bearer KEY`).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
     /// Number of candidates.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub n: usize,
@@ -430,10 +439,16 @@ pub struct RunnerArgs {
     /// (by default a rerun skips finished tasks).
     #[arg(long)]
     pub redo: bool,
-    /// Ask an OpenAI-compatible server (http://HOST:PORT) instead of
-    /// loading the model here, e.g. one server shared by many shards.
+    /// Ask an inference server (http[s]://HOST:PORT: llama.cpp's,
+    /// llama-cpp-python's, vLLM, SGLang, or any OpenAI-compatible API)
+    /// instead of loading the model here, e.g. one server shared by many
+    /// shards. Its key, timeouts and retries are `[server]` settings.
     #[arg(long, value_name = "URL")]
     pub server: Option<String>,
+    /// The server's dialect: auto (ask the server), llama-cpp, vllm,
+    /// sglang, openai; overrides `server.kind` of the config file.
+    #[arg(long, value_name = "KIND", value_parser = patchwright::engine::http::ServerKind::from_str)]
+    pub server_kind: Option<patchwright::engine::http::ServerKind>,
     /// Grade each task right after it is solved, as `patchwright eval`
     /// would (reports in RUN_DIR/eval/), and show resolved-so-far.
     #[arg(long)]
@@ -595,6 +610,7 @@ impl SettingsArgs {
             config_file: self.config.clone(),
             keep_workspaces: self.keep_workspaces,
             environment: self.environment.clone(),
+            server_kind: None,
         }
     }
 }
@@ -657,6 +673,7 @@ impl RunArgs {
                 jobs: 1,
                 redo: true,
                 server: None,
+                server_kind: None,
                 evaluate: self.evaluate,
                 env: self.env,
             },

@@ -4,6 +4,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::ProgressBar;
 
 use super::GenerateArgs;
+use patchwright::engine::http::ServerSettings;
 use patchwright::engine::{backing, EngineSettings, Sampling};
 use patchwright::models;
 
@@ -66,8 +67,17 @@ pub fn generate(args: GenerateArgs) -> Result<i32> {
         context: args.context,
         threads: args.threads,
     };
-    let backend =
-        backing::open::<anyhow::Error>(args.model.as_deref(), args.server.as_deref(), &engine)?;
+    let server = ServerSettings {
+        kind: args.server_kind,
+        api_key_env: args.api_key_env.clone(),
+        ..ServerSettings::default()
+    };
+    let backend = backing::open::<anyhow::Error>(
+        args.model.as_deref(),
+        args.server.as_deref(),
+        &server,
+        &engine,
+    )?;
     let sampling = Sampling {
         temperature: args.temperature,
         top_p: args.top_p,

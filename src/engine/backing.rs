@@ -1,8 +1,9 @@
 //! The model answering a run's calls: the scheduler over the embedded
-//! engine (loaded once), or an OpenAI-compatible server; and the one-request
+//! engine (loaded once), or an inference server in its dialect
+//! ([`super::http`]); and the one-request
 //! path of `patchwright generate`.
 
-use super::http::HttpBackend;
+use super::http::{HttpBackend, ServerSettings};
 use super::scheduler::Meter;
 use super::{
     serve, Backend, Engine, EngineError, EngineSettings, Generation, Message, Request, Sampling,
@@ -18,17 +19,18 @@ pub struct Backing<'a> {
     pub meter: Option<Meter>,
 }
 
-/// Loads `model` with `settings` (or connects to its server) and runs
-/// `body` with it; the scheduler keeps `slots` (conversations, each with up
-/// to that many candidates).
+/// Loads `model` with `settings` (or connects to its server, speaking as
+/// `server` says) and runs `body` with it; the scheduler keeps `slots`
+/// (conversations, each with up to that many candidates).
 pub fn with_model<T, E: From<EngineError>>(
     model: &ModelRef,
     settings: &EngineSettings,
+    server: &ServerSettings,
     slots: Slots,
     body: impl FnOnce(&Backing<'_>) -> Result<T, E>,
 ) -> Result<T, E> {
     let Some(path) = &model.path else {
-        let http = HttpBackend::new(&model.location, &model.spec)?;
+        let http = HttpBackend::new(&model.location, &model.spec, server)?;
         return body(&Backing {
             backend: &http,
             meter: None,
@@ -45,16 +47,21 @@ pub fn with_model<T, E: From<EngineError>>(
 }
 
 /// A model for one conversation (`patchwright generate`): with `server`,
-/// the model named `model` there ("default" when none); else `model` (a
-/// manifest name or a GGUF path; none: the manifest's default) loaded here
-/// with `settings`.
+/// the model named `model` there ("default" when none), spoken to as
+/// `server_settings` say; else `model` (a manifest name or a GGUF path;
+/// none: the manifest's default) loaded here with `settings`.
 pub fn open<E: From<EngineError> + From<ModelError>>(
     model: Option<&str>,
     server: Option<&str>,
+    server_settings: &ServerSettings,
     settings: &EngineSettings,
 ) -> Result<Box<dyn Backend>, E> {
     if let Some(url) = server {
-        return Ok(Box::new(HttpBackend::new(url, model.unwrap_or("default"))?));
+        return Ok(Box::new(HttpBackend::new(
+            url,
+            model.unwrap_or("default"),
+            server_settings,
+        )?));
     }
     let spec = match model {
         Some(m) => m.to_string(),

@@ -7,7 +7,7 @@ use crate::common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use patchwright::engine::http::HttpBackend;
+use patchwright::engine::http::{GrammarField, HttpBackend, ServerKind, ServerSettings};
 use patchwright::engine::{grammar, Backend, EngineError, Message, Request, Sampling, Stop};
 
 /// How long the server may take to load the model and start listening.
@@ -73,7 +73,11 @@ fn ask(text: &str) -> Vec<Message> {
 #[test]
 fn round_trips_candidates_grammar_and_limits() {
     let server = server();
-    let backend = HttpBackend::new(&server.url, "smollm2").unwrap();
+    // `auto` recognises llama-cpp-python (`owned_by: "me"`), which drops `n`.
+    let backend = HttpBackend::new(&server.url, "smollm2", &ServerSettings::default()).unwrap();
+    assert_eq!(backend.dialect().kind, ServerKind::LlamaCpp);
+    assert_eq!(backend.dialect().grammar, GrammarField::Grammar);
+    assert!(!backend.dialect().n);
     let mut conversation = backend.conversation(4, 16).unwrap();
 
     // Greedy: the same answer twice.
@@ -98,7 +102,10 @@ fn round_trips_candidates_grammar_and_limits() {
     );
     assert!(a.stats.prompt_tokens > 5);
 
-    // Four candidates under a grammar: every one follows it.
+    // Four candidates under a grammar: every one follows it; asked with
+    // `n` = 4 (the kind given, so the server is asked for four in one
+    // request, answers with one, and the other three are asked one by one)
+    // and one per request (`auto`).
     let yn = grammar::choice(&["yes", "no"]).unwrap();
     let sampled = Sampling {
         temperature: 1.2,
@@ -107,22 +114,49 @@ fn round_trips_candidates_grammar_and_limits() {
         max_tokens: 8,
     };
     let msgs = ask("Is the sky blue?");
-    let g = conversation
-        .generate(&Request {
-            n: 4,
-            grammar: Some(&yn),
-            ..Request::new(&msgs, sampled)
-        })
-        .unwrap();
-    assert_eq!(g.candidates.len(), 4);
-    assert!(
-        g.candidates
-            .iter()
-            .all(|c| c.text == "yes" || c.text == "no"),
-        "{:?}",
-        g.candidates
-    );
-    assert_eq!(g.stats.generated_tokens, vec![1, 1, 1, 1]);
+    let with_n = HttpBackend::new(
+        &server.url,
+        "smollm2",
+        &ServerSettings {
+            kind: ServerKind::LlamaCpp,
+            ..ServerSettings::default()
+        },
+    )
+    .unwrap();
+    assert!(with_n.dialect().n);
+    for backend in [&backend, &with_n] {
+        let g = backend
+            .conversation(4, 8)
+            .unwrap()
+            .generate(&Request {
+                n: 4,
+                grammar: Some(&yn),
+                ..Request::new(&msgs, sampled.clone())
+            })
+            .unwrap();
+        assert_eq!(g.candidates.len(), 4);
+        assert!(
+            g.candidates
+                .iter()
+                .all(|c| c.text == "yes" || c.text == "no"),
+            "{:?}",
+            g.candidates
+        );
+        assert_eq!(g.stats.generated_tokens, vec![1, 1, 1, 1]);
+    }
+
+    // A prompt larger than the server's context (2048 tokens) is the
+    // engine's TooLong, which the agents answer by squeezing history.
+    let long = ask(&"word ".repeat(3000));
+    match conversation.generate(&Request::new(&long, greedy.clone())) {
+        Err(EngineError::TooLong {
+            context, reserved, ..
+        }) => {
+            assert_eq!(context, 2048);
+            assert_eq!(reserved, 16);
+        }
+        other => panic!("expected TooLong, got {:?}", other.map(|g| g.stats)),
+    }
 
     // The token cap is reported as such.
     let msgs = ask("Count from one to one hundred in words.");
@@ -146,7 +180,29 @@ fn an_unreachable_server_is_a_clear_error() {
         .local_addr()
         .unwrap()
         .port();
-    let backend = HttpBackend::new(&format!("http://127.0.0.1:{port}/v1"), "m").unwrap();
+    let no_retries = ServerSettings {
+        retries: 0,
+        ..ServerSettings::default()
+    };
+    // `auto` asks the server what it is, so it fails at once.
+    match HttpBackend::new(&format!("http://127.0.0.1:{port}"), "m", &no_retries) {
+        Err(EngineError::Http { url, message }) => {
+            assert_eq!(url, format!("http://127.0.0.1:{port}/v1/models"));
+            assert!(message.contains("is the server running?"), "{message}");
+        }
+        Err(other) => panic!("expected an HTTP error, got {other}"),
+        Ok(_) => panic!("expected an HTTP error, got a backend"),
+    }
+    // A kind given: the first request fails.
+    let backend = HttpBackend::new(
+        &format!("http://127.0.0.1:{port}/v1"),
+        "m",
+        &ServerSettings {
+            kind: ServerKind::Openai,
+            ..no_retries.clone()
+        },
+    )
+    .unwrap();
     let msgs = ask("hi");
     let err = backend
         .conversation(1, 8)
@@ -160,7 +216,7 @@ fn an_unreachable_server_is_a_clear_error() {
         other => panic!("expected an HTTP error, got {:?}", other.map(|g| g.stats)),
     }
     assert!(
-        HttpBackend::new("https://example.invalid", "m").is_err(),
-        "only http://"
+        HttpBackend::new("ftp://example.invalid", "m", &no_retries).is_err(),
+        "only http:// and https://"
     );
 }
