@@ -6,8 +6,8 @@
 //!
 //! - `DIR/owner__name.git`     a bare mirror (`git clone --mirror`);
 //! - `DIR/owner__name`         a plain clone (with a `.git` directory);
-//! - `DIR/owner__name.bundle`  a git bundle (unpacked once per process into
-//!                             a temporary bare repository).
+//! - `DIR/owner__name.bundle`  a git bundle, unpacked once per process into
+//!   a temporary bare repository.
 //!
 //! A workspace is not a `git worktree` of the mirror: a worktree shares the
 //! mirror's object store, so an agent could read the fix from later history.

@@ -273,7 +273,8 @@ mod tests {
     #[test]
     fn a_task_is_completed_when_graded_whatever_the_verdict() {
         let applied = |r: &mut InstanceReport| r.patch_successfully_applied = true;
-        let cases: [(&str, fn(&mut InstanceReport), bool); 4] = [
+        type Case = (&'static str, fn(&mut InstanceReport), bool);
+        let cases: [Case; 4] = [
             ("the patch did not apply", |_| {}, true),
             ("applied, tests not run yet", applied, false),
             (
