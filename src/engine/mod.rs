@@ -8,6 +8,7 @@
 //! rendered with the chat template stored in the model's metadata.
 
 pub mod backing;
+pub mod chat;
 pub mod grammar;
 pub mod http;
 pub mod scheduler;
