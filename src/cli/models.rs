@@ -65,6 +65,7 @@ pub fn generate(args: GenerateArgs) -> Result<i32> {
     let engine = EngineSettings {
         context: args.context,
         threads: args.threads,
+        ..EngineSettings::default()
     };
     let backend =
         backing::open::<anyhow::Error>(args.model.as_deref(), args.server.as_deref(), &engine)?;

@@ -64,8 +64,7 @@ impl TemplateSetting {
             .extension()
             .and_then(|e| e.to_str())
             .is_some_and(|e| matches!(e, "jinja" | "j2" | "json" | "txt"));
-        if path.is_file() || value.contains('/') || value.contains('\\') || has_template_extension
-        {
+        if path.is_file() || value.contains('/') || value.contains('\\') || has_template_extension {
             TemplateSetting::File(path.to_path_buf())
         } else {
             TemplateSetting::Name(value.to_string())
@@ -99,7 +98,9 @@ pub fn read_template_file(path: &Path) -> Result<String, ChatError> {
             .and_then(|t| t.as_str())
             .map(str::to_string)
             .ok_or_else(|| config_err("its `chat_template` list has no template named `default`")),
-        Some(_) => Err(config_err("its `chat_template` is neither a string nor a list")),
+        Some(_) => Err(config_err(
+            "its `chat_template` is neither a string nor a list",
+        )),
         None => Err(config_err("it has no `chat_template` field")),
     }
 }
@@ -169,8 +170,7 @@ impl JinjaTemplate {
         let seconds = now
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        let strftime_now =
-            Value::from_function(move |format: &str| strftime(format, seconds));
+        let strftime_now = Value::from_function(move |format: &str| strftime(format, seconds));
         template
             .render(context! {
                 messages => messages,
@@ -248,7 +248,12 @@ struct JsonStyle {
     sort_keys: bool,
 }
 
-fn write_json(out: &mut String, value: &Value, style: &JsonStyle, depth: usize) -> Result<(), Error> {
+fn write_json(
+    out: &mut String,
+    value: &Value,
+    style: &JsonStyle,
+    depth: usize,
+) -> Result<(), Error> {
     match value.kind() {
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
@@ -585,7 +590,11 @@ mod tests {
         ];
         let messages = [Message::user("  hello  world\n"), Message::assistant("ok")];
         for (template, expected) in cases {
-            assert_eq!(render(template, &messages, "<s>", "</s>")?, expected, "{template}");
+            assert_eq!(
+                render(template, &messages, "<s>", "</s>")?,
+                expected,
+                "{template}"
+            );
         }
         Ok(())
     }
@@ -636,13 +645,20 @@ mod tests {
         let template = JinjaTemplate::new("{{ strftime_now(messages[0].content) }}", "", "")?;
         for (seconds, format, expected) in cases {
             let at = UNIX_EPOCH + Duration::from_secs(seconds);
-            assert_eq!(template.render_at(&[Message::user(format)], at)?, expected, "{format}");
+            assert_eq!(
+                template.render_at(&[Message::user(format)], at)?,
+                expected,
+                "{format}"
+            );
         }
         let err = template
             .render_at(&[Message::user("%Q")], pinned())
             .err()
             .ok_or("an unknown directive must fail")?;
-        assert!(err.to_string().contains("unsupported directive %Q"), "{err}");
+        assert!(
+            err.to_string().contains("unsupported directive %Q"),
+            "{err}"
+        );
         Ok(())
     }
 
@@ -658,8 +674,14 @@ mod tests {
             ("chatml", TemplateSetting::Name("chatml".into())),
             ("llama3", TemplateSetting::Name("llama3".into())),
             ("deepseek2", TemplateSetting::Name("deepseek2".into())),
-            ("templates/qwen.jinja", TemplateSetting::File("templates/qwen.jinja".into())),
-            ("tokenizer_config.json", TemplateSetting::File("tokenizer_config.json".into())),
+            (
+                "templates/qwen.jinja",
+                TemplateSetting::File("templates/qwen.jinja".into()),
+            ),
+            (
+                "tokenizer_config.json",
+                TemplateSetting::File("tokenizer_config.json".into()),
+            ),
             (bare_text.as_str(), TemplateSetting::File(bare.clone())),
         ];
         for (value, expected) in cases {
