@@ -322,7 +322,7 @@ enum ChatFormat {
     /// llama.cpp's built-in rendering of a template it recognises.
     Llama(LlamaChatTemplate),
     /// A Jinja template rendered with minijinja ([`chat`]).
-    Jinja(chat::JinjaTemplate),
+    Jinja(Box<chat::JinjaTemplate>),
 }
 
 /// A loaded model, shared by every task of a run.
@@ -621,7 +621,7 @@ fn chat_format(model: &LlamaModel, path: &Path, setting: &str) -> Result<ChatFor
             &token_text(model, vocab.bos()),
             &token_text(model, vocab.eos()),
         )
-        .map(ChatFormat::Jinja)
+        .map(|t| ChatFormat::Jinja(Box::new(t)))
         .map_err(chat_err)
     };
     let known = |template: &LlamaChatTemplate| {

@@ -11,11 +11,14 @@ use patchwright::engine::{Engine, EngineError, EngineSettings, Message, Sampling
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 fn load(chat_template: &str) -> Result<Engine, EngineError> {
-    let settings = EngineSettings {
+    let small = EngineSettings {
         context: 2048,
         threads: 2,
-        chat_template: chat_template.to_string(),
         ..EngineSettings::default()
+    };
+    let settings = EngineSettings {
+        chat_template: chat_template.to_string(),
+        ..small
     };
     Engine::load(&common::test_model(), &settings)
 }
