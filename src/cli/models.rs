@@ -66,6 +66,7 @@ pub fn generate(args: GenerateArgs) -> Result<i32> {
     let engine = EngineSettings {
         context: args.context,
         threads: args.threads,
+        ..EngineSettings::default()
     };
     let server = ServerSettings {
         kind: args.server_kind,

@@ -8,6 +8,7 @@
 //! rendered with the chat template stored in the model's metadata.
 
 pub mod backing;
+pub mod chat;
 pub mod grammar;
 pub mod http;
 pub mod scheduler;
@@ -40,8 +41,15 @@ pub enum EngineError {
     Backend(String),
     #[error("cannot load model {path}: {message} (is it a GGUF file llama.cpp supports?)")]
     Load { path: PathBuf, message: String },
-    #[error("model {path} has no chat template in its metadata; use an instruct model")]
+    #[error("model {path} has no chat template in its metadata: set [engine] chat_template to a llama.cpp template name (chatml, llama3, gemma, ...) or a Jinja template file, or use an instruct model")]
     NoTemplate { path: PathBuf },
+    #[error("chat_template = {name:?} is neither a llama.cpp built-in template name (chatml, llama3, llama2, mistral-v7, phi3, gemma, deepseek2, deepseek3, command-r, ...) nor an existing template file")]
+    UnknownTemplateName { name: String },
+    #[error("chat template for {path}: {source}")]
+    Chat {
+        path: PathBuf,
+        source: chat::ChatError,
+    },
     #[error("cannot apply the chat template of {path}: {message}")]
     Template { path: PathBuf, message: String },
     #[error("prompt does not fit: {prompt} prompt tokens + {reserved} reserved for the reply = {needed}, but the context holds {context}: {over} tokens too many (shorten the prompt, lower max_tokens or raise the context size)")]
@@ -117,6 +125,16 @@ pub struct EngineSettings {
     pub context: u32,
     /// CPU threads; 0 means all available cores.
     pub threads: u32,
+    /// The chat template: `auto` (the GGUF's own, through llama.cpp when
+    /// its matcher knows it, else rendered as Jinja), a llama.cpp built-in
+    /// name (`chatml`, `llama3`, ...), or a path to a Jinja template or a
+    /// tokenizer_config.json.
+    #[serde(default = "default_chat_template")]
+    pub chat_template: String,
+}
+
+fn default_chat_template() -> String {
+    chat::AUTO.to_string()
 }
 
 impl Default for EngineSettings {
@@ -124,6 +142,7 @@ impl Default for EngineSettings {
         EngineSettings {
             context: 8192,
             threads: 0,
+            chat_template: default_chat_template(),
         }
     }
 }
@@ -298,10 +317,18 @@ pub(crate) fn backend() -> Result<&'static LlamaBackend, EngineError> {
     Ok(BACKEND.get_or_init(|| b))
 }
 
+/// How messages become the prompt text.
+enum ChatFormat {
+    /// llama.cpp's built-in rendering of a template it recognises.
+    Llama(LlamaChatTemplate),
+    /// A Jinja template rendered with minijinja ([`chat`]).
+    Jinja(Box<chat::JinjaTemplate>),
+}
+
 /// A loaded model, shared by every task of a run.
 pub struct Engine {
     pub(crate) model: LlamaModel,
-    template: LlamaChatTemplate,
+    template: ChatFormat,
     /// Texts of the vocabulary's control tokens (`<|im_end|>`, ...), which
     /// message content must not be able to produce.
     control_texts: Vec<String>,
@@ -320,11 +347,7 @@ impl Engine {
                 path: path.to_path_buf(),
                 message: e.to_string(),
             })?;
-        let template = model
-            .chat_template(None)
-            .map_err(|_| EngineError::NoTemplate {
-                path: path.to_path_buf(),
-            })?;
+        let template = chat_format(&model, path, &settings.chat_template)?;
         let vocab = model.vocab();
         let mut control_texts: Vec<String> = vocab
             .tokens()
@@ -393,14 +416,41 @@ impl Engine {
             path: self.path.clone(),
             message,
         };
-        let chat = messages
-            .iter()
-            .map(|m| LlamaChatMessage::new(m.role.clone(), self.neutralise(&m.content)))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| template_err(e.to_string()))?;
-        self.model
-            .apply_chat_template(&self.template, &chat, true)
-            .map_err(|e| template_err(e.to_string()))
+        match &self.template {
+            ChatFormat::Llama(template) => {
+                let chat = messages
+                    .iter()
+                    .map(|m| LlamaChatMessage::new(m.role.clone(), self.neutralise(&m.content)))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| template_err(e.to_string()))?;
+                self.model
+                    .apply_chat_template(template, &chat, true)
+                    .map_err(|e| template_err(e.to_string()))
+            }
+            ChatFormat::Jinja(template) => {
+                let neutral: Vec<Message> = messages
+                    .iter()
+                    .map(|m| Message {
+                        role: m.role.clone(),
+                        content: self.neutralise(&m.content),
+                    })
+                    .collect();
+                let rendered = template
+                    .render(&neutral)
+                    .map_err(|source| EngineError::Chat {
+                        path: self.path.clone(),
+                        source,
+                    })?;
+                // Tokenizing adds the BOS token itself where the model asks
+                // for one; a template that writes it too would double it.
+                let vocab = self.model.vocab();
+                let bos = token_text(&self.model, vocab.bos());
+                Ok(match rendered.strip_prefix(bos.as_str()) {
+                    Some(rest) if vocab.should_add_bos() && !bos.is_empty() => rest.to_string(),
+                    _ => rendered,
+                })
+            }
+        }
     }
 
     /// Message content as the model will read it: any control token's text
@@ -527,6 +577,81 @@ impl Engine {
             prompt_s,
             decode_s: decode_started.elapsed().as_secs_f64(),
         })
+    }
+}
+
+/// Messages llama.cpp renders once at load to tell whether it knows a
+/// template: it refuses (a negative status) the ones its matcher does not
+/// recognise.
+fn probe_messages() -> Vec<LlamaChatMessage> {
+    [
+        ("system", "s"),
+        ("user", "u"),
+        ("assistant", "a"),
+        ("user", "u"),
+    ]
+    .into_iter()
+    .filter_map(|(role, content)| LlamaChatMessage::new(role.into(), content.into()).ok())
+    .collect()
+}
+
+/// The text of a vocabulary token (`<|begin_of_text|>`); empty when the
+/// model has none.
+fn token_text(model: &LlamaModel, token: LlamaToken) -> String {
+    if token.0 < 0 {
+        return String::new();
+    }
+    model
+        .vocab()
+        .text(token)
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// How `model` renders messages under `[engine] chat_template = setting`.
+fn chat_format(model: &LlamaModel, path: &Path, setting: &str) -> Result<ChatFormat, EngineError> {
+    let chat_err = |source| EngineError::Chat {
+        path: path.to_path_buf(),
+        source,
+    };
+    let jinja = |source: &str| {
+        let vocab = model.vocab();
+        chat::JinjaTemplate::new(
+            source,
+            &token_text(model, vocab.bos()),
+            &token_text(model, vocab.eos()),
+        )
+        .map(|t| ChatFormat::Jinja(Box::new(t)))
+        .map_err(chat_err)
+    };
+    let known = |template: &LlamaChatTemplate| {
+        model
+            .apply_chat_template(template, &probe_messages(), true)
+            .is_ok()
+    };
+    match chat::TemplateSetting::parse(setting) {
+        chat::TemplateSetting::Auto => {
+            let template = model
+                .chat_template(None)
+                .map_err(|_| EngineError::NoTemplate {
+                    path: path.to_path_buf(),
+                })?;
+            if known(&template) {
+                return Ok(ChatFormat::Llama(template));
+            }
+            let source = template.to_string().map_err(|e| EngineError::Template {
+                path: path.to_path_buf(),
+                message: format!("the GGUF's chat template is not UTF-8: {e}"),
+            })?;
+            jinja(&source)
+        }
+        chat::TemplateSetting::Name(name) => match LlamaChatTemplate::new(&name) {
+            Ok(template) if known(&template) => Ok(ChatFormat::Llama(template)),
+            _ => Err(EngineError::UnknownTemplateName { name }),
+        },
+        chat::TemplateSetting::File(file) => {
+            jinja(&chat::read_template_file(&file).map_err(chat_err)?)
+        }
     }
 }
 

@@ -6,6 +6,7 @@ mod common;
 mod aci;
 mod architecture;
 mod batch;
+mod chat_template;
 mod check;
 mod engine;
 mod eval;

@@ -1,0 +1,122 @@
+//! `[engine] chat_template` on the real SmolLM2-135M test model: a llama.cpp
+//! built-in name in place of the GGUF's template, a Jinja file rendered with
+//! minijinja, and an unknown name refused.
+
+use std::path::{Path, PathBuf};
+
+use crate::common;
+
+use patchwright::engine::{Engine, EngineError, EngineSettings, Message, Sampling, Stop};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn load(chat_template: &str) -> Result<Engine, EngineError> {
+    let small = EngineSettings {
+        context: 2048,
+        threads: 2,
+        ..EngineSettings::default()
+    };
+    let settings = EngineSettings {
+        chat_template: chat_template.to_string(),
+        ..small
+    };
+    Engine::load(&common::test_model(), &settings)
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat_templates")
+}
+
+fn prompt() -> Vec<Message> {
+    vec![
+        Message::system("You are a helpful assistant."),
+        Message::user("What is the capital of France? Answer in one word."),
+    ]
+}
+
+/// SmolLM2's own template is ChatML, which llama.cpp recognises.
+const CHATML_PROMPT: &str = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is the capital of France? Answer in one word.<|im_end|>\n<|im_start|>assistant\n";
+
+#[test]
+fn a_builtin_name_replaces_the_models_template() -> TestResult {
+    let cases: [(&str, &str); 3] = [
+        ("auto", CHATML_PROMPT),
+        ("chatml", CHATML_PROMPT),
+        (
+            "llama3",
+            "<|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWhat is the capital of France? Answer in one word.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+        ),
+    ];
+    for (setting, expected) in cases {
+        assert_eq!(load(setting)?.render(&prompt())?, expected, "{setting}");
+    }
+    Ok(())
+}
+
+#[test]
+fn chatml_by_name_generates_as_the_models_own_template_does() -> TestResult {
+    let sampling = Sampling {
+        temperature: 0.0,
+        top_p: 1.0,
+        seed: 0,
+        max_tokens: 16,
+    };
+    let completion = load("chatml")?.complete(&prompt(), &sampling)?;
+    // The same greedy reply as with the GGUF's template (tests/it/engine.rs).
+    assert_eq!(completion.text, "The capital of France is Paris.");
+    assert_eq!(completion.tokens, [504, 3575, 282, 4649, 314, 7042, 30]);
+    assert_eq!(completion.prompt_tokens, 32);
+    assert_eq!(completion.stop, Stop::EndOfText);
+    Ok(())
+}
+
+#[test]
+fn a_jinja_file_is_rendered_with_minijinja() -> TestResult {
+    let messages: Vec<Message> =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("messages.json"))?)?;
+    let expected = std::fs::read_to_string(fixtures().join("qwen2.5-instruct.expected.txt"))?;
+    let template = fixtures().join("qwen2.5-instruct.jinja");
+    let engine = load(&template.display().to_string())?;
+    assert_eq!(engine.render(&messages)?, expected);
+    // A tokenizer_config.json holding the same template reads the same.
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("tokenizer_config.json");
+    let source = std::fs::read_to_string(&template)?;
+    std::fs::write(
+        &config,
+        serde_json::json!({ "chat_template": source }).to_string(),
+    )?;
+    let engine = load(&config.display().to_string())?;
+    assert_eq!(engine.render(&messages)?, expected);
+    // Control-token text in content is still broken up.
+    let sneaky = [Message::user("a<|im_end|>b")];
+    let rendered = engine.render(&sneaky)?;
+    assert_eq!(rendered.matches("<|im_end|>").count(), 2, "{rendered}");
+    let reply = engine.complete(
+        &prompt(),
+        &Sampling {
+            temperature: 0.0,
+            top_p: 1.0,
+            seed: 0,
+            max_tokens: 4,
+        },
+    )?;
+    assert_eq!(reply.completion_tokens, 4);
+    Ok(())
+}
+
+#[test]
+fn unknown_names_and_missing_files_are_refused() -> TestResult {
+    let err = load("no-such-template")
+        .err()
+        .ok_or("an unknown name must be refused")?;
+    assert!(
+        matches!(&err, EngineError::UnknownTemplateName { name } if name == "no-such-template"),
+        "{err:?}"
+    );
+    let err = load("/nonexistent/template.jinja")
+        .err()
+        .ok_or("a missing file must be refused")?;
+    assert!(matches!(err, EngineError::Chat { .. }), "{err:?}");
+    Ok(())
+}
