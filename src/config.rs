@@ -73,11 +73,12 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// A `--set` whose key is not a setting, or whose value does not fit it.
-    #[error("--set {arg}: {}", one_line(&source.to_string()))]
+    /// A `--set` whose key is not a setting, or whose value does not fit it
+    /// (`error` is no `source`: the message already holds it whole).
+    #[error("--set {arg}: {}", one_line(&error.to_string()))]
     Set {
         arg: String,
-        source: Box<SettingsError>,
+        error: Box<SettingsError>,
     },
 }
 
@@ -290,9 +291,9 @@ impl Settings {
         let mut settings = base.clone();
         for set in sets {
             settings =
-                Self::with_table(&settings, set.table()).map_err(|source| ConfigError::Set {
+                Self::with_table(&settings, set.table()).map_err(|error| ConfigError::Set {
                     arg: set.to_string(),
-                    source: Box::new(source),
+                    error: Box::new(error),
                 })?;
         }
         Ok(settings)
