@@ -1,6 +1,8 @@
 //! Settings, resolved once, here: a run's [`Settings`] from defaults, then
 //! the configuration file (TOML; it overrides only what it names), then
-//! command-line flags ([`Overrides::resolve`]); the environments' and
+//! each `--set KEY=VALUE` in order ([`SetArg`]), then the dedicated
+//! command-line flags (`--model`, `--environment`, `--keep-workspaces`)
+//! ([`Overrides::resolve`]); the environments' and
 //! grading's [`EnvSettings`] from their flags ([`EnvOptions::resolve`]).
 //! The resolved settings are recorded in the run's `run.json`. This module
 //! sits below the pipelines: it holds their settings types, and imports
@@ -72,6 +74,97 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A `--set` whose key is not a setting, or whose value does not fit it
+    /// (`error` is no `source`: the message already holds it whole).
+    #[error("--set {arg}: {}", one_line(&error.to_string()))]
+    Set {
+        arg: String,
+        error: Box<SettingsError>,
+    },
+}
+
+/// `text` on one line: TOML's messages append `in KEY` on lines of their
+/// own.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Why a `--set` argument is not `KEY=VALUE`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetArgError {
+    #[error("`{0}` is not KEY=VALUE (for example fixer.edit_format=anchored)")]
+    Form(String),
+    #[error("`{0}` is not a dotted settings key (letters, digits, '_' and '-', parts joined by '.', as engine.context)")]
+    Key(String),
+}
+
+/// One `--set KEY=VALUE`: a dotted key of the configuration file and a
+/// value for it. The value is read as TOML (`8192`, `0.4`, `true`,
+/// `"text"`, `[1, 2]`); anything that is not TOML is a string, so
+/// `fixer.edit_format=anchored` needs no quotes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetArg {
+    /// The dotted key, as `reproducer.candidates`.
+    pub key: String,
+    /// The value, as TOML.
+    pub value: toml::Value,
+}
+
+impl std::str::FromStr for SetArg {
+    type Err = SetArgError;
+    fn from_str(text: &str) -> Result<SetArg, SetArgError> {
+        let (key, value) = text
+            .split_once('=')
+            .ok_or_else(|| SetArgError::Form(text.to_string()))?;
+        let key = key.trim();
+        let part_ok = |p: &str| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        };
+        if !key.split('.').all(part_ok) {
+            return Err(SetArgError::Key(key.to_string()));
+        }
+        Ok(SetArg {
+            key: key.to_string(),
+            value: toml_value(value.trim()),
+        })
+    }
+}
+
+impl std::fmt::Display for SetArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.value {
+            toml::Value::String(s) => write!(f, "{}={s}", self.key),
+            other => write!(f, "{}={other}", self.key),
+        }
+    }
+}
+
+impl SetArg {
+    /// The nested table the dotted key stands for: `a.b=1` is `[a] b = 1`.
+    pub fn table(&self) -> toml::Table {
+        let mut parts = self.key.rsplit('.');
+        let last = parts.next().unwrap_or_default();
+        let mut table = toml::Table::new();
+        table.insert(last.to_string(), self.value.clone());
+        for part in parts {
+            let mut outer = toml::Table::new();
+            outer.insert(part.to_string(), toml::Value::Table(table));
+            table = outer;
+        }
+        table
+    }
+}
+
+/// `text` as one TOML value, or as a string when it is not one (or is more
+/// than one: `1\nx = 2` is the string it looks like).
+fn toml_value(text: &str) -> toml::Value {
+    toml::from_str::<toml::Table>(&format!("v = {text}"))
+        .ok()
+        .filter(|t| t.len() == 1)
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(text.to_string()))
 }
 
 /// Everything a run can be told.
@@ -198,6 +291,21 @@ impl Settings {
         Self::with_table(base, overrides)
     }
 
+    /// `base` with each `--set` applied in order (a later one wins); the
+    /// first that names no setting, or whose value does not fit, is the
+    /// error, naming the argument.
+    pub fn with_sets(base: &Settings, sets: &[SetArg]) -> Result<Settings, ConfigError> {
+        let mut settings = base.clone();
+        for set in sets {
+            settings =
+                Self::with_table(&settings, set.table()).map_err(|error| ConfigError::Set {
+                    arg: set.to_string(),
+                    error: Box::new(error),
+                })?;
+        }
+        Ok(settings)
+    }
+
     /// `base` overridden by the keys of `overrides`.
     pub fn with_table(base: &Settings, overrides: toml::Table) -> Result<Settings, SettingsError> {
         let mut merged = toml::Table::try_from(base)?;
@@ -212,7 +320,7 @@ impl Settings {
 }
 
 /// What the command line says about a run's settings (`--model`,
-/// `--config`, `--keep-workspaces`, `--environment`).
+/// `--config`, `--set`, `--keep-workspaces`, `--environment`).
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
     /// A model name or GGUF path; overrides the file's `model`.
@@ -225,17 +333,32 @@ pub struct Overrides {
     pub environment: Option<PathBuf>,
     /// `--server-kind`; overrides the file's `server.kind`.
     pub server_kind: Option<ServerKind>,
+    /// `--set KEY=VALUE`, in the order given: after the file, before the
+    /// flags above.
+    pub set: Vec<SetArg>,
 }
 
 impl Overrides {
     /// The run's settings: defaults (the manifest's default model), then the
-    /// configuration file, then these flags. The environment, if any, must
-    /// be a usable virtualenv.
+    /// configuration file, then each `--set` in order, then `--model`,
+    /// `--keep-workspaces` and `--environment`. The environment, if any,
+    /// must be a usable virtualenv.
     pub fn resolve(&self) -> Result<Settings, ConfigError> {
         let mut settings = Settings::defaults(&models::default_model()?.name);
-        if let Some(path) = &self.config_file {
-            settings = Settings::with_file(&settings, path)?;
+        self.layer(&mut settings)?;
+        if let Some(env) = &settings.environment {
+            Environment::open(env)?;
         }
+        Ok(settings)
+    }
+
+    /// `settings` with the file, the `--set`s and the flags applied over it,
+    /// in that order.
+    fn layer(&self, settings: &mut Settings) -> Result<(), ConfigError> {
+        if let Some(path) = &self.config_file {
+            *settings = Settings::with_file(settings, path)?;
+        }
+        *settings = Settings::with_sets(settings, &self.set)?;
         if let Some(model) = &self.model {
             settings.model = model.clone();
         }
@@ -246,10 +369,7 @@ impl Overrides {
         if let Some(kind) = self.server_kind {
             settings.server.kind = kind;
         }
-        if let Some(env) = &settings.environment {
-            Environment::open(env)?;
-        }
-        Ok(settings)
+        Ok(())
     }
 }
 
@@ -588,5 +708,195 @@ mod tests {
             let err = Settings::with_toml(&base, text).unwrap_err().to_string();
             assert!(err.contains(key), "{err} should name {key}");
         }
+    }
+
+    #[test]
+    fn set_args_parse_keys_and_toml_values() {
+        use toml::Value;
+        let cases: &[(&str, &str, Value)] = &[
+            (
+                "engine.context=8192",
+                "engine.context",
+                Value::Integer(8192),
+            ),
+            (
+                "fixer.temperature=0.4",
+                "fixer.temperature",
+                Value::Float(0.4),
+            ),
+            (
+                "pipeline.rank=false",
+                "pipeline.rank",
+                Value::Boolean(false),
+            ),
+            (
+                "fixer.edit_format=anchored",
+                "fixer.edit_format",
+                Value::String("anchored".into()),
+            ),
+            (
+                "fixer.edit_format=\"lines\"",
+                "fixer.edit_format",
+                Value::String("lines".into()),
+            ),
+            (
+                " model = a/b.gguf ",
+                "model",
+                Value::String("a/b.gguf".into()),
+            ),
+            ("model=x=y", "model", Value::String("x=y".into())),
+            ("model=", "model", Value::String(String::new())),
+            (
+                "react.max_steps=1\nmodel = 2",
+                "react.max_steps",
+                Value::String("1\nmodel = 2".into()),
+            ),
+        ];
+        for (text, key, value) in cases {
+            let set: SetArg = text.parse().unwrap();
+            assert_eq!((set.key.as_str(), &set.value), (*key, value), "{text:?}");
+        }
+        let bad: &[(&str, SetArgError)] = &[
+            ("engine.context", SetArgError::Form("engine.context".into())),
+            ("=3", SetArgError::Key(String::new())),
+            (
+                "engine..context=3",
+                SetArgError::Key("engine..context".into()),
+            ),
+            (
+                "engine.context.=3",
+                SetArgError::Key("engine.context.".into()),
+            ),
+            (
+                "engine context=3",
+                SetArgError::Key("engine context".into()),
+            ),
+            (
+                "\"engine\".context=3",
+                SetArgError::Key("\"engine\".context".into()),
+            ),
+        ];
+        for (text, err) in bad {
+            assert_eq!(text.parse::<SetArg>().as_ref(), Err(err), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn set_args_layer_after_the_file_and_before_the_flags() -> Result<(), Box<dyn std::error::Error>>
+    {
+        use crate::agents::fixer::EditFormat;
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "model = \"from-file\"\n[engine]\ncontext = 4096\n[fixer]\ncandidates = 2\n",
+        )?;
+        let sets =
+            |texts: &[&str]| -> Vec<SetArg> { texts.iter().map(|t| t.parse().unwrap()).collect() };
+        let resolve = |overrides: Overrides| -> Result<Settings, ConfigError> {
+            let mut settings = Settings::defaults("m");
+            overrides.layer(&mut settings)?;
+            Ok(settings)
+        };
+        let s = resolve(Overrides {
+            config_file: Some(file.clone()),
+            set: sets(&[
+                "fixer.edit_format=anchored",
+                "engine.context=8192",
+                "reproducer.candidates=6",
+                "reproducer.candidates=5",
+            ]),
+            ..Overrides::default()
+        })?;
+        assert_eq!(
+            (
+                s.fixer.edit_format,
+                s.engine.context,
+                s.reproducer.candidates,
+                s.fixer.candidates,
+                s.model.as_str()
+            ),
+            (EditFormat::Anchored, 8192, 5, 2, "from-file")
+        );
+        // What --set does not name stays as the file and defaults say.
+        let base = Settings::defaults("m");
+        assert_eq!(s.engine.threads, base.engine.threads);
+        assert_eq!(s.reproducer.temperature, base.reproducer.temperature);
+        // --model and --environment win over --set.
+        let s = resolve(Overrides {
+            config_file: Some(file),
+            model: Some("from-flag".into()),
+            environment: Some(PathBuf::from("/flag-venv")),
+            set: sets(&[
+                "model=from-set",
+                "environment=/set-venv",
+                "keep_workspaces=true",
+            ]),
+            ..Overrides::default()
+        })?;
+        assert_eq!(s.model, "from-flag");
+        assert_eq!(s.environment.as_deref(), Some(Path::new("/flag-venv")));
+        assert!(s.keep_workspaces);
+        let s = resolve(Overrides {
+            set: sets(&["environment=/set-venv"]),
+            ..Overrides::default()
+        })?;
+        assert_eq!(s.environment.as_deref(), Some(Path::new("/set-venv")));
+        Ok(())
+    }
+
+    #[test]
+    fn a_set_arg_that_is_no_setting_is_refused_by_name() {
+        let base = Settings::defaults("m");
+        const TOP: &str = "`model`, `keep_workspaces`, `engine`, `sampling`, `retrieval`, `aci`, `react`, `pipeline`, `agents`, `localizer`, `fixer`, `ranker`, `reproducer`, `environment`";
+        let cases: &[(&str, String)] = &[
+            (
+                "fixer.edit_formt=anchored",
+                "`fixer.edit_formt`: unknown field `edit_formt`, expected one of `candidates`, `temperature`, `max_tokens`, `edit_format` in `fixer`".into(),
+            ),
+            (
+                "colour=1",
+                format!("`colour`: unknown field `colour`, expected one of {TOP}"),
+            ),
+            (
+                "sweep.grid=1",
+                format!("`sweep`: unknown field `sweep`, expected one of {TOP}"),
+            ),
+            (
+                "engine.context=big",
+                "`engine.context`: invalid type: string \"big\", expected u32 in `engine.context`".into(),
+            ),
+            (
+                "fixer.edit_format=fancy",
+                "`fixer.edit_format`: unknown variant `fancy`, expected one of `search_replace`, `anchored`, `lines`, `definition` in `fixer.edit_format`".into(),
+            ),
+            (
+                "model.name=x",
+                "`model`: invalid type: map, expected a string in `model`".into(),
+            ),
+            (
+                "engine=3",
+                "`engine`: invalid type: integer `3`, expected struct EngineSettings in `engine`".into(),
+            ),
+        ];
+        for (text, expected) in cases {
+            let set: SetArg = text.parse().unwrap();
+            let err = Settings::with_sets(&base, &[set])
+                .expect_err(text)
+                .to_string();
+            assert_eq!(err, format!("--set {text}: {expected}"));
+        }
+        // The first bad one of several is named.
+        let sets: Vec<SetArg> = ["engine.context=8192", "aci.windw=9", "aci.window=9"]
+            .iter()
+            .map(|t| t.parse().unwrap())
+            .collect();
+        let err = Settings::with_sets(&base, &sets)
+            .expect_err("bad key")
+            .to_string();
+        assert_eq!(
+            err,
+            "--set aci.windw=9: `aci.windw`: unknown field `windw`, expected `window` or `run_timeout_s` in `aci`"
+        );
     }
 }

@@ -1,9 +1,18 @@
-//! SWE-bench tasks: loading `.json` / `.jsonl` task files and selecting a
-//! subset of them (`--filter`, `--slice`, `--shard`).
+//! SWE-bench tasks: loading `.json` / `.jsonl` / `.parquet` task files and
+//! selecting a subset of them (`--filter`, `--slice`, `--shard`).
 //!
 //! A task file is validated completely before any work starts: the first bad
-//! record is reported with the file, the line (jsonl) or index (json list),
-//! and the field.
+//! record is reported with the file, the line (jsonl), index (json list) or
+//! row (parquet), and the field.
+//!
+//! A `.parquet` file is what SWE-bench publishes on Hugging Face
+//! (`princeton-nlp/SWE-bench_Lite`'s `data/test-00000-of-00001.parquet`,
+//! Verified's, the full set's): one column per field, as in the JSON files,
+//! every one a string (`FAIL_TO_PASS` and `PASS_TO_PASS` JSON-encoded lists,
+//! as in the JSON files). Each row becomes the JSON object it would be in a
+//! `.json` file and goes through the same parsing and validation, so both
+//! forms of one dataset load to the same tasks. Only the snappy codec (what
+//! Hugging Face's `datasets` writes) and uncompressed files are read.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -114,8 +123,16 @@ pub enum DatasetError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("task file {path}: unsupported extension; expected .json (a list of tasks) or .jsonl (one task a line)")]
+    #[error("task file {path}: unsupported extension; expected .json (a list of tasks), .jsonl (one task a line) or .parquet (one task a row)")]
     Extension { path: PathBuf },
+    /// The file is not parquet this reader can read (a bad footer, an
+    /// unsupported codec); `column` names the column being read, if any.
+    #[error("task file {path}: {}cannot read it as parquet: {message}; convert it to .jsonl (for example with pandas: `pd.read_parquet(f).to_json(out, orient=\"records\", lines=True)`)", column.as_deref().map_or(String::new(), |c| format!("column `{c}`: ")))]
+    Parquet {
+        path: PathBuf,
+        column: Option<String>,
+        message: String,
+    },
     #[error("task file {path}: {location}: {message}")]
     Syntax {
         path: PathBuf,
@@ -145,6 +162,8 @@ pub enum Location {
     Line(usize),
     /// 0-based index into a `.json` list.
     Index(usize),
+    /// 0-based row of a `.parquet` file.
+    Row(usize),
 }
 
 impl fmt::Display for Location {
@@ -152,12 +171,17 @@ impl fmt::Display for Location {
         match self {
             Location::Line(n) => write!(f, "line {n}"),
             Location::Index(n) => write!(f, "index {n}"),
+            Location::Row(n) => write!(f, "row {n}"),
         }
     }
 }
 
-/// Reads and validates a whole task file.
+/// Reads and validates a whole task file: `.jsonl`, `.json` (a list) or
+/// `.parquet`, by its extension.
 pub fn load(path: &Path) -> Result<Vec<Task>, DatasetError> {
+    if path.extension().and_then(|e| e.to_str()) == Some("parquet") {
+        return load_parquet(path);
+    }
     let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Read {
         path: path.to_path_buf(),
         source,
@@ -206,6 +230,177 @@ fn load_list(path: &Path, text: &str) -> Result<Vec<Task>, DatasetError> {
         ));
     }
     finish(path, tasks)
+}
+
+/// The columns of a parquet task file that are read: the fields of
+/// [`Task`]. Other columns (a dataframe's index, newer SWE-bench fields) are
+/// skipped unread, as unknown keys of a JSON task are ignored.
+pub const PARQUET_COLUMNS: &[&str] = &[
+    "instance_id",
+    "repo",
+    "base_commit",
+    "problem_statement",
+    "hints_text",
+    "version",
+    "patch",
+    "test_patch",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+    "environment_setup_commit",
+    "created_at",
+];
+
+/// The parquet codecs read: snappy, which Hugging Face's `datasets` (and
+/// pyarrow's and pandas' defaults) write, and none. Others (zstd, gzip,
+/// brotli, lz4) would each add a C or Rust codec to the build for files
+/// SWE-bench does not publish.
+pub const PARQUET_CODECS: &[parquet::basic::Compression] = &[
+    parquet::basic::Compression::SNAPPY,
+    parquet::basic::Compression::UNCOMPRESSED,
+];
+
+fn load_parquet(path: &Path) -> Result<Vec<Task>, DatasetError> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::schema::types::Type;
+
+    let bad = |column: Option<&str>, message: String| DatasetError::Parquet {
+        path: path.to_path_buf(),
+        column: column.map(str::to_string),
+        message,
+    };
+    let file = std::fs::File::open(path).map_err(|source| DatasetError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let reader = SerializedFileReader::new(file).map_err(|e| bad(None, e.to_string()))?;
+    let rows = usize::try_from(reader.metadata().file_metadata().num_rows())
+        .map_err(|_| bad(None, "a negative row count in the footer".into()))?;
+    let root = reader.metadata().file_metadata().schema().clone();
+    // A codec this build lacks fails mid-read with a terse message; say
+    // which column and codec up front instead.
+    for group in reader.metadata().row_groups() {
+        for chunk in group.columns() {
+            let codec = chunk.compression();
+            let column = chunk.column_path().string();
+            let wanted = chunk
+                .column_path()
+                .parts()
+                .first()
+                .is_some_and(|top| PARQUET_COLUMNS.contains(&top.as_str()));
+            if wanted && !PARQUET_CODECS.contains(&codec) {
+                let name = format!("{codec:?}");
+                let name = name.split('(').next().unwrap_or(&name).to_string();
+                return Err(bad(
+                    Some(&column),
+                    format!(
+                        "it is compressed with {name}, and this build reads only snappy-compressed and uncompressed parquet"
+                    ),
+                ));
+            }
+        }
+    }
+    let mut records: Vec<serde_json::Map<String, serde_json::Value>> =
+        vec![serde_json::Map::new(); rows];
+    // One column at a time, so that a column that does not decode is named.
+    for field in root.get_fields() {
+        let name = field.name();
+        if !PARQUET_COLUMNS.contains(&name) {
+            continue;
+        }
+        let projection = Type::group_type_builder(root.name())
+            .with_fields(vec![field.clone()])
+            .build()
+            .map_err(|e| bad(Some(name), e.to_string()))?;
+        let iter = reader
+            .get_row_iter(Some(projection))
+            .map_err(|e| bad(Some(name), e.to_string()))?;
+        let mut read = 0;
+        for (i, row) in iter.enumerate() {
+            let row = row.map_err(|e| bad(Some(name), format!("row {i}: {e}")))?;
+            let record = records
+                .get_mut(i)
+                .ok_or_else(|| bad(Some(name), format!("more rows than the footer's {rows}")))?;
+            for (column, value) in row.into_columns() {
+                let value = parquet_value(value).map_err(|message| DatasetError::Field {
+                    path: path.to_path_buf(),
+                    location: Location::Row(i),
+                    field: column.clone(),
+                    message,
+                })?;
+                // A null cell is an absent field: its default, or `missing`.
+                if !value.is_null() {
+                    record.insert(column, value);
+                }
+            }
+            read = i + 1;
+        }
+        if read != rows {
+            return Err(bad(
+                Some(name),
+                format!("{read} rows where the footer says {rows}"),
+            ));
+        }
+    }
+    let mut tasks = Vec::with_capacity(rows);
+    for (i, record) in records.into_iter().enumerate() {
+        let location = Location::Row(i);
+        tasks.push((
+            location,
+            parse_record(path, location, serde_json::Value::Object(record))?,
+        ));
+    }
+    finish(path, tasks)
+}
+
+/// One parquet cell as the JSON value it would be in a `.json` task file:
+/// strings (and UTF-8 byte arrays), numbers, booleans, lists of them.
+fn parquet_value(field: parquet::record::Field) -> Result<serde_json::Value, String> {
+    use parquet::record::{Field, ListAccessor};
+    use serde_json::Value;
+    Ok(match field {
+        Field::Null => Value::Null,
+        Field::Bool(b) => Value::Bool(b),
+        Field::Str(s) => Value::String(s),
+        Field::Bytes(b) => Value::String(
+            String::from_utf8(b.data().to_vec())
+                .map_err(|_| "a byte array that is not UTF-8 text".to_string())?,
+        ),
+        Field::Byte(n) => n.into(),
+        Field::Short(n) => n.into(),
+        Field::Int(n) => n.into(),
+        Field::Long(n) => n.into(),
+        Field::UByte(n) => n.into(),
+        Field::UShort(n) => n.into(),
+        Field::UInt(n) => n.into(),
+        Field::ULong(n) => n.into(),
+        Field::Float(x) => {
+            serde_json::Number::from_f64(f64::from(x)).map_or(Value::Null, Value::Number)
+        }
+        Field::Double(x) => serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number),
+        Field::ListInternal(list) => {
+            let mut items = Vec::with_capacity(list.len());
+            for i in 0..list.len() {
+                let item = list
+                    .get_string(i)
+                    .map_err(|e| format!("a list that is not of strings: {e}"))?;
+                items.push(Value::String(item.clone()));
+            }
+            Value::Array(items)
+        }
+        other => {
+            let kind = match other {
+                Field::Float16(_) => "a half float",
+                Field::Decimal(_) => "a decimal",
+                Field::Date(_) => "a date",
+                Field::TimeMillis(_) | Field::TimeMicros(_) => "a time of day",
+                Field::TimestampMillis(_) | Field::TimestampMicros(_) => "a timestamp",
+                Field::Group(_) => "a struct",
+                Field::MapInternal(_) => "a map",
+                _ => "an unsupported type",
+            };
+            return Err(format!("{kind} in parquet; expected a string"));
+        }
+    })
 }
 
 fn parse_record<'de, D>(path: &Path, location: Location, de: D) -> Result<Task, DatasetError>
@@ -589,6 +784,247 @@ mod tests {
                 "{err} names the file"
             );
         }
+    }
+
+    /// A parquet column for [`write_parquet`]: its cells, `None` a null.
+    enum Column {
+        Str(Vec<Option<String>>),
+        Long(Vec<Option<i64>>),
+        Date(Vec<Option<i32>>),
+    }
+
+    /// Writes `columns` as one snappy-compressed row group, as Hugging
+    /// Face's `datasets` writes SWE-bench (every column optional).
+    fn write_parquet(
+        path: &Path,
+        columns: &[(&str, Column)],
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        use parquet::basic::Compression;
+        use parquet::data_type::{ByteArray, ByteArrayType, Int32Type, Int64Type};
+        use parquet::file::properties::WriterProperties;
+        use parquet::file::writer::SerializedFileWriter;
+        use std::sync::Arc;
+
+        let fields: Vec<String> = columns
+            .iter()
+            .map(|(name, column)| match column {
+                Column::Str(_) => format!("optional binary {name} (STRING);"),
+                Column::Long(_) => format!("optional int64 {name};"),
+                Column::Date(_) => format!("optional int32 {name} (DATE);"),
+            })
+            .collect();
+        let schema = parquet::schema::parser::parse_message_type(&format!(
+            "message schema {{ {} }}",
+            fields.join(" ")
+        ))?;
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .build();
+        let file = std::fs::File::create(path)?;
+        let mut writer = SerializedFileWriter::new(file, Arc::new(schema), Arc::new(props))?;
+        let mut group = writer.next_row_group()?;
+        fn levels<T: Clone>(cells: &[Option<T>]) -> (Vec<T>, Vec<i16>) {
+            let values = cells.iter().flatten().cloned().collect();
+            let defs = cells.iter().map(|c| i16::from(c.is_some())).collect();
+            (values, defs)
+        }
+        for (_, column) in columns {
+            let mut out = group
+                .next_column()?
+                .ok_or("fewer columns than the schema")?;
+            match column {
+                Column::Str(cells) => {
+                    let cells: Vec<Option<ByteArray>> = cells
+                        .iter()
+                        .map(|c| c.as_deref().map(ByteArray::from))
+                        .collect();
+                    let (values, defs) = levels(&cells);
+                    out.typed::<ByteArrayType>()
+                        .write_batch(&values, Some(&defs), None)?;
+                }
+                Column::Long(cells) => {
+                    let (values, defs) = levels(cells);
+                    out.typed::<Int64Type>()
+                        .write_batch(&values, Some(&defs), None)?;
+                }
+                Column::Date(cells) => {
+                    let (values, defs) = levels(cells);
+                    out.typed::<Int32Type>()
+                        .write_batch(&values, Some(&defs), None)?;
+                }
+            }
+            out.close()?;
+        }
+        group.close()?;
+        writer.close()?;
+        Ok(())
+    }
+
+    /// SWE-bench's columns, in its order, for `records` (JSON task
+    /// objects): every value a string, lists JSON-encoded, as on Hugging
+    /// Face.
+    fn swe_bench_columns(records: &[serde_json::Value]) -> Vec<(&'static str, Column)> {
+        const ORDER: &[&str] = &[
+            "repo",
+            "instance_id",
+            "base_commit",
+            "patch",
+            "test_patch",
+            "problem_statement",
+            "hints_text",
+            "created_at",
+            "version",
+            "FAIL_TO_PASS",
+            "PASS_TO_PASS",
+            "environment_setup_commit",
+        ];
+        ORDER
+            .iter()
+            .map(|name| {
+                let cells = records
+                    .iter()
+                    .map(|r| match &r[*name] {
+                        serde_json::Value::Null => None,
+                        serde_json::Value::String(s) => Some(s.clone()),
+                        other => Some(other.to_string()),
+                    })
+                    .collect();
+                (*name, Column::Str(cells))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parquet_reads_the_tasks_the_json_holds() -> Result<(), Box<dyn std::error::Error>> {
+        let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/demo/tasks.jsonl");
+        let records: Vec<serde_json::Value> = std::fs::read_to_string(&demo)?
+            .lines()
+            .take(3)
+            .map(serde_json::from_str)
+            .collect::<Result<_, _>>()?;
+        let dir = tempfile::tempdir()?;
+        let json = dir.path().join("tasks.json");
+        std::fs::write(&json, serde_json::to_string(&records)?)?;
+        let parquet = dir.path().join("tasks.parquet");
+        let mut columns = swe_bench_columns(&records);
+        // A dataframe's index: not a task field, skipped unread.
+        columns.push((
+            "__index_level_0__",
+            Column::Long(vec![Some(0), Some(1), Some(2)]),
+        ));
+        write_parquet(&parquet, &columns)?;
+        let from_json = load(&json)?;
+        let from_parquet = load(&parquet)?;
+        assert_eq!(from_json.len(), 3);
+        assert_eq!(from_parquet, from_json);
+        assert_eq!(
+            ids(&from_parquet),
+            ["demo__cachekit-1", "demo__cachekit-2", "demo__confkit-1"]
+        );
+        assert!(!from_parquet[0].fail_to_pass.is_empty());
+        // Selection hashes and records the parquet file like any other.
+        let selected = Selection::default().select(&parquet)?;
+        assert_eq!(selected.in_file, 3);
+        assert_eq!(selected.sha256.len(), 64);
+        Ok(())
+    }
+
+    #[test]
+    fn parquet_errors_name_the_file_row_and_column() -> Result<(), Box<dyn std::error::Error>> {
+        let good: serde_json::Value = serde_json::from_str(GOOD)?;
+        let second = {
+            let mut r = good.clone();
+            r["instance_id"] = "a__b-2".into();
+            r
+        };
+        let str_col = |cells: &[Option<&str>]| {
+            Column::Str(cells.iter().map(|c| c.map(str::to_string)).collect())
+        };
+        let base = || swe_bench_columns(&[good.clone(), second.clone()]);
+        let with = |name: &'static str, column: Column| {
+            let mut columns = base();
+            columns.retain(|(n, _)| *n != name);
+            columns.push((name, column));
+            columns
+        };
+        let without = |name: &str| {
+            let mut columns = base();
+            columns.retain(|(n, _)| *n != name);
+            columns
+        };
+        let cases: Vec<(Vec<(&str, Column)>, &str)> = vec![
+            (without("repo"), "row 0: field `repo`: missing"),
+            (
+                with("repo", str_col(&[Some("a/b"), None])),
+                "row 1: field `repo`: missing",
+            ),
+            (
+                with("FAIL_TO_PASS", str_col(&[Some("[]"), Some("[oops")])),
+                "row 1: field `FAIL_TO_PASS`: expected a list of test names or a JSON-encoded list: expected value at line 1 column 2",
+            ),
+            (
+                with("instance_id", Column::Long(vec![Some(1), Some(2)])),
+                "row 0: field `instance_id`: invalid type: integer `1`, expected a string",
+            ),
+            (
+                with("created_at", Column::Date(vec![Some(1), Some(2)])),
+                "row 0: field `created_at`: a date in parquet; expected a string",
+            ),
+            (
+                with("instance_id", str_col(&[Some("a__b-1"), Some("a__b-1")])),
+                "row 1: duplicate instance_id `a__b-1` (first seen at row 0)",
+            ),
+            (
+                with("base_commit", str_col(&[Some("zz"), Some("zz")])),
+                "row 0: field `base_commit`: `zz` is not a hexadecimal commit id",
+            ),
+        ];
+        let dir = tempfile::tempdir()?;
+        for (i, (columns, expected)) in cases.into_iter().enumerate() {
+            let path = dir.path().join(format!("case{i}.parquet"));
+            write_parquet(&path, &columns)?;
+            let err = load(&path).expect_err(expected).to_string();
+            assert_eq!(
+                err,
+                format!("task file {}: {expected}", path.display()),
+                "case {i}"
+            );
+        }
+        let path = dir.path().join("text.parquet");
+        std::fs::write(&path, GOOD)?;
+        let err = load(&path).expect_err("not parquet").to_string();
+        assert!(
+            err.starts_with(&format!(
+                "task file {}: cannot read it as parquet: ",
+                path.display()
+            )),
+            "{err}"
+        );
+        Ok(())
+    }
+
+    /// Files pyarrow wrote (`tests/fixtures/parquet/make.py`), as Hugging
+    /// Face publishes SWE-bench.
+    #[test]
+    fn parquet_written_by_pyarrow_reads_as_its_json() -> Result<(), Box<dyn std::error::Error>> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let all = load(&root.join("datasets/demo/tasks.jsonl"))?;
+        let fixtures = root.join("tests/fixtures/parquet");
+        let snappy = load(&fixtures.join("demo-2.parquet"))?;
+        assert_eq!(snappy, all[8..10]);
+        assert_eq!(ids(&snappy), ["demo__textkit-1", "demo__textkit-2"]);
+        let zstd = fixtures.join("demo-2-zstd.parquet");
+        let err = load(&zstd).expect_err("zstd is not built in").to_string();
+        let expected = format!(
+            "task file {}: column `repo`: cannot read it as parquet: ",
+            zstd.display()
+        );
+        assert!(err.starts_with(&expected), "{err}");
+        assert!(
+            err.ends_with("it is compressed with ZSTD, and this build reads only snappy-compressed and uncompressed parquet; convert it to .jsonl (for example with pandas: `pd.read_parquet(f).to_json(out, orient=\"records\", lines=True)`)"),
+            "{err}"
+        );
+        Ok(())
     }
 
     fn tasks(n: usize) -> Vec<Task> {

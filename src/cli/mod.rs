@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use clap::{ArgAction, Args, Parser, Subcommand};
 use regex::Regex;
 
-use patchwright::config::{EnvOptions, EnvSettings, Overrides};
+use patchwright::config::{EnvOptions, EnvSettings, Overrides, SetArg};
 use patchwright::dataset::{self, Selection, Shard, Slice};
 use patchwright::engine::EngineSettings;
 use patchwright::eval;
@@ -193,7 +193,8 @@ pub struct EnvArgs {
 
 #[derive(Args)]
 pub struct TaskArgs {
-    /// Task file: a .json list or .jsonl, in SWE-bench's format.
+    /// Task file in SWE-bench's format: a .json list, .jsonl, or .parquet
+    /// (as published on Hugging Face).
     #[arg(long, value_name = "FILE")]
     pub dataset: PathBuf,
     /// Directory of repositories: DIR/owner__name.git (bare mirror),
@@ -223,8 +224,10 @@ pub struct EvalArgs {
     pub tasks: TaskArgs,
     #[command(flatten)]
     pub env: EnvArgs,
-    /// Predictions to grade: predictions.jsonl (or a .json list) with
-    /// instance_id and model_patch, as `batch` writes them.
+    /// Predictions to grade, each with instance_id and model_patch (null:
+    /// empty): JSON lines (predictions.jsonl, as `batch` writes it), a
+    /// JSON list, or a JSON object by instance id (SWE-agent's and
+    /// mini-swe-agent's preds.json), as SWE-bench's harness reads them.
     #[arg(long, value_name = "FILE")]
     pub predictions: Option<PathBuf>,
     /// Grade the dataset's own gold patches (validates the environments:
@@ -256,7 +259,8 @@ pub struct RunArgs {
     /// The task's instance_id.
     #[arg(long, value_name = "ID")]
     pub task: String,
-    /// Task file: a .json list or .jsonl, in SWE-bench's format.
+    /// Task file in SWE-bench's format: a .json list, .jsonl, or .parquet
+    /// (as published on Hugging Face).
     #[arg(long, value_name = "FILE")]
     pub dataset: PathBuf,
     /// Directory of repositories (as for `batch`).
@@ -271,6 +275,9 @@ pub struct RunArgs {
     /// Configuration file (TOML).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Set one configuration key, as in `batch`. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<SetArg>,
     /// Keep the task's workspace under RUN_DIR/workspaces/.
     #[arg(long)]
     pub keep_workspaces: bool,
@@ -389,7 +396,8 @@ pub struct ExecArgs {
 /// Which tasks of a task file.
 #[derive(Args)]
 pub struct SelectArgs {
-    /// Task file: a .json list or .jsonl, in SWE-bench's format.
+    /// Task file in SWE-bench's format: a .json list, .jsonl, or .parquet
+    /// (as published on Hugging Face).
     #[arg(long, value_name = "FILE")]
     pub dataset: PathBuf,
     /// Keep only tasks whose instance_id matches this regular expression.
@@ -416,6 +424,14 @@ pub struct SettingsArgs {
     /// Configuration file (TOML); it overrides only the settings it names.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Set one configuration key: dotted, as in the config file
+    /// (`fixer.edit_format=anchored`, `engine.context=8192`,
+    /// `reproducer.candidates=6`); the value is TOML, else a string.
+    /// Repeatable; applied after --config, in order (a later one wins), and
+    /// before --model, --environment and --keep-workspaces. An unknown key
+    /// is refused.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<SetArg>,
     /// Keep each task's workspace under RUN_DIR/workspaces/ after the task.
     #[arg(long)]
     pub keep_workspaces: bool,
@@ -611,6 +627,7 @@ impl SettingsArgs {
             keep_workspaces: self.keep_workspaces,
             environment: self.environment.clone(),
             server_kind: None,
+            set: self.set.clone(),
         }
     }
 }
@@ -666,6 +683,7 @@ impl RunArgs {
             settings: SettingsArgs {
                 model: self.model,
                 config: self.config,
+                set: self.set,
                 keep_workspaces: self.keep_workspaces,
                 environment: self.environment,
             },

@@ -211,39 +211,107 @@ pub fn write_predictions(path: &Path, predictions: &[Prediction]) -> Result<(), 
     super::write_atomic(path, out.as_bytes())
 }
 
-/// Reads predictions (`.jsonl`, or a `.json` list) into patches by
-/// instance id; a missing or null `model_patch` is empty. A line that is
-/// not a prediction is an error naming it.
+/// Reads predictions into patches by instance id, in any of the shapes
+/// SWE-bench's harness (`get_predictions_from_file`) accepts:
+///
+/// - JSON lines, one prediction a line (`predictions.jsonl`, as `batch`
+///   writes it);
+/// - a JSON list of predictions;
+/// - a JSON object of predictions by instance id, as SWE-agent and
+///   mini-swe-agent write `preds.json`
+///   (`{"ID": {"instance_id": "ID", "model_name_or_path": ..., "model_patch": ...}}`);
+///   as in the harness, each prediction's own `instance_id` counts, not
+///   its key.
+///
+/// The shape is told from the content, whatever the extension. Each
+/// prediction is an object with a string `instance_id`; a missing or null
+/// `model_patch` is empty (the harness grades it as an empty patch). When
+/// an id appears twice, the later prediction wins, as in the harness. A
+/// prediction that is not of this form is an error naming the file and
+/// the line, index or key.
 pub fn load_predictions(path: &Path) -> Result<BTreeMap<String, String>, RecordError> {
-    #[derive(Deserialize)]
-    struct Line {
-        instance_id: String,
-        #[serde(default)]
-        model_patch: Option<String>,
-    }
     let text = std::fs::read_to_string(path).map_err(RecordError::io("read predictions", path))?;
-    let lines: Vec<Line> = if text.trim_start().starts_with('[') {
-        serde_json::from_str(&text).map_err(|source| RecordError::Json {
-            path: path.to_path_buf(),
-            source,
-        })?
-    } else {
-        text.lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| {
-                serde_json::from_str(l).map_err(|source| RecordError::Line {
-                    path: path.to_path_buf(),
-                    line: i + 1,
-                    source,
-                })
-            })
-            .collect::<Result<_, _>>()?
+    let invalid = |problem: String| RecordError::Invalid {
+        path: path.to_path_buf(),
+        problem,
     };
-    Ok(lines
-        .into_iter()
-        .map(|l| (l.instance_id, l.model_patch.unwrap_or_default()))
-        .collect())
+    let entries: Vec<(String, serde_json::Value)> = if text.trim_start().starts_with('[') {
+        let list: Vec<serde_json::Value> =
+            serde_json::from_str(&text).map_err(|source| RecordError::Json {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        list.into_iter()
+            .enumerate()
+            .map(|(i, v)| (format!("index {i}"), v))
+            .collect()
+    } else {
+        match serde_json::from_str::<serde_json::Value>(&text) {
+            // One JSON object that is not itself a prediction: SWE-agent's
+            // dict of predictions by instance id.
+            Ok(serde_json::Value::Object(dict)) if !dict.contains_key("instance_id") => dict
+                .into_iter()
+                .map(|(key, v)| (format!("key `{key}`"), v))
+                .collect(),
+            // Anything else is JSON lines (one line is one object).
+            _ => text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+                .map(|(i, l)| {
+                    serde_json::from_str(l)
+                        .map(|v| (format!("line {}", i + 1), v))
+                        .map_err(|source| RecordError::Line {
+                            path: path.to_path_buf(),
+                            line: i + 1,
+                            source,
+                        })
+                })
+                .collect::<Result<_, _>>()?,
+        }
+    };
+    let mut patches = BTreeMap::new();
+    for (at, value) in entries {
+        let serde_json::Value::Object(mut prediction) = value else {
+            return Err(invalid(format!(
+                "{at}: a prediction must be a JSON object with instance_id and model_patch"
+            )));
+        };
+        let id = match prediction.remove("instance_id") {
+            Some(serde_json::Value::String(id)) => id,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "{at}: `instance_id` must be a string, not {}",
+                    json_kind(&other)
+                )))
+            }
+            None => return Err(invalid(format!("{at}: no `instance_id`"))),
+        };
+        let patch = match prediction.remove("model_patch") {
+            None | Some(serde_json::Value::Null) => String::new(),
+            Some(serde_json::Value::String(patch)) => patch,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "{at} (`{id}`): `model_patch` must be a string or null, not {}",
+                    json_kind(&other)
+                )))
+            }
+        };
+        patches.insert(id, patch);
+    }
+    Ok(patches)
+}
+
+/// What kind of JSON value this is, for messages.
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "an object",
+    }
 }
 
 #[cfg(test)]
@@ -286,6 +354,97 @@ mod tests {
         std::fs::write(&path, "{\"instance_id\": \"a\"}\nnot json\n")?;
         let err = load_predictions(&path).err().map(|e| e.to_string());
         assert!(err.is_some_and(|e| e.contains("line 2")));
+        Ok(())
+    }
+
+    #[test]
+    fn predictions_in_each_shape_swe_bench_accepts() -> Result<(), Box<dyn std::error::Error>> {
+        let expected: BTreeMap<String, String> = [
+            ("a__b-1", "diff --git a/x b/x\n"),
+            ("a__b-2", ""),
+            ("a__b-3", ""),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let one = r#"{"instance_id": "a__b-1", "model_name_or_path": "m", "model_patch": "diff --git a/x b/x\n"}"#;
+        let two = r#"{"instance_id": "a__b-2", "model_name_or_path": "m", "model_patch": null}"#;
+        let three = r#"{"instance_id": "a__b-3", "model_name_or_path": "m"}"#;
+        let cases: &[(&str, String)] = &[
+            ("preds.jsonl", format!("{one}\n\n{two}\n{three}\n")),
+            ("preds.json", format!("[{one},\n {two}, {three}]")),
+            (
+                "preds.json",
+                format!(r#"{{"a__b-1": {one}, "a__b-2": {two}, "a__b-3": {three}}}"#),
+            ),
+            // The harness takes each prediction's own id, not its key.
+            (
+                "preds.json",
+                format!(r#"{{"x": {one}, "y": {two}, "z": {three}}}"#),
+            ),
+            // Extensions do not decide the shape.
+            ("preds.txt", format!("  [{one}, {two}, {three}]")),
+            ("preds.json", format!("{one}\n{two}\n{three}")),
+            // A later prediction of the same id wins.
+            (
+                "preds.jsonl",
+                format!(
+                    "{}\n{one}\n{two}\n{three}",
+                    one.replace("diff --git", "old")
+                ),
+            ),
+        ];
+        let dir = tempfile::tempdir()?;
+        for (name, body) in cases {
+            let path = dir.path().join(name);
+            std::fs::write(&path, body)?;
+            assert_eq!(load_predictions(&path)?, expected, "{name}: {body}");
+        }
+        let path = dir.path().join("one.jsonl");
+        std::fs::write(&path, one)?;
+        assert_eq!(load_predictions(&path)?.len(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn bad_predictions_name_the_file_and_the_entry() -> Result<(), Box<dyn std::error::Error>> {
+        let cases: &[(&str, &str)] = &[
+            (
+                r#"{"a": {"model_patch": "d"}}"#,
+                ": key `a`: no `instance_id`",
+            ),
+            (
+                r#"{"a": "diff"}"#,
+                ": key `a`: a prediction must be a JSON object with instance_id and model_patch",
+            ),
+            (
+                r#"[{"instance_id": "a"}, {"instance_id": 7}]"#,
+                ": index 1: `instance_id` must be a string, not a number",
+            ),
+            (
+                "{\"instance_id\": \"a\"}\n[1]",
+                ": line 2: a prediction must be a JSON object with instance_id and model_patch",
+            ),
+            (
+                "{\"instance_id\": \"a\"}\n{\"instance_id\": \"b\", \"model_patch\": [\"d\"]}",
+                ": line 2 (`b`): `model_patch` must be a string or null, not a list",
+            ),
+            (
+                "{\"instance_id\": \"a\"}\n{\"instance_id\": \"b\",",
+                " line 2 is not valid JSON of the expected shape: EOF while parsing a value at line 1 column 20",
+            ),
+            (
+                "[{\"instance_id\": \"a\"},",
+                " is not valid JSON of the expected shape: EOF while parsing a value at line 1 column 22",
+            ),
+        ];
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("preds.json");
+        for (body, expected) in cases {
+            std::fs::write(&path, body)?;
+            let err = load_predictions(&path).err().map(|e| e.to_string());
+            assert_eq!(err, Some(format!("{}{expected}", path.display())), "{body}");
+        }
         Ok(())
     }
 }
