@@ -158,8 +158,9 @@ impl SetArg {
 }
 
 /// `text` as one TOML value, or as a string when it is not one (or is more
-/// than one: `1\nx = 2` is the string it looks like).
-fn toml_value(text: &str) -> toml::Value {
+/// than one: `1\nx = 2` is the string it looks like): how `--set` and a
+/// sweep's `--grid` read a value.
+pub fn toml_value(text: &str) -> toml::Value {
     toml::from_str::<toml::Table>(&format!("v = {text}"))
         .ok()
         .filter(|t| t.len() == 1)

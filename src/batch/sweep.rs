@@ -57,7 +57,7 @@ impl Axis {
             .split(',')
             .map(str::trim)
             .filter(|v| !v.is_empty())
-            .map(parse_value)
+            .map(crate::config::toml_value)
             .collect();
         Axis::new(key, values).map_err(|e| BatchError::Invalid(format!("--grid {text}: {e}")))
     }
@@ -79,13 +79,6 @@ impl Axis {
             values,
         })
     }
-}
-
-fn parse_value(text: &str) -> toml::Value {
-    toml::from_str::<toml::Table>(&format!("v = {text}"))
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(text.to_string()))
 }
 
 /// The grid given in a configuration file's `[sweep.grid]` table
