@@ -8,6 +8,7 @@ fn engine() -> Engine {
     let settings = EngineSettings {
         context: 2048,
         threads: 2,
+        ..Default::default()
     };
     Engine::load(&common::test_model(), &settings).expect("test model loads")
 }
@@ -127,6 +128,7 @@ fn a_context_beyond_the_trained_one_is_refused() {
     let settings = EngineSettings {
         context: 1 << 20,
         threads: 1,
+        ..Default::default()
     };
     let err = Engine::load(&common::test_model(), &settings)
         .err()

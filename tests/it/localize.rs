@@ -36,6 +36,7 @@ fn smollm2_chooses_the_same_candidates_every_time() -> R {
         &EngineSettings {
             context: 4096,
             threads: 0,
+            ..Default::default()
         },
     )?;
     let mut runs = Vec::new();

@@ -470,6 +470,7 @@ fn a_long_issue_and_a_large_class_fit_the_real_model() {
         &EngineSettings {
             context: 2048,
             threads: 0,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -551,6 +552,7 @@ fn random_replies_through_each_grammar_apply() {
         &EngineSettings {
             context: 4096,
             threads: 0,
+            ..Default::default()
         },
     )
     .unwrap();

@@ -190,6 +190,7 @@ fn a_real_model_makes_no_malformed_action_in_30_steps() {
         &EngineSettings {
             context: 8192,
             threads: 0,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -288,6 +289,7 @@ fn the_turn_grammar_over_thousands_of_paths_is_sampled_by_llama_cpp() {
         &EngineSettings {
             context: 2048,
             threads: 0,
+            ..Default::default()
         },
     )
     .unwrap();

@@ -63,6 +63,7 @@ fn a_recorded_batch_replays_exactly_without_the_model() {
         &EngineSettings {
             context: 4096,
             threads: 2,
+            ..Default::default()
         },
     )
     .unwrap();

@@ -19,6 +19,7 @@ fn engine() -> Result<Engine, EngineError> {
         &EngineSettings {
             context: 1024,
             threads: 2,
+            ..Default::default()
         },
     )
 }

@@ -14,6 +14,7 @@ fn engine() -> Engine {
         &EngineSettings {
             context: 2048,
             threads: 2,
+            ..Default::default()
         },
     )
     .expect("test model loads")
