@@ -38,6 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &EngineSettings {
             context: 8192,
             threads,
+            ..Default::default()
         },
     )?;
     let greedy = |max_tokens| Sampling {

@@ -63,6 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &EngineSettings {
             context: 8192,
             threads: 0,
+            ..Default::default()
         },
     )?;
     let files = patchwright::index::python_files(repo)?;

@@ -60,3 +60,35 @@ ensure_demo_venv() {
     fi
     export DEMO_VENV="$venv"
 }
+
+# The Vulkan build that tests/it/vulkan.rs runs: Mesa's software Vulkan
+# driver (lavapipe, so no GPU is needed), the Vulkan headers, the shader
+# compiler and SPIR-V headers llama.cpp's Vulkan backend compiles with, then
+# `--features vulkan` into ${CARGO_TARGET_DIR:-target}/vulkan (its own
+# llama.cpp build: ~25 minutes on 2 cores the first time, seconds after).
+# Exports PATCHWRIGHT_TEST_VULKAN_BIN, the binary's absolute path.
+ensure_vulkan_build() {
+    local missing=()
+    for pkg in mesa-vulkan-drivers libvulkan-dev glslc spirv-headers; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "installing: ${missing[*]}" >&2
+        local sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    local dir="${CARGO_TARGET_DIR:-target}/vulkan"
+    case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
+    # Headers older than VK_EXT_layer_settings (Debian bookworm's): the
+    # missing types from scripts/vulkan-shim (see the header's comment),
+    # searched before /usr/include through the compiler's environment (the
+    # llama.cpp build caches its flags, this stays out of them).
+    local shim="${CPLUS_INCLUDE_PATH:-}"
+    if ! grep -q LayerSettingEXT /usr/include/vulkan/vulkan_structs.hpp 2>/dev/null; then
+        shim="$PWD/scripts/vulkan-shim${shim:+:$shim}"
+    fi
+    CPLUS_INCLUDE_PATH="$shim" cargo build --release --locked --features vulkan --bin patchwright --target-dir "$dir"
+    export PATCHWRIGHT_TEST_VULKAN_BIN="$dir/release/patchwright"
+}

@@ -107,6 +107,7 @@ pub fn run(
         merged_from: None,
         model: Some(model_info),
         model_load: None,
+        placement: backing.backend.placement().cloned(),
         repos: Some(cx.repos_dir.to_path_buf()),
         resumed_at,
         selection: selected.selection.map(|mut s| {

@@ -352,7 +352,12 @@ pub struct GenerateArgs {
     /// CPU threads; 0 is all cores.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub threads: u32,
-    /// Print {"candidates": [...], "stats": {...}} as JSON.
+    /// Layers offloaded to the GPU: auto, all, none or a number (as
+    /// `[engine] gpu_layers`).
+    #[arg(long, default_value = "auto", value_name = "LAYERS")]
+    pub gpu_layers: String,
+    /// Print {"candidates": [...], "tokens": [[...]], "stats": {...},
+    /// "placement": {...}} as JSON.
     #[arg(long)]
     pub json: bool,
     /// The user message.

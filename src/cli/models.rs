@@ -5,24 +5,72 @@ use indicatif::ProgressBar;
 
 use super::GenerateArgs;
 use patchwright::engine::http::ServerSettings;
-use patchwright::engine::{backing, EngineSettings, Sampling};
+use patchwright::engine::{self, backing, EngineSettings, Sampling};
 use patchwright::models;
 
-/// `patchwright models list`: the known models, as a table or JSON.
+/// A row of `models list`: the file's listing, and where the engine
+/// would put its layers with the default `[engine]` settings on this
+/// machine's GPUs (none: all on the CPU).
+#[derive(serde::Serialize)]
+struct Row {
+    #[serde(flatten)]
+    listing: models::Listing,
+    /// Layers (blocks + output) that would be offloaded, and of how many.
+    gpu_layers: Option<u32>,
+    layers: Option<u32>,
+    /// Bytes of f16 KV cache per token, from the header's attention keys.
+    kv_bytes_per_token: Option<u64>,
+    /// The KV budget that `kv_budget = "auto"` would give.
+    kv_budget: Option<u64>,
+}
+
+/// `patchwright models list`: the known models, as a table or JSON, with
+/// the GPUs of this build and where each present model's layers would go.
 pub fn list(json: bool) -> Result<i32> {
-    let listing = models::list()?;
+    let settings = EngineSettings::default();
+    let gpus = engine::gpus()?;
+    let mut rows = Vec::new();
+    for listing in models::list()? {
+        let placement = if listing.present {
+            let plan = engine::plan(&listing.path, &settings)?;
+            plan.shape.map(|shape| plan.placement(&shape, &settings))
+        } else {
+            None
+        };
+        rows.push(Row {
+            listing,
+            gpu_layers: placement.as_ref().map(|p| p.gpu_layers),
+            layers: placement.as_ref().map(|p| p.layers),
+            kv_bytes_per_token: placement.as_ref().map(|p| p.kv_bytes_per_token),
+            kv_budget: placement.as_ref().map(|p| p.kv_budget),
+        });
+    }
     if json {
-        println!("{}", serde_json::to_string_pretty(&listing)?);
+        println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(0);
     }
+    if gpus.is_empty() {
+        println!("GPUs: none (a CPU-only build, or no device found): layers run on the CPU");
+    } else {
+        for (i, d) in gpus.iter().enumerate() {
+            println!(
+                "GPU {i}: {} ({}), {:.1} of {:.1} GiB free",
+                d.name,
+                d.description,
+                d.memory_free as f64 / f64::from(1u32 << 30),
+                d.memory_total as f64 / f64::from(1u32 << 30)
+            );
+        }
+    }
     println!(
-        "{:<22} {:<8} {:<10} {:>9} {:>8} {:<8} {:<8} PATH",
-        "NAME", "PRESENT", "ARCH", "SIZE", "CONTEXT", "QUANT", "PARAMS"
+        "{:<22} {:<8} {:<10} {:>9} {:>8} {:<8} {:<8} {:>7} {:>9} PATH",
+        "NAME", "PRESENT", "ARCH", "SIZE", "CONTEXT", "QUANT", "PARAMS", "GPU", "KV/TOKEN"
     );
-    for m in listing {
+    for row in rows {
+        let m = row.listing;
         let dash = || "-".to_string();
         println!(
-            "{:<22} {:<8} {:<10} {:>9} {:>8} {:<8} {:<8} {}{}",
+            "{:<22} {:<8} {:<10} {:>9} {:>8} {:<8} {:<8} {:>7} {:>9} {}{}",
             m.name,
             if m.present { "yes" } else { "no" },
             m.architecture.unwrap_or_else(dash),
@@ -31,6 +79,12 @@ pub fn list(json: bool) -> Result<i32> {
             m.context_length.map_or_else(dash, |c| c.to_string()),
             m.quantization.unwrap_or_else(dash),
             m.parameters.unwrap_or_else(dash),
+            match (row.gpu_layers, row.layers) {
+                (Some(g), Some(l)) => format!("{g}/{l}"),
+                _ => dash(),
+            },
+            row.kv_bytes_per_token
+                .map_or_else(dash, |b| format!("{:.0} KiB", b as f64 / 1024.0)),
             m.path.display(),
             if m.default { "  (default)" } else { "" },
         );
@@ -63,9 +117,15 @@ pub fn generate(args: GenerateArgs) -> Result<i32> {
         ),
         None => None,
     };
+    let gpu_layers = match args.gpu_layers.parse::<u32>() {
+        Ok(n) => engine::GpuLayers::Count(n),
+        Err(_) => serde_json::from_value(serde_json::Value::String(args.gpu_layers.clone()))
+            .with_context(|| format!("--gpu-layers {}", args.gpu_layers))?,
+    };
     let engine = EngineSettings {
         context: args.context,
         threads: args.threads,
+        gpu_layers,
         ..EngineSettings::default()
     };
     let server = ServerSettings {
@@ -98,7 +158,9 @@ pub fn generate(args: GenerateArgs) -> Result<i32> {
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "candidates": generation.candidates.iter().map(|c| c.text.as_str()).collect::<Vec<_>>(),
+                "tokens": generation.candidates.iter().map(|c| c.tokens.as_slice()).collect::<Vec<_>>(),
                 "stats": generation.stats,
+                "placement": backend.placement(),
             }))?
         );
     } else {

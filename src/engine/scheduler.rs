@@ -5,7 +5,7 @@
 //! of every open conversation) and a queue of requests. Each step it builds
 //! one batch: the next token of every candidate being decoded, across all
 //! requests, then as many prompt tokens of waiting requests as fit in
-//! [`PROMPT_BATCH`] (continuous batching, as llama.cpp's server does). A
+//! `[engine] batch` (continuous batching, as llama.cpp's server does). A
 //! request whose prompt is read has it copied to its candidates' sequences
 //! and joins the decoding set in the next step.
 //!
@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use super::session::{sampler, shared_context};
 use super::{
     Backend, Candidate, Conversation, Engine, EngineError, Generation, Message, Request, Sampling,
-    Stats, Stop, PROMPT_BATCH,
+    Stats, Stop,
 };
 
 /// How many conversations the scheduler holds at once, and how many
@@ -149,17 +149,19 @@ pub fn serve<T>(
     };
     let streams = (slots.conversations * slots.candidates) as u64;
     let bytes = streams * engine.context_size() as u64 * engine.kv_bytes_per_token();
-    if bytes > super::SCHEDULER_KV_BUDGET_BYTES {
+    let budget = engine.placement().scheduler_kv_budget;
+    if bytes > budget {
         return Err(EngineError::Llama {
             action: "size the scheduler's KV cache",
             message: format!(
                 "{} conversations × {} candidates × {} tokens of context would take {:.1} GiB \
-                 (at most {} GiB): lower --jobs, fixer.candidates or engine.context",
+                 (at most {:.1} GiB, engine.kv_budget): lower --jobs, fixer.candidates or \
+                 engine.context, or raise engine.kv_budget",
                 slots.conversations,
                 slots.candidates,
                 engine.context_size(),
                 bytes as f64 / f64::from(1u32 << 30),
-                super::SCHEDULER_KV_BUDGET_BYTES >> 30
+                budget as f64 / f64::from(1u32 << 30)
             ),
         });
     }
@@ -289,6 +291,10 @@ impl Backend for Scheduler<'_> {
             candidates,
         }))
     }
+
+    fn placement(&self) -> Option<&super::Placement> {
+        Some(self.engine.placement())
+    }
 }
 
 /// A conversation held by the scheduler's thread.
@@ -413,7 +419,7 @@ impl<'e> Worker<'e> {
     ) -> Result<Self, EngineError> {
         let seqs = slots.conversations * slots.candidates;
         let ctx = shared_context(engine, seqs * engine.context_size(), seqs, false)?;
-        let batch_size = PROMPT_BATCH + seqs;
+        let batch_size = engine.batch + seqs;
         Ok(Worker {
             engine,
             ctx,
@@ -626,7 +632,7 @@ impl<'e> Worker<'e> {
                 in_this[j] = true;
             }
         }
-        let mut budget = PROMPT_BATCH.saturating_sub(in_batch as usize);
+        let mut budget = self.engine.batch.saturating_sub(in_batch as usize);
         let mut prompt_tokens = 0u64;
         for (j, job) in self.jobs.iter_mut().enumerate() {
             if budget == 0 || failed.is_some() {

@@ -12,14 +12,13 @@
 use std::num::NonZeroU32;
 use std::time::Instant;
 
-use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use serde::Serialize;
 
-use super::{backend, Engine, EngineError, Message, Sampling, Stop, PROMPT_BATCH};
+use super::{backend, Engine, EngineError, Message, Sampling, Stop};
 
 /// One generated candidate.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -181,12 +180,13 @@ impl<'e> Session<'e> {
             .map_err(|e| llama("drop the divergent tail")(&e))?;
         self.cached.truncate(common);
 
-        let mut batch = LlamaBatch::new(PROMPT_BATCH.max(n), i32::try_from(n).unwrap_or(i32::MAX));
+        let prompt_batch = self.engine.batch;
+        let mut batch = LlamaBatch::new(prompt_batch.max(n), i32::try_from(n).unwrap_or(i32::MAX));
         let mut last_index = 0;
-        for (chunk_index, chunk) in prompt[common..].chunks(PROMPT_BATCH).enumerate() {
+        for (chunk_index, chunk) in prompt[common..].chunks(prompt_batch).enumerate() {
             batch.clear();
             for (i, &token) in chunk.iter().enumerate() {
-                let pos = common + chunk_index * PROMPT_BATCH + i;
+                let pos = common + chunk_index * prompt_batch + i;
                 let last = pos + 1 == prompt.len();
                 batch
                     .add(token, pos as i32, &[0], last)
@@ -278,7 +278,7 @@ impl<'e> Session<'e> {
 }
 
 /// A context of `cells` KV cells for up to `seqs` sequences, evaluating
-/// prompts [`PROMPT_BATCH`] tokens at a time: one cache all sequences share
+/// prompts `[engine] batch` tokens at a time: one cache all sequences share
 /// (`unified`), or a stream of `cells / seqs` per sequence.
 pub(crate) fn shared_context(
     engine: &Engine,
@@ -290,13 +290,11 @@ pub(crate) fn shared_context(
         .context_lock
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    let params = LlamaContextParams::default()
+    let params = engine
+        .context_params()
         .with_n_ctx(NonZeroU32::new(u32::try_from(cells).unwrap_or(u32::MAX)))
-        .with_n_batch(PROMPT_BATCH as u32)
         .with_n_seq_max(u32::try_from(seqs).unwrap_or(u32::MAX))
-        .with_kv_unified(unified)
-        .with_n_threads(engine.threads)
-        .with_n_threads_batch(engine.threads);
+        .with_kv_unified(unified);
     engine
         .model
         .new_context(backend()?, params)

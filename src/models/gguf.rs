@@ -13,6 +13,12 @@ pub const MAGIC: &[u8; 4] = b"GGUF";
 /// (the largest real ones, tokenizer vocabularies, hold ~250k entries).
 const MAX_LEN: u64 = 1 << 26;
 
+/// Integer arrays up to this long keep their values ([`Value::Ints`]):
+/// per-layer hyperparameters (`head_count_kv` of a model whose layers
+/// differ) have one entry per layer, a few hundred at most; longer integer
+/// arrays (token types, merges' ranks) are only counted.
+pub const MAX_KEPT_INTS: u64 = 4096;
+
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
     #[error("{path}: not a GGUF file (starts with {found:?}, expected \"GGUF\")")]
@@ -28,15 +34,55 @@ pub enum GgufError {
     },
 }
 
-/// A metadata value. Arrays keep their length and, for short scalar arrays,
-/// nothing else: nobody needs a vocabulary printed.
+/// A metadata value. Arrays keep their length only, except integer arrays
+/// of at most [`MAX_KEPT_INTS`] entries (per-layer values), which keep their
+/// values: nobody needs a vocabulary printed.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
+    /// Any integer type.
     Int(i64),
+    /// `f32` or `f64`.
     Float(f64),
+    /// A boolean.
     Bool(bool),
+    /// A UTF-8 string (invalid bytes replaced).
     Str(String),
+    /// An array, by its length.
     Array(u64),
+    /// A short integer array, by its values.
+    Ints(Vec<i64>),
+}
+
+/// The KV cache's shape for one token, summed over the layers, as
+/// llama.cpp allocates it: keys of `key_length × head_count_kv` elements per
+/// layer and values of `value_length × head_count_kv`; for MLA models
+/// (DeepSeek-V2/V3: `kv_lora_rank` and `key_length_mla` set) one compressed
+/// latent of `kv_lora_rank + rope.dimension_count` elements per layer and no
+/// separate values (they are read from the key cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvShape {
+    /// Layers (`block_count`).
+    pub layers: u32,
+    /// Key elements per token, all layers.
+    pub k_elements: u64,
+    /// Value elements per token, all layers (0 for MLA).
+    pub v_elements: u64,
+}
+
+impl KvShape {
+    /// The shape from the model's overall sizes, assuming every layer has
+    /// `n_head_kv` heads of `n_embd / n_head` elements for keys and values:
+    /// the fallback when a file lacks the attention keys (wrong for models
+    /// whose head size is set on its own, such as Qwen3).
+    pub fn from_dims(n_layer: u32, n_embd: u32, n_head: u32, n_head_kv: u32) -> KvShape {
+        let head = n_embd.checked_div(n_head).unwrap_or(0);
+        let per_layer = u64::from(head) * u64::from(n_head_kv) * u64::from(n_layer);
+        KvShape {
+            layers: n_layer,
+            k_elements: per_layer,
+            v_elements: per_layer,
+        }
+    }
 }
 
 /// The header of a GGUF file.
@@ -48,6 +94,7 @@ pub struct Header {
 }
 
 impl Header {
+    /// The string value of `key`.
     pub fn str(&self, key: &str) -> Option<&str> {
         match self.metadata.get(key) {
             Some(Value::Str(s)) => Some(s),
@@ -55,6 +102,7 @@ impl Header {
         }
     }
 
+    /// The integer value of `key`.
     pub fn int(&self, key: &str) -> Option<i64> {
         match self.metadata.get(key) {
             Some(Value::Int(n)) => Some(*n),
@@ -62,6 +110,7 @@ impl Header {
         }
     }
 
+    /// `general.architecture` (`qwen2`, `llama`, `deepseek2`, ...).
     pub fn architecture(&self) -> Option<&str> {
         self.str("general.architecture")
     }
@@ -69,6 +118,60 @@ impl Header {
     /// The context length the model was trained with.
     pub fn context_length(&self) -> Option<i64> {
         self.int(&format!("{}.context_length", self.architecture()?))
+    }
+
+    /// `<arch>.KEY` for layer `layer`: the value itself, or the layer's
+    /// entry when the file stores one per layer.
+    fn arch_layer_int(&self, key: &str, layer: usize) -> Option<i64> {
+        let full = format!("{}.{key}", self.architecture()?);
+        match self.metadata.get(&full)? {
+            Value::Int(n) => Some(*n),
+            Value::Ints(v) => v.get(layer).copied(),
+            _ => None,
+        }
+    }
+
+    /// The KV cache's shape per token from the file's own keys
+    /// (`<arch>.block_count`, `.attention.head_count_kv` (a number or one
+    /// per layer), `.attention.key_length`, `.attention.value_length`, and
+    /// for MLA `.attention.kv_lora_rank` + `.rope.dimension_count`). Missing
+    /// head sizes fall back to `embedding_length / head_count`, missing
+    /// `head_count_kv` to `head_count`; `None` without `block_count` or the
+    /// head counts.
+    pub fn kv_shape(&self) -> Option<KvShape> {
+        let layers = u32::try_from(self.arch_layer_int("block_count", 0)?).ok()?;
+        let mla_rank = self.arch_layer_int("attention.kv_lora_rank", 0);
+        let mla =
+            mla_rank.is_some() && self.arch_layer_int("attention.key_length_mla", 0).is_some();
+        let mut shape = KvShape {
+            layers,
+            k_elements: 0,
+            v_elements: 0,
+        };
+        if mla {
+            let rank = mla_rank.unwrap_or(0);
+            let rope = self.arch_layer_int("rope.dimension_count", 0)?;
+            let per_layer = u64::try_from(rank + rope).ok()?;
+            shape.k_elements = per_layer * u64::from(layers);
+            return Some(shape);
+        }
+        for layer in 0..layers as usize {
+            let heads = self.arch_layer_int("attention.head_count", layer)?;
+            let kv_heads = self
+                .arch_layer_int("attention.head_count_kv", layer)
+                .unwrap_or(heads);
+            let fallback = self
+                .arch_layer_int("embedding_length", 0)
+                .and_then(|e| e.checked_div(heads));
+            let key = self
+                .arch_layer_int("attention.key_length", layer)
+                .or(fallback);
+            let value = self.arch_layer_int("attention.value_length", layer).or(key);
+            let (key, value) = (key?, value?);
+            shape.k_elements += u64::try_from(key * kv_heads).ok()?;
+            shape.v_elements += u64::try_from(value * kv_heads).ok()?;
+        }
+        Some(shape)
     }
 }
 
@@ -178,10 +281,18 @@ impl<R: Read> Reader<R> {
                 if len > MAX_LEN || item == 9 {
                     return Err(self.malformed(format!("array of {len} items of type {item}")));
                 }
+                let integers = matches!(item, 0..=5 | 10 | 11) && len <= MAX_KEPT_INTS;
+                let mut ints = Vec::new();
                 for _ in 0..len {
-                    self.value(item)?;
+                    if let Value::Int(n) = self.value(item)? {
+                        ints.push(n);
+                    }
                 }
-                Value::Array(len)
+                if integers {
+                    Value::Ints(ints)
+                } else {
+                    Value::Array(len)
+                }
             }
             10 => Value::Int(i64::try_from(self.u64()?).unwrap_or(i64::MAX)),
             11 => Value::Int(i64::from_le_bytes(self.bytes()?)),
@@ -244,6 +355,113 @@ pub(crate) mod tests {
         assert_eq!(
             h.metadata.get("tokenizer.ggml.tokens"),
             Some(&Value::Array(3))
+        );
+    }
+
+    /// A metadata value for [`write_values`].
+    pub(crate) enum Meta<'a> {
+        Str(&'a str),
+        U32(u32),
+        U32s(&'a [u32]),
+    }
+
+    /// Writes a GGUF v3 header holding exactly `entries`.
+    pub(crate) fn write_values(path: &Path, entries: &[(&str, Meta<'_>)]) {
+        let mut b = Vec::new();
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&3u32.to_le_bytes());
+        b.extend_from_slice(&0u64.to_le_bytes());
+        b.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+        let s = |b: &mut Vec<u8>, s: &str| {
+            b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            b.extend_from_slice(s.as_bytes());
+        };
+        for (k, v) in entries {
+            s(&mut b, k);
+            match v {
+                Meta::Str(v) => {
+                    b.extend_from_slice(&8u32.to_le_bytes());
+                    s(&mut b, v);
+                }
+                Meta::U32(v) => {
+                    b.extend_from_slice(&4u32.to_le_bytes());
+                    b.extend_from_slice(&v.to_le_bytes());
+                }
+                Meta::U32s(vs) => {
+                    b.extend_from_slice(&9u32.to_le_bytes());
+                    b.extend_from_slice(&4u32.to_le_bytes());
+                    b.extend_from_slice(&(vs.len() as u64).to_le_bytes());
+                    for v in *vs {
+                        b.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+        }
+        std::fs::write(path, b).unwrap();
+    }
+
+    #[test]
+    fn kv_shape_comes_from_the_attention_keys() {
+        use Meta::{Str, U32s, U32};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        let hybrid_heads: Vec<u32> = (0..4).map(|i| if i % 2 == 0 { 0 } else { 8 }).collect();
+        type Case<'a> = (&'a str, Vec<(&'a str, Meta<'a>)>, Option<KvShape>);
+        #[rustfmt::skip]
+        let cases: Vec<Case<'_>> = vec![
+            // Qwen2.5-0.5B: no key_length, head = 896 / 14 = 64, 2 KV heads.
+            ("qwen2.5-0.5b", vec![
+                ("general.architecture", Str("qwen2")), ("qwen2.block_count", U32(24)),
+                ("qwen2.embedding_length", U32(896)), ("qwen2.attention.head_count", U32(14)),
+                ("qwen2.attention.head_count_kv", U32(2)),
+            ], Some(KvShape { layers: 24, k_elements: 24 * 2 * 64, v_elements: 24 * 2 * 64 })),
+            // Qwen3-4B: head 128 set on its own (2560 / 32 would say 80).
+            ("qwen3-4b", vec![
+                ("general.architecture", Str("qwen3")), ("qwen3.block_count", U32(36)),
+                ("qwen3.embedding_length", U32(2560)), ("qwen3.attention.head_count", U32(32)),
+                ("qwen3.attention.head_count_kv", U32(8)),
+                ("qwen3.attention.key_length", U32(128)), ("qwen3.attention.value_length", U32(128)),
+            ], Some(KvShape { layers: 36, k_elements: 36 * 8 * 128, v_elements: 36 * 8 * 128 })),
+            // DeepSeek-V2-Lite as llama.cpp converts it today: MLA, one latent
+            // of kv_lora_rank 512 + rope 64 per layer, no value cache.
+            ("deepseek-v2-lite", vec![
+                ("general.architecture", Str("deepseek2")), ("deepseek2.block_count", U32(27)),
+                ("deepseek2.embedding_length", U32(2048)), ("deepseek2.attention.head_count", U32(16)),
+                ("deepseek2.attention.head_count_kv", U32(1)),
+                ("deepseek2.attention.key_length", U32(576)), ("deepseek2.attention.value_length", U32(512)),
+                ("deepseek2.attention.key_length_mla", U32(192)), ("deepseek2.attention.value_length_mla", U32(128)),
+                ("deepseek2.attention.kv_lora_rank", U32(512)), ("deepseek2.rope.dimension_count", U32(64)),
+            ], Some(KvShape { layers: 27, k_elements: 27 * 576, v_elements: 0 })),
+            // An older DeepSeek-V2 conversion (no key_length_mla): llama.cpp
+            // caches full keys (192) and values (128) per head.
+            ("deepseek-v2-old", vec![
+                ("general.architecture", Str("deepseek2")), ("deepseek2.block_count", U32(27)),
+                ("deepseek2.attention.head_count", U32(16)), ("deepseek2.attention.head_count_kv", U32(16)),
+                ("deepseek2.attention.key_length", U32(192)), ("deepseek2.attention.value_length", U32(128)),
+                ("deepseek2.attention.kv_lora_rank", U32(512)), ("deepseek2.rope.dimension_count", U32(64)),
+            ], Some(KvShape { layers: 27, k_elements: 27 * 16 * 192, v_elements: 27 * 16 * 128 })),
+            // Per-layer KV heads (a hybrid: every other layer without attention).
+            ("per-layer", vec![
+                ("general.architecture", Str("hyb")), ("hyb.block_count", U32(4)),
+                ("hyb.attention.head_count", U32(16)), ("hyb.attention.head_count_kv", U32s(&hybrid_heads)),
+                ("hyb.attention.key_length", U32(64)),
+            ], Some(KvShape { layers: 4, k_elements: 2 * 8 * 64, v_elements: 2 * 8 * 64 })),
+            ("no block_count", vec![
+                ("general.architecture", Str("qwen2")), ("qwen2.attention.head_count", U32(14)),
+            ], None),
+        ];
+        for (name, entries, want) in cases {
+            write_values(&path, &entries);
+            let h = read_header(&path).unwrap();
+            assert_eq!(h.kv_shape(), want, "{name}");
+        }
+        assert_eq!(
+            KvShape::from_dims(24, 896, 14, 2),
+            KvShape {
+                layers: 24,
+                k_elements: 3072,
+                v_elements: 3072
+            }
         );
     }
 

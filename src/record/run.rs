@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::result::{EnvironmentUsed, Status, TaskErrorKind, TaskResult};
 use super::RecordError;
-use crate::engine::Load;
+use crate::engine::{Load, Placement};
 
 /// `RUN_DIR/run.json`. Fields are in the order the file has always had
 /// (alphabetical). `settings` and `identity` stay JSON: the settings'
@@ -43,6 +43,11 @@ pub struct RunRecord {
     /// What the model did over the batch (the scheduler's meter).
     #[serde(default)]
     pub model_load: Option<Load>,
+    /// Where the in-process model's layers went (GPU layers of all, the
+    /// devices) and its KV cache's type and budgets; `None` for a server,
+    /// a replay, and runs written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
     /// `--repos`.
     #[serde(default)]
     pub repos: Option<PathBuf>,
@@ -274,5 +279,46 @@ impl Summary {
         }
         self.prompt_tokens += r.prompt_tokens;
         self.completion_tokens += r.completion_tokens;
+    }
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::*;
+    use crate::engine::{Device, FlashAttn, KvType};
+
+    #[test]
+    fn placement_is_recorded_and_older_files_read() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("run.json");
+        std::fs::write(&path, r#"{"command": ["patchwright", "run"], "jobs": 2}"#)?;
+        let old = RunRecord::read(&path)?;
+        assert_eq!(old.placement, None);
+        assert_eq!(old.jobs, Some(2));
+        let placement = Placement {
+            gpu_layers: 31,
+            layers: 31,
+            devices: vec![Device {
+                name: "Vulkan0".into(),
+                description: "llvmpipe (LLVM 15.0.6, 256 bits)".into(),
+                memory_free: 1 << 34,
+                memory_total: 1 << 35,
+            }],
+            kv_type: KvType::Q8_0,
+            kv_bytes_per_token: 24_480,
+            kv_budget: 2 << 30,
+            scheduler_kv_budget: 8 << 30,
+            flash_attn: FlashAttn::Auto,
+        };
+        let record = RunRecord {
+            placement: Some(placement.clone()),
+            ..old
+        };
+        record.write(&path)?;
+        let text = std::fs::read_to_string(&path)?;
+        assert!(text.contains(r#""gpu_layers": 31"#), "{text}");
+        assert!(text.contains(r#""kv_type": "q8_0""#), "{text}");
+        assert_eq!(RunRecord::read(&path)?.placement, Some(placement));
+        Ok(())
     }
 }

@@ -26,3 +26,4 @@ mod sandbox_cli;
 mod scheduler;
 mod session;
 mod sweep;
+mod vulkan;
