@@ -1,6 +1,7 @@
 //! `[engine] chat_template` on the real SmolLM2-135M test model: a llama.cpp
 //! built-in name in place of the GGUF's template, a Jinja file rendered with
-//! minijinja, and an unknown name refused.
+//! minijinja, a GGUF without a template served by a named one, and an
+//! unknown name refused.
 
 use std::path::{Path, PathBuf};
 
@@ -118,5 +119,55 @@ fn unknown_names_and_missing_files_are_refused() -> TestResult {
         .err()
         .ok_or("a missing file must be refused")?;
     assert!(matches!(err, EngineError::Chat { .. }), "{err:?}");
+    Ok(())
+}
+
+/// A copy of the test model whose `tokenizer.chat_template` key is renamed
+/// (same length, so the header stays valid): a GGUF without a template.
+fn model_without_template(dir: &Path) -> Result<PathBuf, Box<dyn std::error::Error>> {
+    let mut bytes = std::fs::read(common::test_model())?;
+    let key = b"tokenizer.chat_template";
+    let at: Vec<usize> = bytes
+        .windows(key.len())
+        .enumerate()
+        .filter(|(_, w)| w == key)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(at.len(), 1, "the key appears once in the header");
+    bytes[at[0] + key.len() - 1] = b'X';
+    let path = dir.join("no-template.gguf");
+    std::fs::write(&path, bytes)?;
+    Ok(path)
+}
+
+#[test]
+fn a_gguf_without_a_template_runs_with_a_named_one() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = model_without_template(dir.path())?;
+    let settings = |chat_template: &str| EngineSettings {
+        context: 2048,
+        threads: 2,
+        chat_template: chat_template.to_string(),
+        ..EngineSettings::default()
+    };
+    let err = Engine::load(&path, &settings("auto"))
+        .err()
+        .ok_or("auto must be refused without a template")?;
+    assert!(
+        matches!(&err, EngineError::NoTemplate { path: p } if *p == path),
+        "{err:?}"
+    );
+    let engine = Engine::load(&path, &settings("chatml"))?;
+    assert_eq!(engine.render(&prompt())?, CHATML_PROMPT);
+    let completion = engine.complete(
+        &prompt(),
+        &Sampling {
+            temperature: 0.0,
+            top_p: 1.0,
+            seed: 0,
+            max_tokens: 16,
+        },
+    )?;
+    assert_eq!(completion.text, "The capital of France is Paris.");
     Ok(())
 }
