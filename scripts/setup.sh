@@ -1,23 +1,27 @@
 # Sourced by scripts/demo and scripts/test: installs what patchwright needs to
 # build and run, once. Idempotent and quick when everything is there.
 
+# Installs the Debian packages named that are not installed yet (apt-get,
+# through sudo unless root); nothing when all are there.
+apt_install_missing() {
+    local missing=()
+    for pkg in "$@"; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -gt 0 ] || return 0
+    echo "installing: ${missing[*]}" >&2
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
 # System packages: bubblewrap (the sandbox), cmake + clang + libclang (the
 # llama.cpp build and its bindgen), git (workspaces), pip (model downloads).
 ensure_system_packages() {
-    local missing=()
-    for pkg in bubblewrap cmake clang libclang-dev git; do
-        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-    done
-    if ! python3 -m pip --version >/dev/null 2>&1; then
-        missing+=(python3-pip)
-    fi
-    if [ ${#missing[@]} -gt 0 ]; then
-        echo "installing: ${missing[*]}" >&2
-        local sudo=""
-        [ "$(id -u)" -eq 0 ] || sudo="sudo"
-        $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-    fi
+    local pip=()
+    python3 -m pip --version >/dev/null 2>&1 || pip=(python3-pip)
+    apt_install_missing bubblewrap cmake clang libclang-dev git "${pip[@]}"
     command -v cargo >/dev/null || {
         echo "cargo not found: install Rust (https://rustup.rs) and retry" >&2
         exit 1
@@ -68,17 +72,7 @@ ensure_demo_venv() {
 # llama.cpp build: ~25 minutes on 2 cores the first time, seconds after).
 # Exports PATCHWRIGHT_TEST_VULKAN_BIN, the binary's absolute path.
 ensure_vulkan_build() {
-    local missing=()
-    for pkg in mesa-vulkan-drivers libvulkan-dev glslc spirv-headers; do
-        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-    done
-    if [ ${#missing[@]} -gt 0 ]; then
-        echo "installing: ${missing[*]}" >&2
-        local sudo=""
-        [ "$(id -u)" -eq 0 ] || sudo="sudo"
-        $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-    fi
+    apt_install_missing mesa-vulkan-drivers libvulkan-dev glslc spirv-headers
     local dir="${CARGO_TARGET_DIR:-target}/vulkan"
     case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
     # Headers older than VK_EXT_layer_settings (Debian bookworm's): the
