@@ -22,6 +22,34 @@ pub struct Call<'g> {
     pub grammar: &'g str,
 }
 
+impl<'g> Call<'g> {
+    /// `candidates` candidates (at least one) of at most `max_tokens`, the
+    /// first greedy and the others at `temperature` ([`greedy_first`]): how
+    /// the fixer and the reproducer sample.
+    pub fn spread(
+        agent: &'static str,
+        messages: Vec<Message>,
+        sampling: &Sampling,
+        max_tokens: u32,
+        candidates: usize,
+        temperature: f32,
+        grammar: &'g str,
+    ) -> Call<'g> {
+        let n = candidates.max(1);
+        Call {
+            agent,
+            messages,
+            sampling: Sampling {
+                max_tokens,
+                ..sampling.clone()
+            },
+            n,
+            temperatures: Some(greedy_first(n, temperature)),
+            grammar,
+        }
+    }
+}
+
 /// Temperatures for `n` candidates: the first greedy, so one candidate is
 /// the model's most likely reply, the others at `temperature`.
 pub fn greedy_first(n: usize, temperature: f32) -> Vec<f32> {

@@ -870,23 +870,17 @@ pub fn run(
             return Ok(fixes);
         }
     }
-    let n = settings.candidates.max(1);
-    let temperatures = call::greedy_first(n, settings.temperature);
-    let generation = call::constrained(
-        conversation,
-        trajectory,
-        Call {
-            agent: "fixer",
-            messages: prompt.messages.clone(),
-            sampling: Sampling {
-                max_tokens: settings.max_tokens,
-                ..sampling.clone()
-            },
-            n,
-            temperatures: Some(temperatures.clone()),
-            grammar: &g,
-        },
-    )?;
+    let call = Call::spread(
+        "fixer",
+        prompt.messages.clone(),
+        sampling,
+        settings.max_tokens,
+        settings.candidates,
+        settings.temperature,
+        &g,
+    );
+    let temperatures = call.temperatures.clone().unwrap_or_default();
+    let generation = call::constrained(conversation, trajectory, call)?;
 
     for (index, c) in generation.candidates.iter().enumerate() {
         let (status, patch) = try_candidate(root, base, &c.text, &prompt)?;

@@ -565,23 +565,17 @@ pub fn run(
         }
     }
     let g = grammar();
-    let n = settings.candidates.max(1);
-    let temperatures = call::greedy_first(n, settings.temperature);
-    let generation = call::constrained(
-        conversation,
-        trajectory,
-        Call {
-            agent: "reproducer",
-            messages: msgs,
-            sampling: Sampling {
-                max_tokens: settings.max_tokens,
-                ..sampling.clone()
-            },
-            n,
-            temperatures: Some(temperatures.clone()),
-            grammar: &g,
-        },
-    )?;
+    let call = Call::spread(
+        "reproducer",
+        msgs,
+        sampling,
+        settings.max_tokens,
+        settings.candidates,
+        settings.temperature,
+        &g,
+    );
+    let temperatures = call.temperatures.clone().unwrap_or_default();
+    let generation = call::constrained(conversation, trajectory, call)?;
 
     // One run per distinct file.
     let codes: Vec<Option<String>> = generation
