@@ -59,6 +59,11 @@ pub enum ConfigError {
     Environment(#[from] EnvError),
     #[error(transparent)]
     Specs(#[from] SpecError),
+    #[error("--bundle {path}: {source}")]
+    Bundle {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("--wheels {path}: {source}")]
     Wheels {
         path: PathBuf,
@@ -417,6 +422,8 @@ pub struct EnvOptions {
     pub pythons: Vec<PathBuf>,
     /// Install only from this directory of wheels and sdists.
     pub wheels: Option<PathBuf>,
+    /// Take wheels and interpreters only from this bundle (`pack`).
+    pub bundle: Option<PathBuf>,
     /// Tasks graded at once [default: half the CPUs, at least 1].
     pub jobs: Option<usize>,
     /// Time limit of one task's tests, in seconds.
@@ -442,6 +449,20 @@ impl EnvOptions {
                 })?),
                 None => Index::Online,
             };
+        // A bundle's wheels and interpreters, and nothing else.
+        let (index, pythons) = match &self.bundle {
+            Some(b) => {
+                let root = std::fs::canonicalize(b).map_err(|source| ConfigError::Bundle {
+                    path: b.clone(),
+                    source,
+                })?;
+                (
+                    Index::Bundle(root.join("wheels")),
+                    Pythons::discover_at(None, &crate::bundle::python_prefixes(&root)),
+                )
+            }
+            None => (index, Pythons::discover(&self.pythons)),
+        };
         let envs_root = self
             .envs
             .clone()
@@ -455,7 +476,7 @@ impl EnvOptions {
         });
         Ok(EnvSettings {
             specs,
-            pythons: Pythons::discover(&self.pythons),
+            pythons,
             envs_root: std::fs::canonicalize(&envs_root).map_err(|source| {
                 ConfigError::EnvsDir {
                     path: envs_root.clone(),

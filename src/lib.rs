@@ -4,6 +4,7 @@
 pub mod aci;
 pub mod agents;
 pub mod batch;
+pub mod bundle;
 pub mod config;
 pub mod dataset;
 pub mod edit;

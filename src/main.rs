@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         Command::Env(EnvCommand::Build(args)) => cli::evaluation::env_build(args),
         Command::Eval(args) => cli::evaluation::eval(args),
         Command::Check(args) => cli::evaluation::check(args),
+        Command::Pack(args) => cli::pack::pack(args),
     });
     match result {
         Ok(0) => ExitCode::SUCCESS,

@@ -117,20 +117,187 @@ impl Repos {
             return Ok(path.clone());
         }
         let dest = self.scratch.path().join(format!("{name}.git"));
-        let bundle = absolute(bundle)?;
-        git(
-            self.scratch.path(),
-            &[
-                "clone".as_ref(),
-                "--quiet".as_ref(),
-                "--mirror".as_ref(),
-                bundle.as_os_str(),
-                dest.as_os_str(),
-            ],
-        )?;
+        unbundle(bundle, &dest)?;
         unpacked.insert(name.to_string(), dest.clone());
         Ok(dest)
     }
+}
+
+/// Unpacks the git bundle at `bundle` into a new bare repository `dest`,
+/// its heads as refs. A shallow bundle (as [`bundle_commits`] writes: its
+/// commits without their parents) cannot be cloned, since a clone checks
+/// that history is complete; its objects are indexed instead, and every
+/// commit whose parent is missing is recorded as a shallow boundary, as a
+/// `--depth` fetch would have.
+pub fn unbundle(bundle: &Path, dest: &Path) -> Result<(), RepoError> {
+    let bundle = absolute(bundle)?;
+    std::fs::create_dir_all(dest).map_err(|source| RepoError::Io {
+        action: "create",
+        path: dest.to_path_buf(),
+        source,
+    })?;
+    git(
+        dest,
+        &["init", "--quiet", "--bare", "--template="].map(AsRef::as_ref),
+    )?;
+    let heads = git(
+        dest,
+        &["bundle".as_ref(), "unbundle".as_ref(), bundle.as_os_str()],
+    )?;
+    for line in heads.lines() {
+        if let Some((id, name)) = line.split_once(' ') {
+            if name.starts_with("refs/") {
+                git(dest, &["update-ref", name, id].map(AsRef::as_ref))?;
+            }
+        }
+    }
+    let objects = git(
+        dest,
+        &["cat-file", "--batch-all-objects", "--batch-check"].map(AsRef::as_ref),
+    )?;
+    let commits: Vec<&str> = objects.lines().filter_map(commit_id).collect();
+    if commits.is_empty() {
+        return Ok(());
+    }
+    let present: std::collections::HashSet<&str> = commits.iter().copied().collect();
+    let mut args = vec!["log", "--no-walk=unsorted", "--format=%H %P"];
+    args.extend(commits.iter().copied());
+    let parents = git(dest, &args.iter().map(AsRef::as_ref).collect::<Vec<_>>())?;
+    let shallow: Vec<&str> = parents
+        .lines()
+        .filter_map(|l| {
+            let mut ids = l.split(' ').filter(|s| !s.is_empty());
+            let id = ids.next()?;
+            ids.any(|p| !present.contains(p)).then_some(id)
+        })
+        .collect();
+    if !shallow.is_empty() {
+        let path = dest.join("shallow");
+        let text: String = shallow.iter().map(|id| format!("{id}\n")).collect();
+        std::fs::write(&path, text).map_err(|source| RepoError::Io {
+            action: "write",
+            path,
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// The object id of a `git cat-file --batch-check` line naming a commit.
+fn commit_id(line: &str) -> Option<&str> {
+    let mut parts = line.split(' ');
+    let id = parts.next()?;
+    (parts.next() == Some("commit")).then_some(id)
+}
+
+/// Writes to `dest` a git bundle of exactly `commits` of the repository at
+/// `source`, shallow: each commit with its tree, no parents, no other
+/// history (the fix of a task lives in later commits; an air-gapped copy
+/// needs only the commits its tasks start from). Each commit is a ref
+/// `refs/patchwright/<id>` of the bundle. Returns the full ids.
+pub fn bundle_commits(
+    source: &Path,
+    commits: &[String],
+    dest: &Path,
+) -> Result<Vec<String>, RepoError> {
+    let source = absolute(source)?;
+    let mut full: Vec<String> = commits
+        .iter()
+        .map(|c| resolve_commit(&source, c))
+        .collect::<Result<_, _>>()?;
+    full.sort();
+    full.dedup();
+    let scratch = tempfile::Builder::new()
+        .prefix("patchwright-bundle-")
+        .tempdir()
+        .map_err(|source| RepoError::Io {
+            action: "create a temporary directory for",
+            path: std::env::temp_dir(),
+            source,
+        })?;
+    let repo = scratch.path();
+    git(
+        repo,
+        &["init", "--quiet", "--bare", "--template="].map(AsRef::as_ref),
+    )?;
+    let fetch = git_command()
+        .current_dir(repo)
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "uploadpack.allowAnySHA1InWant")
+        .env("GIT_CONFIG_VALUE_0", "true")
+        .args([
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--depth=1",
+        ])
+        .arg(&source)
+        .args(&full)
+        .output();
+    check("fetch --depth=1", repo, fetch)?;
+    for id in &full {
+        git(
+            repo,
+            &["update-ref", &format!("refs/patchwright/{id}"), id].map(AsRef::as_ref),
+        )?;
+    }
+    if let Some(parent) = dest.parent() {
+        std::fs::create_dir_all(parent).map_err(|source| RepoError::Io {
+            action: "create",
+            path: parent.to_path_buf(),
+            source,
+        })?;
+    }
+    let tmp = dest.with_extension("bundle.part");
+    let dest_tmp = absolute(&tmp)?;
+    git(
+        repo,
+        &[
+            "bundle".as_ref(),
+            "create".as_ref(),
+            "--quiet".as_ref(),
+            dest_tmp.as_os_str(),
+            "--all".as_ref(),
+        ],
+    )?;
+    std::fs::rename(&tmp, dest).map_err(|source| RepoError::Io {
+        action: "rename into place",
+        path: dest.to_path_buf(),
+        source,
+    })?;
+    Ok(full)
+}
+
+/// The commits a git bundle file names as its heads.
+pub fn bundle_heads(bundle: &Path) -> Result<Vec<String>, RepoError> {
+    let text = std::fs::read(bundle).map_err(|source| RepoError::Io {
+        action: "read",
+        path: bundle.to_path_buf(),
+        source,
+    })?;
+    // The header: a signature line, then `[-]<id> <ref>` lines, then an
+    // empty line before the pack.
+    let end = text
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .unwrap_or(text.len().min(1 << 20));
+    let header = String::from_utf8_lossy(&text[..end]);
+    let mut lines = header.lines();
+    if !lines
+        .next()
+        .is_some_and(|l| l.starts_with("# v2 git bundle") || l.starts_with("# v3 git bundle"))
+    {
+        return Err(RepoError::Git {
+            args: "bundle".into(),
+            dir: bundle.to_path_buf(),
+            message: "not a git bundle (no `# v2 git bundle` signature)".into(),
+        });
+    }
+    Ok(lines
+        .filter(|l| !l.starts_with('-') && !l.starts_with('@'))
+        .filter_map(|l| l.split_once(' ').map(|(id, _)| id.to_string()))
+        .collect())
 }
 
 /// A task's working copy: a one-commit repository at `base_commit`.
@@ -559,6 +726,55 @@ mod tests {
         for (repo, expected) in cases {
             assert_eq!(mirror_name(repo).as_deref(), expected, "{repo}");
         }
+    }
+
+    #[test]
+    fn a_shallow_bundle_holds_exactly_its_commits_and_makes_workspaces() {
+        let root = tempfile::tempdir().unwrap();
+        let (up, base, fix) = upstream(root.path());
+        // A middle commit, so that `base` is not the root and `fix` has a
+        // parent outside the bundle.
+        sh(
+            &up,
+            "echo 'z = 3' > c.py && git add c.py && git commit -qm more",
+        );
+        let more = sh(&up, "git rev-parse HEAD");
+        let bundle = root.path().join("repos/o__r.bundle");
+        let ids = bundle_commits(&up, &[more.clone(), base[..10].to_string()], &bundle).unwrap();
+        let mut want = vec![base.clone(), more.clone()];
+        want.sort();
+        assert_eq!(ids, want);
+        let mut heads = bundle_heads(&bundle).unwrap();
+        heads.sort();
+        assert_eq!(heads, want);
+
+        let repos = Repos::new(&root.path().join("repos")).unwrap();
+        let source = repos.locate("o/r").unwrap();
+        // Both commits are there, shallow; the one between them is not.
+        let shallow = std::fs::read_to_string(source.join("shallow")).unwrap();
+        assert_eq!(shallow.lines().count(), 1, "{shallow}");
+        assert!(shallow.contains(&more));
+        let present = |id: &str| {
+            git_command()
+                .arg("--git-dir")
+                .arg(&source)
+                .args(["cat-file", "-e", id])
+                .status()
+                .unwrap()
+                .success()
+        };
+        assert!(present(&base) && present(&more));
+        assert!(!present(&fix));
+        for (commit, a) in [(&base, "x = 1\n"), (&more, "x = 2  # the fix\n")] {
+            let ws = Workspace::create(&source, commit, &root.path().join("ws")).unwrap();
+            assert_eq!(std::fs::read_to_string(ws.path().join("a.py")).unwrap(), a);
+            ws.remove().unwrap();
+        }
+        assert!(!paths_differ(&source, &base, &more, &["pkg/b.py"]).unwrap());
+        assert!(paths_differ(&source, &base, &more, &["a.py"]).unwrap());
+        // Not a bundle: refused with the reason.
+        std::fs::write(root.path().join("junk.bundle"), "junk").unwrap();
+        assert!(bundle_heads(&root.path().join("junk.bundle")).is_err());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 
-use super::{BatchArgs, MergeArgs, ReportArgs, RunArgs, SweepArgs};
+use super::{BatchArgs, MergeArgs, ReportArgs, RunArgs, Sources, SweepArgs};
 use patchwright::batch::sweep;
 use patchwright::batch::{self, RunContext, RunDir};
 use patchwright::dataset;
@@ -16,16 +16,24 @@ use patchwright::repo::Repos;
 /// `patchwright batch`: the selected tasks into a run directory, or `--list` them.
 pub fn batch(args: BatchArgs) -> Result<i32> {
     let selection = args.select.selection()?;
-    let selected = selection.select(&args.select.dataset)?;
     if args.list {
+        let dataset = Sources::dataset(args.select.dataset.as_deref(), &args.runner.env)?;
+        let selected = selection.select(&dataset)?;
         for t in &selected.tasks {
             println!("{}", t.instance_id);
         }
         return Ok(0);
     }
-    let (Some(repos_dir), Some(out)) = (&args.repos, &args.out) else {
-        bail!("--repos and --out are required unless --list is given");
+    let sources = Sources::resolve(
+        args.select.dataset.as_deref(),
+        args.repos.as_deref(),
+        &args.runner.env,
+    )?;
+    let selected = selection.select(&sources.dataset)?;
+    let Some(out) = &args.out else {
+        bail!("--out is required unless --list is given");
     };
+    let repos_dir = &sources.repos;
     args.runner.check(repos_dir)?;
     // Before the settings, the model and any task: an unfit host is one
     // error, not a batch whose every command fails.
@@ -33,9 +41,15 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
     let mut overrides = args.settings.overrides();
     overrides.server_kind = args.runner.server_kind;
     let settings = overrides.resolve()?;
+    let environments = args.runner.environments()?;
+    let local_model = args
+        .runner
+        .server
+        .is_none()
+        .then_some(settings.model.as_str());
+    sources.check(&selected.tasks, &environments.specs, local_model)?;
     let model = ModelRef::resolve(&settings.model, args.runner.server.as_deref())?;
     let repos = Repos::new(repos_dir)?;
-    let environments = args.runner.environments()?;
     let scratch = env_scratch()?;
     let envs = Pool::new(&environments, &repos, scratch.path());
     let cx = RunContext {
@@ -83,13 +97,14 @@ fn env_scratch() -> Result<tempfile::TempDir> {
 
 /// `patchwright run`: one task of a dataset, as a batch of one.
 pub fn run(args: RunArgs) -> Result<i32> {
-    let tasks = dataset::load(&args.dataset)?;
+    let sources = Sources::resolve(args.dataset.as_deref(), args.repos.as_deref(), &args.env)?;
+    let tasks = dataset::load(&sources.dataset)?;
     if !tasks.iter().any(|t| t.instance_id == args.task) {
         bail!(
             "no task {} in {}; list them with `patchwright batch --dataset {} --list`",
             args.task,
-            args.dataset.display(),
-            args.dataset.display()
+            sources.dataset.display(),
+            sources.dataset.display()
         );
     }
     batch(args.into_batch())
@@ -98,11 +113,16 @@ pub fn run(args: RunArgs) -> Result<i32> {
 /// `patchwright sweep`: one run per grid point, and their table.
 pub fn sweep(args: SweepArgs) -> Result<i32> {
     let selection = args.select.selection()?;
-    let selected = selection.select(&args.select.dataset)?;
+    let sources = Sources::resolve(
+        args.select.dataset.as_deref(),
+        args.repos.as_deref(),
+        &args.runner.env,
+    )?;
+    let selected = selection.select(&sources.dataset)?;
     if selected.tasks.is_empty() {
-        bail!("no task of {} is selected", args.select.dataset.display());
+        bail!("no task of {} is selected", sources.dataset.display());
     }
-    args.runner.check(&args.repos)?;
+    args.runner.check(&sources.repos)?;
     super::preflight(false)?;
     let mut overrides = args.settings.overrides();
     overrides.server_kind = args.runner.server_kind;
@@ -119,15 +139,16 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
             .collect::<Vec<_>>()
             .join(" × ")
     );
-    let repos = Repos::new(&args.repos)?;
+    let repos = Repos::new(&sources.repos)?;
     let environments = args.runner.environments()?;
+    sources.check(&selected.tasks, &environments.specs, None)?;
     // One pool for every point: environments are built once.
     let scratch = env_scratch()?;
     let envs = Pool::new(&environments, &repos, scratch.path());
     let cx = RunContext {
         select: &selection,
         selected: &selected,
-        repos_dir: &args.repos,
+        repos_dir: &sources.repos,
         repos: &repos,
         options: args.runner.options(),
         envs: &envs,

@@ -13,11 +13,12 @@ use patchwright::repo::Repos;
 
 /// `patchwright env build`: the environments of the tasks; 1 if any failed.
 pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
-    let tasks = args.tasks.tasks()?;
+    let (tasks, sources) = args.tasks.tasks(&args.env)?;
     // Builds keep the network: their policy's options are checked.
     super::preflight(true)?;
     let settings = args.env.options(Some(1), 0, false, false).resolve()?;
-    let repos = Repos::new(&args.tasks.repos)?;
+    sources.check(&tasks, &settings.specs, None)?;
+    let repos = Repos::new(&sources.repos)?;
     let rows = eval::build_envs(
         &tasks,
         &settings,
@@ -61,12 +62,13 @@ pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
 
 /// `patchwright eval`: grades gold, empty or predicted patches.
 pub fn eval(args: EvalArgs) -> Result<i32> {
-    let tasks = args.tasks.tasks()?;
+    let (tasks, sources) = args.tasks.tasks(&args.env)?;
     super::preflight(false)?;
     let options = args
         .env
         .options(args.jobs, args.timeout, args.empty, args.keep_work);
     let settings = options.resolve()?;
+    sources.check(&tasks, &settings.specs, None)?;
     let source = if args.gold {
         PatchSource::Gold
     } else if args.empty {
@@ -81,7 +83,7 @@ pub fn eval(args: EvalArgs) -> Result<i32> {
     let patches = eval::choose_patches(&tasks, source)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
-    let repos = Repos::new(&args.tasks.repos)?;
+    let repos = Repos::new(&sources.repos)?;
     let bar = ProgressBar::new(tasks.len() as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
@@ -131,13 +133,14 @@ pub fn eval(args: EvalArgs) -> Result<i32> {
 /// `patchwright check`: the pipeline's test stages in each task's
 /// environment, with a scripted model; 1 if a task does not pass.
 pub fn check(args: CheckArgs) -> Result<i32> {
-    let tasks = args.tasks.tasks()?;
+    let (tasks, sources) = args.tasks.tasks(&args.env)?;
     super::preflight(false)?;
     let settings = args
         .env
         .options(Some(1), eval::DEFAULT_TEST_TIMEOUT_S, false, false)
         .resolve()?;
-    let repos = Repos::new(&args.tasks.repos)?;
+    sources.check(&tasks, &settings.specs, None)?;
+    let repos = Repos::new(&sources.repos)?;
     let scratch = tempfile::Builder::new()
         .prefix("patchwright-check-")
         .tempdir()

@@ -10,6 +10,7 @@
 pub mod batch;
 pub mod evaluation;
 pub mod models;
+pub mod pack;
 pub mod tools;
 
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ use anyhow::{bail, Context, Result};
 use clap::{ArgAction, Args, Parser, Subcommand};
 use regex::Regex;
 
+use patchwright::bundle::Bundle;
 use patchwright::config::{EnvOptions, EnvSettings, Overrides, SetArg};
 use patchwright::dataset::{self, Selection, Shard, Slice};
 use patchwright::engine::EngineSettings;
@@ -140,6 +142,13 @@ pub enum Command {
     /// (network off), FAIL_TO_PASS and PASS_TO_PASS all passing. Writes
     /// OUT/report.json (the summary) and OUT/logs/<id>/.
     Eval(EvalArgs),
+    /// Pack everything the selected tasks need into one directory for a
+    /// machine with no network: the task file, models, a shallow git
+    /// bundle per repository, each environment's wheels (every sdist built
+    /// into a wheel), and the interpreters, with a manifest of sha256
+    /// sums. Run again, it adds only what is missing. Use the bundle with
+    /// --bundle on env build, batch, run, sweep and eval.
+    Pack(PackArgs),
     /// Check the MASAI pipeline's test stages in each task's own
     /// environment, with a scripted model that knows the answer: the
     /// Reproducer is handed the task's test file as its test patch leaves
@@ -157,6 +166,44 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub env: EnvArgs,
     /// Print the rows as JSON on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["out", "check"])))]
+pub struct PackArgs {
+    /// Task file in SWE-bench's format (.json, .jsonl, .parquet).
+    #[arg(long, value_name = "FILE", required_unless_present = "check")]
+    pub dataset: Option<PathBuf>,
+    /// Directory of repositories (as for `batch`).
+    #[arg(long, value_name = "DIR", required_unless_present = "check")]
+    pub repos: Option<PathBuf>,
+    /// Keep tasks whose instance_id matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    pub filter: Option<String>,
+    /// A model to pack: a name from `patchwright models list` (fetched
+    /// first when it is not yet) or a GGUF file. Repeatable.
+    #[arg(long = "model", value_name = "NAME|PATH")]
+    pub models: Vec<String>,
+    /// The bundle directory to write (or complete).
+    #[arg(long, value_name = "BUNDLE")]
+    pub out: Option<PathBuf>,
+    /// Also write BUNDLE.tar, one archive of the bundle.
+    #[arg(long)]
+    pub tar: bool,
+    /// Verify every file of BUNDLE against its manifest and do nothing
+    /// else; exit status 1 when one is missing or changed.
+    #[arg(long, value_name = "BUNDLE", conflicts_with_all = ["dataset", "repos", "out", "tar", "models"])]
+    pub check: Option<PathBuf>,
+    /// Directory of environment specs [default: the built-in ones].
+    #[arg(long, value_name = "DIR")]
+    pub specs: Option<PathBuf>,
+    /// A host Python installation prefix to pack (besides pyenv's);
+    /// repeatable.
+    #[arg(long = "python", value_name = "PREFIX")]
+    pub pythons: Vec<PathBuf>,
+    /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -189,18 +236,27 @@ pub struct EnvArgs {
     /// (no network), instead of the package index.
     #[arg(long, value_name = "DIR")]
     pub wheels: Option<PathBuf>,
+    /// Take everything from a bundle made by `patchwright pack`: the task
+    /// file (unless --dataset), the repositories, the models, each
+    /// environment's wheels and the interpreters; nothing tries the
+    /// network. What the tasks need is checked against the bundle's
+    /// manifest and hashes first.
+    #[arg(long, value_name = "BUNDLE", env = "PATCHWRIGHT_BUNDLE", conflicts_with_all = ["wheels", "pythons"])]
+    pub bundle: Option<PathBuf>,
 }
 
 #[derive(Args)]
 pub struct TaskArgs {
     /// Task file in SWE-bench's format: a .json list, .jsonl, or .parquet
-    /// (as published on Hugging Face).
+    /// (as published on Hugging Face) [default with --bundle: the
+    /// bundle's].
     #[arg(long, value_name = "FILE")]
-    pub dataset: PathBuf,
+    pub dataset: Option<PathBuf>,
     /// Directory of repositories: DIR/owner__name.git (bare mirror),
-    /// DIR/owner__name (a clone) or DIR/owner__name.bundle.
+    /// DIR/owner__name (a clone) or DIR/owner__name.bundle (not with
+    /// --bundle: its own).
     #[arg(long, value_name = "DIR")]
-    pub repos: PathBuf,
+    pub repos: Option<PathBuf>,
     /// Keep tasks whose instance_id matches this regular expression.
     #[arg(long, value_name = "REGEX")]
     pub filter: Option<String>,
@@ -260,12 +316,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "ID")]
     pub task: String,
     /// Task file in SWE-bench's format: a .json list, .jsonl, or .parquet
-    /// (as published on Hugging Face).
+    /// (as published on Hugging Face) [default with --bundle: the
+    /// bundle's].
     #[arg(long, value_name = "FILE")]
-    pub dataset: PathBuf,
-    /// Directory of repositories (as for `batch`).
+    pub dataset: Option<PathBuf>,
+    /// Directory of repositories (as for `batch`; not with --bundle).
     #[arg(long, value_name = "DIR")]
-    pub repos: PathBuf,
+    pub repos: Option<PathBuf>,
     /// Run directory to write [default: runs/ID].
     #[arg(long, value_name = "RUN_DIR")]
     pub out: Option<PathBuf>,
@@ -402,9 +459,10 @@ pub struct ExecArgs {
 #[derive(Args)]
 pub struct SelectArgs {
     /// Task file in SWE-bench's format: a .json list, .jsonl, or .parquet
-    /// (as published on Hugging Face).
+    /// (as published on Hugging Face) [default with --bundle: the
+    /// bundle's].
     #[arg(long, value_name = "FILE")]
-    pub dataset: PathBuf,
+    pub dataset: Option<PathBuf>,
     /// Keep only tasks whose instance_id matches this regular expression.
     #[arg(long, value_name = "REGEX")]
     pub filter: Option<String>,
@@ -484,8 +542,8 @@ pub struct BatchArgs {
     pub select: SelectArgs,
     /// Directory of repositories: DIR/owner__name.git (bare mirror),
     /// DIR/owner__name (clone) or DIR/owner__name.bundle. Required unless
-    /// --list.
-    #[arg(long, value_name = "DIR", required_unless_present = "list")]
+    /// --list or --bundle.
+    #[arg(long, value_name = "DIR")]
     pub repos: Option<PathBuf>,
     /// Run directory to write. Running again with the same settings and
     /// model resumes it; other settings are refused. Required unless --list.
@@ -504,9 +562,9 @@ pub struct BatchArgs {
 pub struct SweepArgs {
     #[command(flatten)]
     pub select: SelectArgs,
-    /// Directory of repositories (as for `batch`).
+    /// Directory of repositories (as for `batch`; not with --bundle).
     #[arg(long, value_name = "DIR")]
-    pub repos: PathBuf,
+    pub repos: Option<PathBuf>,
     /// Sweep directory: sweep.json, points/<NN>_<label>/ (one run directory
     /// each), shared/, table.csv and table.json. Running again resumes.
     #[arg(long, value_name = "SWEEP_DIR")]
@@ -577,6 +635,7 @@ impl EnvArgs {
             envs: self.envs.clone(),
             pythons: self.pythons.clone(),
             wheels: self.wheels.clone(),
+            bundle: self.bundle.clone(),
             jobs,
             test_timeout_s,
             run_empty,
@@ -594,21 +653,108 @@ fn filter_regex(filter: Option<&str>) -> Result<Option<Regex>> {
 }
 
 impl TaskArgs {
-    /// The selected tasks; none, or no repository directory, is an error.
-    pub fn tasks(&self) -> Result<Vec<dataset::Task>> {
-        let tasks = dataset::load(&self.dataset)?;
+    /// The selected tasks and where they come from; none, or no
+    /// repository directory, is an error.
+    pub fn tasks(&self, env: &EnvArgs) -> Result<(Vec<dataset::Task>, Sources)> {
+        let sources = Sources::resolve(self.dataset.as_deref(), self.repos.as_deref(), env)?;
+        let tasks = dataset::load(&sources.dataset)?;
         let selection = Selection {
             filter: filter_regex(self.filter.as_deref())?,
             ..Selection::default()
         };
         let tasks = selection.apply(tasks);
         if tasks.is_empty() {
-            bail!("no task of {} is selected", self.dataset.display());
+            bail!("no task of {} is selected", sources.dataset.display());
         }
-        if !self.repos.is_dir() {
-            bail!("--repos {}: not a directory", self.repos.display());
+        if !sources.repos.is_dir() {
+            bail!("--repos {}: not a directory", sources.repos.display());
         }
-        Ok(tasks)
+        Ok((tasks, sources))
+    }
+}
+
+/// Where a command's tasks, repositories and models come from: the flags,
+/// or a bundle (`--bundle`, `PATCHWRIGHT_BUNDLE`).
+pub struct Sources {
+    pub dataset: PathBuf,
+    pub repos: PathBuf,
+    pub bundle: Option<Bundle>,
+}
+
+impl Sources {
+    /// `--dataset` and `--repos`, or the bundle's; with a bundle, its
+    /// models directory becomes the models directory of this process.
+    pub fn resolve(
+        dataset: Option<&std::path::Path>,
+        repos: Option<&std::path::Path>,
+        env: &EnvArgs,
+    ) -> Result<Sources> {
+        let bundle = env.bundle.as_deref().map(Bundle::open).transpose()?;
+        let Some(bundle) = bundle else {
+            let dataset = dataset.context("--dataset is required (or --bundle)")?;
+            let repos = repos.context("--repos is required (or --bundle)")?;
+            return Ok(Sources {
+                dataset: dataset.to_path_buf(),
+                repos: repos.to_path_buf(),
+                bundle: None,
+            });
+        };
+        if let Some(r) = repos {
+            bail!(
+                "--repos {} and --bundle {}: with a bundle the repositories are its own",
+                r.display(),
+                bundle.root.display()
+            );
+        }
+        // Read by every lookup of a model in this process (no thread has
+        // started yet).
+        std::env::set_var(patchwright::models::MODELS_DIR_ENV, bundle.models_dir());
+        Ok(Sources {
+            dataset: dataset.map_or_else(|| bundle.dataset(), std::path::Path::to_path_buf),
+            repos: bundle.repos_dir(),
+            bundle: Some(bundle),
+        })
+    }
+
+    /// `--dataset`, or the bundle's task file.
+    pub fn dataset(dataset: Option<&std::path::Path>, env: &EnvArgs) -> Result<PathBuf> {
+        match (dataset, &env.bundle) {
+            (Some(d), _) => Ok(d.to_path_buf()),
+            (None, Some(b)) => Ok(Bundle::open(b)?.dataset()),
+            (None, None) => bail!("--dataset is required (or --bundle)"),
+        }
+    }
+
+    /// With a bundle: checks that it holds what `tasks` need (and the model
+    /// `model`, a manifest name or a file in the bundle) and that those
+    /// files are intact.
+    pub fn check(
+        &self,
+        tasks: &[dataset::Task],
+        specs: &patchwright::env::spec::Specs,
+        model: Option<&str>,
+    ) -> Result<()> {
+        let Some(bundle) = &self.bundle else {
+            return Ok(());
+        };
+        let mut files = Vec::new();
+        if let Some(spec) = model {
+            let known = patchwright::models::manifest()?;
+            if let Some(k) = known.iter().find(|k| k.name == spec) {
+                files.push(k.file.clone());
+            } else if let Ok(p) = std::fs::canonicalize(spec) {
+                if let Ok(rel) = p.strip_prefix(bundle.models_dir()) {
+                    files.push(rel.to_string_lossy().into_owned());
+                }
+            }
+        }
+        bundle.check_for(tasks, specs, &files)?;
+        tracing::info!(
+            "bundle {}: everything {} tasks need is there and intact",
+            bundle.root.display(),
+            tasks.len()
+        );
+        Ok(())
     }
 }
 
@@ -682,7 +828,7 @@ impl RunArgs {
                 slice: None,
                 shard: None,
             },
-            repos: Some(self.repos),
+            repos: self.repos,
             out: Some(out),
             list: false,
             settings: SettingsArgs {

@@ -23,6 +23,7 @@ use patchwright_sandbox as sandbox;
 use super::Environment;
 use crate::repo::{RepoError, Workspace};
 
+mod download;
 mod layer;
 mod plan;
 mod python;
@@ -71,6 +72,15 @@ pub enum BuildError {
         files: Vec<String>,
         commit: String,
     },
+    #[error(
+        "{repo} {version}: the bundle has no wheels for this environment ({dir} is missing); \
+         add them on a connected host: patchwright pack --dataset FILE --repos DIR --out BUNDLE"
+    )]
+    NotInBundle {
+        repo: String,
+        version: String,
+        dir: PathBuf,
+    },
     #[error("{repo} {version}: the build failed ({reason}); log: {log}")]
     Failed {
         repo: String,
@@ -109,6 +119,37 @@ pub enum Index {
     /// Only this directory of wheels and sdists (`pip --no-index
     /// --find-links`), with the network off.
     Wheels(PathBuf),
+    /// A bundle's wheelhouses (`patchwright pack`), one directory per
+    /// environment ([`Index::bundle_dir`]), with the network off.
+    Bundle(PathBuf),
+}
+
+impl Index {
+    /// The wheelhouse of `repo` `version` under a bundle's `wheels` root.
+    pub fn bundle_dir(root: &Path, repo: &str, version: &str) -> PathBuf {
+        root.join(repo.replace('/', "__")).join(version)
+    }
+
+    /// The one directory pip installs from for `spec`, or `None` for the
+    /// package index; a bundle without it is an error naming what to add.
+    pub fn wheels_for(&self, spec: &super::spec::Spec) -> Result<Option<PathBuf>, BuildError> {
+        match self {
+            Index::Online => Ok(None),
+            Index::Wheels(dir) => Ok(Some(dir.clone())),
+            Index::Bundle(root) => {
+                let dir = Index::bundle_dir(root, &spec.repo, &spec.version);
+                if dir.is_dir() {
+                    Ok(Some(dir))
+                } else {
+                    Err(BuildError::NotInBundle {
+                        repo: spec.repo.clone(),
+                        version: spec.version.clone(),
+                        dir,
+                    })
+                }
+            }
+        }
+    }
 }
 
 impl Plan {
@@ -238,9 +279,9 @@ impl Plan {
         ] {
             policy.env.insert(k.into(), v.into());
         }
-        match index {
-            Index::Online => policy.allow_network(),
-            Index::Wheels(dir) => {
+        match index.wheels_for(&self.spec)? {
+            None => policy.allow_network(),
+            Some(dir) => {
                 policy.extra_ro_binds.push(dir.clone());
                 policy.env.insert("PIP_NO_INDEX".into(), "1".into());
                 policy
