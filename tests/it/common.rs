@@ -46,6 +46,7 @@ pub fn demo_pool() -> &'static patchwright::eval::pool::Pool<'static> {
             envs: Some(envs_dir()),
             pythons: Vec::new(),
             wheels: None,
+            bundle: None,
             jobs: Some(1),
             test_timeout_s: 600,
             run_empty: false,

@@ -15,6 +15,7 @@ mod http_backend;
 mod install;
 mod localize;
 mod masai;
+mod offline;
 mod pipeline;
 mod preflight;
 mod react;
