@@ -18,6 +18,8 @@
 //!   depends on, as wheels ([`crate::env::build::Plan::download`]).
 //! - `python/<version>/` — the interpreters, copied from the host and made
 //!   relocatable ([`python`]).
+//! - `downloads/<file>` — files a spec's `pre_install` reads from outside
+//!   pip (`downloads` in the spec), sha256-checked.
 //!
 //! A bundle is used in place (read-only is fine): the models directory is
 //! `BUNDLE/models`, the repositories `BUNDLE/repos`, packages come only from
@@ -178,6 +180,14 @@ impl Bundle {
                     "  {id}: the wheels of the environment {} {}",
                     t.repo, t.version
                 )),
+            }
+            for d in &spec.downloads {
+                let rel = format!("downloads/{}", d.file);
+                if m.files.contains_key(&rel) {
+                    parts.insert(rel);
+                } else {
+                    missing.push(format!("  {id}: the file {} ({})", d.file, d.url));
+                }
             }
             match m.pythons.get(&spec.python) {
                 Some(p) => {

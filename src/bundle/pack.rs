@@ -393,7 +393,13 @@ fn pack_env(
             "wheels of {repo} {} (build steps downloaded and installed offline)",
             spec.version
         ));
-        plan.download(&source, &wheels, scratch, opts.pip_cache)?;
+        plan.download(
+            &source,
+            &wheels,
+            &out.join("downloads"),
+            scratch,
+            opts.pip_cache,
+        )?;
         std::fs::create_dir_all(&markers).map_err(io("create", &markers))?;
         std::fs::write(&complete, &plan.hash).map_err(io("write", &complete))?;
         report
@@ -405,8 +411,14 @@ fn pack_env(
         let marker = markers.join(format!("commit-{}", t.base_commit));
         if !marker.is_file() {
             progress(&format!("dependencies of {}", t.instance_id));
-            let downloaded =
-                plan.download_commit(&source, &t.base_commit, &wheels, scratch, opts.pip_cache)?;
+            let downloaded = plan.download_commit(
+                &source,
+                &t.base_commit,
+                &wheels,
+                &out.join("downloads"),
+                scratch,
+                opts.pip_cache,
+            )?;
             std::fs::write(
                 &marker,
                 if downloaded {

@@ -81,6 +81,19 @@ pub enum BuildError {
         version: String,
         dir: PathBuf,
     },
+    #[error(
+        "{repo} {version}: the file {file} that pre_install needs is not in {dir} \
+         (fetched from {url} on a machine with the network; with a bundle, pack adds it)"
+    )]
+    MissingDownload {
+        repo: String,
+        version: String,
+        file: String,
+        url: String,
+        dir: PathBuf,
+    },
+    #[error("{url}: {message}")]
+    Fetch { url: String, message: String },
     #[error("{repo} {version}: the build failed ({reason}); log: {log}")]
     Failed {
         repo: String,
@@ -279,6 +292,13 @@ impl Plan {
         ] {
             policy.env.insert(k.into(), v.into());
         }
+        if !self.spec.downloads.is_empty() {
+            let dir = self.downloads_dir(index)?;
+            policy.extra_ro_binds.push(dir.clone());
+            policy
+                .env
+                .insert(super::spec::DOWNLOADS_ENV.into(), dir.display().to_string());
+        }
         match index.wheels_for(&self.spec)? {
             None => policy.allow_network(),
             Some(dir) => {
@@ -371,6 +391,86 @@ except ImportError:
 print("\n".join(sorted(names)))
 "#;
 
+impl Plan {
+    /// The directory holding this spec's downloads: fetched into the
+    /// environments' `.downloads/` when the index is online, else the wheel
+    /// directory, or the bundle's `downloads/`. Each file must be there.
+    pub fn downloads_dir(&self, index: &Index) -> Result<PathBuf, BuildError> {
+        let dir = match index {
+            Index::Online => {
+                let root = self
+                    .dir
+                    .parent()
+                    .and_then(Path::parent)
+                    .unwrap_or(&self.dir);
+                let dir = root.join(".downloads");
+                for d in &self.spec.downloads {
+                    fetch_download(d, &dir)?;
+                }
+                return Ok(dir);
+            }
+            Index::Wheels(dir) => dir.clone(),
+            Index::Bundle(root) => root.parent().unwrap_or(root).join("downloads"),
+        };
+        for d in &self.spec.downloads {
+            if !dir.join(&d.file).is_file() {
+                return Err(BuildError::MissingDownload {
+                    repo: self.spec.repo.clone(),
+                    version: self.spec.version.clone(),
+                    file: d.file.clone(),
+                    url: d.url.clone(),
+                    dir,
+                });
+            }
+        }
+        Ok(dir)
+    }
+}
+
+/// How long fetching one download may take.
+const FETCH_TIMEOUT_S: u64 = 600;
+
+/// `d` in `dir`: kept when it is there with its sha256, else fetched from
+/// its URL (by patchwright itself: a plain HTTP GET of a file, no code of
+/// the repository runs), checked, and moved into place.
+pub fn fetch_download(d: &super::spec::Download, dir: &Path) -> Result<PathBuf, BuildError> {
+    use sha2::Digest;
+    let dest = dir.join(&d.file);
+    let sha_of = |p: &Path| -> Result<String, BuildError> {
+        let mut f = std::fs::File::open(p).map_err(io("read", p))?;
+        let mut h = sha2::Sha256::new();
+        std::io::copy(&mut f, &mut h).map_err(io("read", p))?;
+        Ok(hex::encode(h.finalize()))
+    };
+    if dest.is_file() && sha_of(&dest)? == d.sha256 {
+        return Ok(dest);
+    }
+    std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+    let fail = |message: String| BuildError::Fetch {
+        url: d.url.clone(),
+        message,
+    };
+    tracing::info!(url = %d.url, "fetching a file pre_install needs");
+    let agent = ureq::AgentBuilder::new()
+        .timeout(std::time::Duration::from_secs(FETCH_TIMEOUT_S))
+        .build();
+    let response = agent.get(&d.url).call().map_err(|e| fail(e.to_string()))?;
+    let part = dir.join(format!("{}.part", d.file));
+    let mut out = std::fs::File::create(&part).map_err(io("create", &part))?;
+    std::io::copy(&mut response.into_reader(), &mut out).map_err(|e| fail(e.to_string()))?;
+    drop(out);
+    let got = sha_of(&part)?;
+    if got != d.sha256 {
+        let _ = std::fs::remove_file(&part);
+        return Err(fail(format!(
+            "sha256 {got}, the spec says {}: refused",
+            d.sha256
+        )));
+    }
+    std::fs::rename(&part, &dest).map_err(io("rename into place", &dest))?;
+    Ok(dest)
+}
+
 /// `cmd` with `flags` inserted after each `pip install`; other commands
 /// (`python setup.py develop`) unchanged.
 pub fn with_pip_flags(cmd: &str, flags: &str) -> String {
@@ -442,6 +542,58 @@ pub fn quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Serves `body` to each of `n` connections on 127.0.0.1; the URL.
+    fn serve(body: &'static [u8], n: usize) -> String {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(n) {
+                let mut stream = stream.unwrap();
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(body);
+            }
+        });
+        format!("http://127.0.0.1:{port}/qhull.tgz")
+    }
+
+    #[test]
+    fn a_download_is_fetched_checked_and_kept() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let body: &'static [u8] = b"the qhull sources";
+        let sha = {
+            use sha2::Digest;
+            hex::encode(sha2::Sha256::digest(body))
+        };
+        // One connection only: the second call must not fetch again.
+        let url = serve(body, 1);
+        let d = crate::env::spec::Download {
+            url: url.clone(),
+            sha256: sha.clone(),
+            file: "q.tgz".into(),
+        };
+        let path = fetch_download(&d, dir.path())?;
+        assert_eq!(std::fs::read(&path)?, body);
+        assert_eq!(fetch_download(&d, dir.path())?, path);
+        // A file whose sum differs is refused and not kept.
+        let wrong = crate::env::spec::Download {
+            url: serve(body, 1),
+            sha256: "0".repeat(64),
+            file: "other.tgz".into(),
+        };
+        let e = fetch_download(&wrong, dir.path()).unwrap_err().to_string();
+        assert!(e.contains("the spec says 0000"), "{e}");
+        assert!(!dir.path().join("other.tgz").exists());
+        assert!(!dir.path().join("other.tgz.part").exists());
+        Ok(())
+    }
 
     #[test]
     fn pip_flags_go_after_every_pip_install() {

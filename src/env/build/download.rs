@@ -32,6 +32,7 @@ impl Plan {
         &self,
         source: &Path,
         house: &Path,
+        downloads: &Path,
         scratch: &Path,
         cache: &Path,
     ) -> Result<(), BuildError> {
@@ -52,8 +53,15 @@ impl Plan {
                 quote(&format!("install (downloaded): {download}"))
             );
         }
-        let result =
-            self.run_download(checkout.path(), house, &[inputs.clone()], cache, s, "setup");
+        let result = self.run_download(
+            checkout.path(),
+            house,
+            downloads,
+            &[inputs.clone()],
+            cache,
+            s,
+            "setup",
+        );
         let _ = checkout.remove();
         result
     }
@@ -67,6 +75,7 @@ impl Plan {
         source: &Path,
         commit: &str,
         house: &Path,
+        downloads: &Path,
         scratch: &Path,
         cache: &Path,
     ) -> Result<bool, BuildError> {
@@ -98,7 +107,15 @@ impl Plan {
             "step {}\n{download} --dest \"$H\" --find-links \"$H\"\nwheels\n",
             quote(&format!("install (downloaded): {download}"))
         );
-        let result = self.run_download(checkout.path(), house, &[inputs], cache, s, commit);
+        let result = self.run_download(
+            checkout.path(),
+            house,
+            downloads,
+            &[inputs],
+            cache,
+            s,
+            commit,
+        );
         let _ = checkout.remove();
         result.map(|()| true)
     }
@@ -178,6 +195,7 @@ offline() { PIP_NO_INDEX=1 PIP_FIND_LINKS="$H" pip "$@"; }
         &self,
         worktree: &Path,
         house: &Path,
+        downloads: &Path,
         inputs: &[PathBuf],
         cache: &Path,
         script: String,
@@ -191,6 +209,16 @@ offline() { PIP_NO_INDEX=1 PIP_FIND_LINKS="$H" pip "$@"; }
         policy.writable.push(house.to_path_buf());
         policy.writable.push(cache.to_path_buf());
         policy.allow_network();
+        if !self.spec.downloads.is_empty() {
+            for d in &self.spec.downloads {
+                super::fetch_download(d, downloads)?;
+            }
+            policy.extra_ro_binds.push(downloads.to_path_buf());
+            policy.env.insert(
+                crate::env::spec::DOWNLOADS_ENV.into(),
+                downloads.display().to_string(),
+            );
+        }
         for (k, v) in [
             ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
             ("PIP_NO_INPUT", "1"),

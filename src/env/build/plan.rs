@@ -81,6 +81,11 @@ impl Plan {
             "pip_packages": spec.pip_packages, "pre_install": spec.pre_install,
             "install": spec.install, "vars": spec.vars, "setup_commit": setup_commit,
         });
+        let mut key = key;
+        // Only when there are any: older environments keep their hashes.
+        if !spec.downloads.is_empty() {
+            key["downloads"] = serde_json::json!(spec.downloads);
+        }
         hasher.update(key.to_string().as_bytes());
         let hash = hex::encode(hasher.finalize());
         let owner_name = spec.repo.replace('/', "__");
