@@ -220,22 +220,7 @@ pub fn bundle_commits(
         repo,
         &["init", "--quiet", "--bare", "--template="].map(AsRef::as_ref),
     )?;
-    let fetch = git_command()
-        .current_dir(repo)
-        .env("GIT_CONFIG_COUNT", "1")
-        .env("GIT_CONFIG_KEY_0", "uploadpack.allowAnySHA1InWant")
-        .env("GIT_CONFIG_VALUE_0", "true")
-        .args([
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--depth=1",
-        ])
-        .arg(&source)
-        .args(&full)
-        .output();
-    check("fetch --depth=1", repo, fetch)?;
+    fetch_shallow(repo, &source, &full)?;
     for id in &full {
         git(
             repo,
@@ -267,6 +252,29 @@ pub fn bundle_commits(
         source,
     })?;
     Ok(full)
+}
+
+/// Fetches `commits` (full ids) of the repository at `source` into the
+/// repository at `dest`, each with its tree and no parents (`--depth=1`).
+fn fetch_shallow(dest: &Path, source: &Path, commits: &[String]) -> Result<(), RepoError> {
+    let fetch = git_command()
+        .current_dir(dest)
+        // upload-pack (run on the source) must allow a want by object id.
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "uploadpack.allowAnySHA1InWant")
+        .env("GIT_CONFIG_VALUE_0", "true")
+        .args([
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--depth=1",
+        ])
+        .arg(source)
+        .args(commits)
+        .output();
+    check("fetch --depth=1", dest, fetch)?;
+    Ok(())
 }
 
 /// The commits a git bundle file names as its heads.
@@ -330,23 +338,7 @@ impl Workspace {
         )?;
         git(dest, &["config", "gc.auto", "0"].map(AsRef::as_ref))?;
         let full = resolve_commit(&source, commit)?;
-        let fetch = git_command()
-            .current_dir(dest)
-            // upload-pack (run on the mirror) must allow a want by object id.
-            .env("GIT_CONFIG_COUNT", "1")
-            .env("GIT_CONFIG_KEY_0", "uploadpack.allowAnySHA1InWant")
-            .env("GIT_CONFIG_VALUE_0", "true")
-            .args([
-                "fetch",
-                "--quiet",
-                "--no-tags",
-                "--no-write-fetch-head",
-                "--depth=1",
-            ])
-            .arg(&source)
-            .arg(&full)
-            .output();
-        check("fetch --depth=1", dest, fetch)?;
+        fetch_shallow(dest, &source, std::slice::from_ref(&full))?;
         git(
             dest,
             &["checkout", "--quiet", "--detach", full.as_str()].map(AsRef::as_ref),

@@ -218,15 +218,11 @@ impl Plan {
         }
         let meta = self.meta();
         std::fs::create_dir_all(&meta).map_err(io("create", &meta))?;
+        self.write_step_files(&meta)?;
         let write = |name: &str, text: String| {
             let p = meta.join(name);
             std::fs::write(&p, text).map_err(io("write", &p))
         };
-        write("requirements.txt", lines(&self.requirements))?;
-        let mut build_requires = self.build_requires.clone();
-        build_requires.push("wheel".into());
-        write("build-requires.txt", lines(&build_requires))?;
-        write("pip-packages.txt", lines(&self.spec.pip_packages))?;
         write("find_repo_dists.py", FIND_REPO_DISTS.to_string())?;
         std::fs::create_dir_all(scratch).map_err(io("create", scratch))?;
         let checkout_dir = scratch.join(format!("checkout-{}", &self.hash[..12]));
@@ -268,6 +264,21 @@ impl Plan {
         crate::record::write_json(&self.marker(), &record)?;
         drop(lock);
         Ok(())
+    }
+
+    /// The files the build's first steps install from, into `dir`:
+    /// `requirements.txt`, `build-requires.txt` (the build backend and
+    /// `wheel`), `pip-packages.txt`.
+    pub(super) fn write_step_files(&self, dir: &Path) -> Result<(), BuildError> {
+        let write = |name: &str, text: String| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).map_err(io("write", &p))
+        };
+        write("requirements.txt", lines(&self.requirements))?;
+        let mut build_requires = self.build_requires.clone();
+        build_requires.push("wheel".into());
+        write("build-requires.txt", lines(&build_requires))?;
+        write("pip-packages.txt", lines(&self.spec.pip_packages))
     }
 
     /// The sandbox policy of a build step in `worktree`: the environment

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use patchwright_sandbox as sandbox;
 
 use super::wheelhouse::download_command;
-use super::{git_safe, io, lines, one_line, pip_diagnosis, quote, BuildError, Plan};
+use super::{git_safe, io, one_line, pip_diagnosis, quote, BuildError, Plan};
 use crate::repo::Workspace;
 
 /// The scratch virtualenv inside the sandbox's private /tmp.
@@ -41,17 +41,8 @@ impl Plan {
         let checkout = Workspace::create(source, &self.setup_commit, &checkout_dir)?;
         let mut s = self.download_prelude(house);
         s += &self.steps(&inputs, true);
-        for cmd in &self.spec.pre_install {
-            s += &format!(
-                "step {}\n{cmd}\n",
-                quote(&format!("pre_install: {}", one_line(cmd)))
-            );
-        }
         if let Some(download) = download_command(&self.spec.install) {
-            s += &format!(
-                "step {}\n{download} --dest \"$H\" --find-links \"$H\"\nwheels\n",
-                quote(&format!("install (downloaded): {download}"))
-            );
+            s += &self.install_download(&download);
         }
         let result = self.run_download(
             checkout.path(),
@@ -97,16 +88,7 @@ impl Plan {
         // What the build installed before the install step, from the
         // directory: a `setup.py` may import it.
         s += &self.steps(&inputs, false);
-        for cmd in &self.spec.pre_install {
-            s += &format!(
-                "step {}\n{cmd}\n",
-                quote(&format!("pre_install: {}", one_line(cmd)))
-            );
-        }
-        s += &format!(
-            "step {}\n{download} --dest \"$H\" --find-links \"$H\"\nwheels\n",
-            quote(&format!("install (downloaded): {download}"))
-        );
+        s += &self.install_download(&download);
         let result = self.run_download(
             checkout.path(),
             house,
@@ -125,15 +107,7 @@ impl Plan {
     fn write_inputs(&self, scratch: &Path) -> Result<PathBuf, BuildError> {
         let inputs = scratch.join(format!("inputs-{}", &self.hash[..12]));
         std::fs::create_dir_all(&inputs).map_err(io("create", &inputs))?;
-        let write = |name: &str, text: String| {
-            let p = inputs.join(name);
-            std::fs::write(&p, text).map_err(io("write", &p))
-        };
-        write("requirements.txt", lines(&self.requirements))?;
-        let mut build_requires = self.build_requires.clone();
-        build_requires.push("wheel".into());
-        write("build-requires.txt", lines(&build_requires))?;
-        write("pip-packages.txt", lines(&self.spec.pip_packages))?;
+        self.write_step_files(&inputs)?;
         Ok(inputs)
     }
 
@@ -164,6 +138,24 @@ impl Plan {
                 s += &format!("offline install -r {f}\n");
             }
         }
+        s
+    }
+
+    /// `pre_install` in the checkout, then the install target's
+    /// dependencies downloaded (`download`, the install as `pip
+    /// download`) and built into wheels.
+    fn install_download(&self, download: &str) -> String {
+        let mut s = String::new();
+        for cmd in &self.spec.pre_install {
+            s += &format!(
+                "step {}\n{cmd}\n",
+                quote(&format!("pre_install: {}", one_line(cmd)))
+            );
+        }
+        s += &format!(
+            "step {}\n{download} --dest \"$H\" --find-links \"$H\"\nwheels\n",
+            quote(&format!("install (downloaded): {download}"))
+        );
         s
     }
 
