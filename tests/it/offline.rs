@@ -375,3 +375,55 @@ fn the_demo_runs_from_a_bundle_with_no_network() {
         "pack --check after repair",
     );
 }
+
+/// What `--bundle` refuses, before any work: a directory that is no
+/// bundle, a newer format, and flags that would take pieces from
+/// elsewhere.
+#[test]
+fn bundle_flags_are_checked_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("b");
+    std::fs::create_dir_all(&bundle).unwrap();
+    let manifest = |format: u32| {
+        format!(
+            r#"{{"format": {format}, "packed_by": "t", "packed_at": "t", "dataset": "dataset/t.jsonl", "tasks": []}}"#
+        )
+    };
+    let b = bundle.to_str().unwrap();
+    let out = dir.path().join("out");
+    let o = out.to_str().unwrap();
+    let cases: [(Option<u32>, Vec<&str>, &str); 4] = [
+        (
+            None,
+            vec!["eval", "--bundle", b, "--gold", "--out", o],
+            "is not a bundle (no manifest.json)",
+        ),
+        (
+            Some(99),
+            vec!["eval", "--bundle", b, "--gold", "--out", o],
+            "bundle format 99 is newer",
+        ),
+        (
+            Some(1),
+            vec!["eval", "--bundle", b, "--repos", o, "--gold", "--out", o],
+            "with a bundle the repositories are its own",
+        ),
+        (
+            Some(1),
+            vec!["env", "build", "--bundle", b, "--wheels", o],
+            "'--bundle <BUNDLE>' cannot be used with '--wheels <DIR>'",
+        ),
+    ];
+    for (format, args, want) in cases {
+        match format {
+            Some(f) => std::fs::write(bundle.join("manifest.json"), manifest(f)).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(bundle.join("manifest.json"));
+            }
+        }
+        let output = pw().args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+}
