@@ -181,6 +181,50 @@ pub fn pack(
         }
     }
 
+    // What earlier packs added for other tasks stays in the manifest while
+    // its files do (a bundle can be completed with a second task file).
+    if let Some(old) = old {
+        for (k, v) in old.repos {
+            if out.join(&v.file).is_file() {
+                m.repos.entry(k).or_insert(v);
+            }
+        }
+        for (k, v) in old.models {
+            if out.join("models").join(&k).is_file() {
+                m.models.entry(k).or_insert(v);
+            }
+        }
+        for (k, v) in old.pythons {
+            if python::is_copied(&out.join(&v.dir)) {
+                m.pythons.entry(k).or_insert(v);
+            }
+        }
+        for (k, v) in old.envs {
+            let held = |c: &String| {
+                out.join(&v.wheels)
+                    .join(MARKERS)
+                    .join(format!("commit-{c}"))
+                    .is_file()
+            };
+            let commits: Vec<String> = v.commits.iter().filter(|c| held(c)).cloned().collect();
+            let e = m.envs.entry(k).or_insert_with(|| EnvEntry {
+                commits: Vec::new(),
+                ..v.clone()
+            });
+            for c in commits {
+                if !e.commits.contains(&c) {
+                    e.commits.push(c);
+                }
+            }
+        }
+        m.envs.retain(|_, e| !e.commits.is_empty());
+        for t in old.tasks {
+            if !m.tasks.contains(&t) {
+                m.tasks.push(t);
+            }
+        }
+    }
+
     // The manifest, last.
     progress("hashing");
     for rel in manifest::walk(&out, &|rel| {

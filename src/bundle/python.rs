@@ -96,7 +96,8 @@ fn excluded(rel: &Path) -> bool {
 
 /// Copies `src` to `dest` recursively: directories, regular files (their
 /// permissions kept, each passed through `fix` first), and symbolic links
-/// (an absolute link into `root` made relative).
+/// as they are (pyenv's and CPython's own `make install` links are
+/// relative, so they stay inside the copy).
 fn copy_tree(
     src: &Path,
     dest: &Path,

@@ -49,12 +49,18 @@ fn ok(out: &Output, what: &str) -> (String, String) {
 }
 
 fn pack(bundle: &Path) -> Value {
+    pack_with(bundle, &["--model", "smollm2-135m"])
+}
+
+fn pack_with(bundle: &Path, extra: &[&str]) -> Value {
     let root = common::root();
     // The test model must be in the host's models directory (scripts/test
     // fetches it); pack copies it from there.
     common::test_model();
     let out = pw()
-        .args(["pack", "--json", "--model", "smollm2-135m", "--dataset"])
+        .args(["pack", "--json"])
+        .args(extra)
+        .arg("--dataset")
         .arg(root.join("datasets/demo/tasks.jsonl"))
         .arg("--repos")
         .arg(root.join("datasets/demo/repos"))
@@ -128,6 +134,20 @@ fn the_demo_runs_from_a_bundle_with_no_network() {
             .output()
             .unwrap(),
         "pack --check",
+    );
+    // A pack of fewer tasks and no model keeps what the bundle held.
+    let subset = pack_with(&bundle, &["--filter", "textkit"]);
+    assert_eq!(strings(&subset["added"]), Vec::<String>::new());
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(bundle.join("manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["tasks"].as_array().map(Vec::len), Some(10));
+    assert_eq!(manifest["envs"].as_object().map(|o| o.len()), Some(5));
+    assert_eq!(manifest["repos"].as_object().map(|o| o.len()), Some(5));
+    assert!(
+        manifest["models"]["smollm2-135m-instruct-q4_1.gguf"].is_object(),
+        "{}",
+        manifest["models"]
     );
 
     // The namespace really has no network: only `lo`, and it is down.
