@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
 use super::call::{self, Call};
+use super::preamble;
 use crate::aci::Location;
 use crate::dataset::Issue;
 use crate::edit;
@@ -179,8 +180,10 @@ pub enum FixError {
     NoLocations,
 }
 
-const SYSTEM: &str = "You are an expert Python developer who fixes bugs. You first explain the \
-cause in one line, then write the fix as SEARCH/REPLACE blocks.";
+/// The role of the `search_replace` and `anchored` formats, after the
+/// shared preamble and the code.
+const ROLE: &str = "You fix bugs. You first explain the cause in one line, then write the fix \
+as SEARCH/REPLACE blocks.";
 
 /// The `search_replace` format's instructions.
 const INSTRUCTIONS: &str = "Fix the issue. Start with `Reasoning:` and one line on the cause. \
@@ -227,9 +230,10 @@ fn instructions(format: EditFormat, targets: &[Target]) -> String {
 }
 
 /// The code of the located spans, with context, grouped per file: each
-/// span whole.
-pub fn code_sections(root: &Path, locations: &[Location]) -> Vec<(String, String)> {
-    sections(&read_located(root, locations), None, false).0
+/// span whole; with `numbered`, each line starts with its number, as the
+/// `lines` format shows it.
+pub fn code_sections(root: &Path, locations: &[Location], numbered: bool) -> Vec<(String, String)> {
+    sections(&read_located(root, locations), None, numbered).0
 }
 
 /// A file the prompt shows: all its lines, and which it shows.
@@ -594,41 +598,42 @@ fn sections(
 /// The prompt of the Fixer in the `search_replace` format, showing
 /// `issue` (the issue's text, whole or cut).
 pub fn messages(issue: &str, sections: &[(String, String)]) -> Vec<Message> {
-    messages_in(issue, sections, SYSTEM, INSTRUCTIONS)
+    messages_in(issue, sections, false, ROLE, INSTRUCTIONS)
 }
 
-/// The system message of `format`.
-fn system(format: EditFormat) -> &'static str {
+/// The role of `format`.
+fn role(format: EditFormat) -> &'static str {
     match format {
-        EditFormat::SearchReplace | EditFormat::Anchored => SYSTEM,
-        EditFormat::Lines => LINES_SYSTEM,
-        EditFormat::Definition => DEFINITION_SYSTEM,
+        EditFormat::SearchReplace | EditFormat::Anchored => ROLE,
+        EditFormat::Lines => LINES_ROLE,
+        EditFormat::Definition => DEFINITION_ROLE,
     }
 }
 
-/// The system message of the `lines` format.
-const LINES_SYSTEM: &str = "You are an expert Python developer who fixes bugs. You \
-first explain the cause in one line, then replace numbered lines of the code with new ones.";
+/// The role of the `lines` format.
+const LINES_ROLE: &str = "You fix bugs. You first explain the cause in one line, then replace \
+numbered lines of the code with new ones.";
 
-/// The system message of the `definition` format.
-const DEFINITION_SYSTEM: &str = "You are an expert Python developer who fixes bugs. You first \
-explain the cause in one line, then rewrite the one function that has the bug.";
+/// The role of the `definition` format.
+const DEFINITION_ROLE: &str = "You fix bugs. You first explain the cause in one line, then \
+rewrite the one function that has the bug.";
 
+/// The shared preamble, the code (the preamble's form: `numbered` in the
+/// `lines` format), then the role and the instructions.
 fn messages_in(
     issue: &str,
     sections: &[(String, String)],
-    system: &str,
+    numbered: bool,
+    role: &str,
     instructions: &str,
 ) -> Vec<Message> {
-    let code: Vec<&str> = sections.iter().map(|(_, s)| s.as_str()).collect();
-    vec![
-        Message::system(system),
-        Message::user(format!(
-            "ISSUE:\n{}\n\nTHE CODE TO FIX:\n\n{}\n\n{instructions}",
-            issue.trim(),
-            code.join("\n\n")
-        )),
-    ]
+    preamble::messages(
+        issue,
+        &format!(
+            "{}{role}\n\n{instructions}",
+            preamble::code(sections, numbered)
+        ),
+    )
 }
 
 /// The Fixer's prompt as it will be sent.
@@ -724,7 +729,8 @@ fn build_prompt(
         messages: messages_in(
             issue,
             &sections,
-            system(format),
+            numbered,
+            role(format),
             &instructions(format, &targets),
         ),
         paths,
@@ -736,11 +742,13 @@ fn build_prompt(
 }
 
 /// The Fixer's prompt fitted to the context: everything whole if it fits;
-/// else, in order until it fits, the spans trimmed to [`kept_lines`], the
-/// issue cut to a head and a tail ([`budget::fit_issue`]), and the last
-/// locations left out (the issue as long as fits with those left). When
-/// even one trimmed span and the shortest issue do not fit, the smallest
-/// prompt, with a trim whose `fits` is false.
+/// else, in order until it fits with the issue as every stage shows it
+/// ([`preamble::shared_issue`]: whole unless it takes more than 40% of the
+/// context), the spans whole, the spans trimmed to [`kept_lines`], and the
+/// last locations left out; else the same with the issue cut further, to
+/// a head and a tail ([`budget::fit_issue`]). When even one trimmed span
+/// and the shortest issue do not fit, the smallest prompt, with a trim
+/// whose `fits` is false.
 pub fn fit_prompt(
     conversation: &dyn Conversation,
     root: &Path,
@@ -764,7 +772,8 @@ pub fn fit_prompt(
         return Ok(whole.into_prompt(None));
     };
     let (full_tokens, fits) = budget.measure(conversation, &whole.messages)?;
-    if fits {
+    let shared = preamble::shared_issue(conversation, issue)?;
+    if fits && shared.cut.is_none() {
         return Ok(whole.into_prompt(None));
     }
     let dropped = |n: usize| {
@@ -773,35 +782,32 @@ pub fn fit_prompt(
             symbol: l.location.symbol.clone(),
         })
     };
+    let finish = |mut built: Built, issue_cut: Option<Cut>, n: usize| {
+        let mut cuts = std::mem::take(&mut built.cuts);
+        cuts.extend(issue_cut);
+        cuts.extend(dropped(n));
+        let tokens = conversation.count_tokens(&built.messages)?;
+        let trim = budget.trim("fixer", full_tokens, tokens, cuts);
+        Ok::<Prompt, FixError>(built.into_prompt(Some(trim)))
+    };
+    let shapes = std::iter::once((all, false)).chain((1..=all).rev().map(|n| (n, true)));
+    for (n, trim) in shapes {
+        let built = build(&shared.text, n, trim);
+        if budget.measure(conversation, &built.messages)?.1 {
+            return finish(built, shared.cut.clone(), n);
+        }
+    }
+    // Not even one trimmed span fits beside the shared issue: this stage
+    // cuts it further, and shares only the issue's head with the others.
     for n in (1..=all).rev() {
         let fitted =
             budget::fit_issue(conversation, &budget, issue, |t| build(t, n, true).messages)?;
         if let Some(cut) = fitted {
-            let mut built = build(&cut.text, n, true);
-            built.cuts.extend(cut.cut);
-            built.cuts.extend(dropped(n));
-            let tokens = conversation.count_tokens(&built.messages)?;
-            let trim = budget.trim(
-                "fixer",
-                full_tokens,
-                tokens,
-                std::mem::take(&mut built.cuts),
-            );
-            return Ok(built.into_prompt(Some(trim)));
+            return finish(build(&cut.text, n, true), cut.cut, n);
         }
     }
     let shortest = budget::cut_issue(issue, budget::MIN_ISSUE_CHARS);
-    let mut built = build(&shortest.text, 1, true);
-    built.cuts.extend(shortest.cut);
-    built.cuts.extend(dropped(1));
-    let tokens = conversation.count_tokens(&built.messages)?;
-    let trim = budget.trim(
-        "fixer",
-        full_tokens,
-        tokens,
-        std::mem::take(&mut built.cuts),
-    );
-    Ok(built.into_prompt(Some(trim)))
+    finish(build(&shortest.text, 1, true), shortest.cut, 1)
 }
 
 /// Normalised for deduplication: no `index` lines, no trailing spaces.
@@ -1242,8 +1248,8 @@ mod tests {
         assert_eq!(issue.chars().count(), 30_000);
         let locs = [location("pkg/big.py", "Big", 1, 600)];
         let conversation = Fake::new(4096, "");
-        let untrimmed = messages(&issue, &code_sections(dir.path(), &locs));
-        assert_eq!(fake::tokens(&untrimmed), 10_997);
+        let untrimmed = messages(&issue, &code_sections(dir.path(), &locs, false));
+        assert_eq!(fake::tokens(&untrimmed), 11_008);
 
         let p = fit_prompt(
             &conversation,
@@ -1260,8 +1266,8 @@ mod tests {
                 purpose: "fixer".into(),
                 context: 4096,
                 reserved: 512,
-                full_tokens: 10_997,
-                prompt_tokens: 3577,
+                full_tokens: 11_008,
+                prompt_tokens: 1958,
                 fits: true,
                 cuts: vec![
                     Cut::Span {
@@ -1270,22 +1276,24 @@ mod tests {
                         kept_lines: 26,
                         left_out: vec![(12, 294), (306, 596)],
                     },
+                    // Cut as every stage of the task cuts it: to 40% of
+                    // the context.
                     Cut::Issue {
-                        kept_chars: 12_880,
-                        dropped_chars: 17_120,
-                        dropped_lines: 428,
+                        kept_chars: 6360,
+                        dropped_chars: 23_640,
+                        dropped_lines: 591,
                     },
                 ],
             }
         );
-        assert_eq!(fake::tokens(&p.messages), 3577);
+        assert_eq!(fake::tokens(&p.messages), 1958);
         assert_eq!(p.paths, ["pkg/big.py"]);
         let user = &p.messages[1].content;
         let lines: Vec<&str> = user.lines().collect();
         for wanted in [
             // The issue's head and tail, and the note between them.
             "HEAD: calling Big.target_method() returns 'wrong'.",
-            "[... 17,120 characters (428 lines) of the issue left out ...]",
+            "[... 23,640 characters (591 lines) of the issue left out ...]",
             "TAIL: expected 'right'.",
             // The signature, the located method and the span's end.
             "class Big:",
@@ -1320,8 +1328,8 @@ mod tests {
             location("pkg/big.py", "Big", 1, 600),
             location("pkg/busy.py", "helper", 1, 200),
         ];
-        // Both spans trimmed and the shortest issue take 822 tokens; the
-        // Big class alone and the shortest issue, 647.
+        // Both spans trimmed and the shortest issue take 833 tokens; the
+        // Big class alone and the shortest issue, 658.
         let conversation = Fake::new(700 + 512, "");
         let p = fit_prompt(
             &conversation,
@@ -1335,10 +1343,10 @@ mod tests {
         let shortest = budget::cut_issue(&issue, budget::MIN_ISSUE_CHARS);
         let located = read_located(dir.path(), &locs);
         let (both, _, _) = sections(&located, Some(&issue_identifiers(&issue)), false);
-        assert_eq!(fake::tokens(&messages(&shortest.text, &both)), 822);
+        assert_eq!(fake::tokens(&messages(&shortest.text, &both)), 833);
         assert_eq!(
             (trim.fits, trim.prompt_tokens, trim.full_tokens),
-            (true, 697, 12_452)
+            (true, 698, 12_463)
         );
         assert_eq!(
             trim.cuts,
@@ -1350,9 +1358,9 @@ mod tests {
                     left_out: vec![(12, 294), (306, 596)],
                 },
                 Cut::Issue {
-                    kept_chars: 1360,
-                    dropped_chars: 28_640,
-                    dropped_lines: 716,
+                    kept_chars: 1320,
+                    dropped_chars: 28_680,
+                    dropped_lines: 717,
                 },
                 Cut::Location {
                     path: "pkg/busy.py".into(),
@@ -1394,7 +1402,7 @@ mod tests {
         };
         assert_eq!(
             (t.fits, t.prompt_tokens, t.context, t.reserved),
-            (false, 647, 700, 512)
+            (false, 658, 700, 512)
         );
         assert_eq!(
             t.cuts[1],
@@ -1470,7 +1478,7 @@ mod tests {
         assert_eq!(p.trim, None);
         assert_eq!(
             p.messages,
-            messages(issue, &code_sections(dir.path(), &locs))
+            messages(issue, &code_sections(dir.path(), &locs, false))
         );
         Ok(())
     }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
 use super::call::{self, Call};
+use super::preamble;
 use crate::aci::Location;
 use crate::dataset::Issue;
 use crate::engine::{grammar, Conversation, EngineError, Message, Sampling};
@@ -87,8 +88,9 @@ pub struct Choice {
     pub shown: Vec<Candidate>,
 }
 
-const SYSTEM: &str = "You are an expert Python developer. You decide where in a repository's \
-                      source code an issue must be fixed. You do not edit anything.";
+/// The localizer's role, after the shared preamble.
+const ROLE: &str = "You decide where in the repository's source code the issue must be fixed. \
+                    You do not edit anything.";
 
 fn location(c: &Candidate) -> Location {
     Location {
@@ -132,7 +134,8 @@ pub fn listing(shown: &[Candidate], index: &CodeIndex) -> String {
     out
 }
 
-/// The prompt: the issue (whole or cut) and the listing.
+/// The prompt: the shared preamble with the issue (whole or cut), then
+/// the role, the listing and the question.
 pub fn messages(issue: &str, listing: &str, picks: usize) -> Vec<Message> {
     let more = if picks > 1 {
         format!(
@@ -142,15 +145,14 @@ pub fn messages(issue: &str, listing: &str, picks: usize) -> Vec<Message> {
     } else {
         String::new()
     };
-    vec![
-        Message::system(SYSTEM),
-        Message::user(format!(
-            "ISSUE:\n{}\n\nCANDIDATE PLACES TO EDIT (functions and methods of the repository):\n\
+    preamble::messages(
+        issue,
+        &format!(
+            "{ROLE}\n\nCANDIDATE PLACES TO EDIT (functions and methods of the repository):\n\
              {listing}\nWhich function or method must be changed to fix the issue? Answer with \
-             its label number only.{more}",
-            issue.trim()
-        )),
-    ]
+             its label number only.{more}"
+        ),
+    )
 }
 
 /// Every sequence of 1 to `picks` distinct labels among `1..=n`, joined
@@ -220,13 +222,20 @@ pub fn choose(
     let mut msgs = build(text);
     if let Some(budget) = Budget::of(conversation, REPLY_TOKENS as usize) {
         let (full_tokens, fits) = budget.measure(conversation, &msgs)?;
-        if !fits {
-            let fitted = budget::fit_issue(conversation, &budget, text, build)?;
-            let (cut_msgs, cuts) = match fitted {
-                Some(cut) => (build(&cut.text), cut.cut.into_iter().collect()),
-                None => {
-                    let shortest = budget::cut_issue(text, budget::MIN_ISSUE_CHARS);
-                    (build(&shortest.text), shortest.cut.into_iter().collect())
+        let shared = preamble::shared_issue(conversation, text)?;
+        if !fits || shared.cut.is_some() {
+            let shared_msgs = build(&shared.text);
+            // The issue as every stage shows it; cut further (for this
+            // stage alone) only when the listing does not fit beside it.
+            let (cut_msgs, cuts) = if budget.measure(conversation, &shared_msgs)?.1 {
+                (shared_msgs, shared.cut.into_iter().collect())
+            } else {
+                match budget::fit_issue(conversation, &budget, text, build)? {
+                    Some(cut) => (build(&cut.text), cut.cut.into_iter().collect()),
+                    None => {
+                        let shortest = budget::cut_issue(text, budget::MIN_ISSUE_CHARS);
+                        (build(&shortest.text), shortest.cut.into_iter().collect())
+                    }
                 }
             };
             let tokens = conversation.count_tokens(&cut_msgs)?;

@@ -7,6 +7,7 @@ pub mod call;
 pub mod fixer;
 pub mod history;
 pub mod localize;
+pub mod preamble;
 pub mod ranker;
 pub mod react;
 pub mod reproduce;
@@ -72,14 +73,12 @@ submit
 pub fn solver(issue: &Issue) -> Agent<'static> {
     Agent {
         name: "solver",
-        role: "You are an expert Python developer. You fix the issue described below by \
-               editing the repository's source files, then submit.",
+        role: "You fix the issue above by editing the repository's source files, then submit.",
         commands: NAMES,
         demonstration: EDIT_DEMONSTRATION,
         task: TaskText::new(
-            "ISSUE:\n",
             issue,
-            "\n\nFind the code that causes the issue, edit it to fix the issue, then submit.",
+            "Find the code that causes the issue, edit it to fix the issue, then submit.",
         ),
     }
 }
@@ -161,16 +160,15 @@ fn runs_with(test_cmd: Option<&str>) -> String {
 pub fn test_template(issue: &Issue, test_cmd: Option<&str>) -> Agent<'static> {
     Agent {
         name: "test_template",
-        role: "You are an expert Python developer. You find out how this repository's tests are \
-               written and run, then write a minimal test file that PASSES, and hand it in with \
-               the command that runs it.",
+        role: "You find out how this repository's tests are written and run, then write a \
+               minimal test file that PASSES, and hand it in with the command that runs it.",
         commands: TEST_WRITER,
         demonstration: TEST_DEMONSTRATION,
         task: TaskText::new(
-            "The repository has this issue (do not fix it, and do not test it yet):\n",
             issue,
             format!(
-                "\n\nWrite a new minimal test file that imports the package and PASSES, in the \
+                "The repository has the issue above: do not fix it, and do not test it yet. \
+                 Write a new minimal test file that imports the package and PASSES, in the \
                  style of the existing tests, then hand it in with submit_test PATH COMMAND (for \
                  example python -m pytest -q PATH).{}",
                 runs_with(test_cmd)
@@ -188,7 +186,7 @@ pub fn reproducer(
 ) -> Agent<'static> {
     let template = match template {
         Some(t) => format!(
-            "\n\nA test that passes in this repository, run with `{}`:\n{}:\n{}",
+            "A test that passes in this repository, run with `{}`:\n{}:\n{}\n\n",
             t.command,
             t.path,
             t.text.trim_end()
@@ -197,16 +195,15 @@ pub fn reproducer(
     };
     Agent {
         name: "reproducer",
-        role: "You are an expert Python developer. You write a test that reproduces the issue \
-               below: it must FAIL on the current code because of the issue, and would pass once \
-               the issue is fixed. You do not fix the issue.",
+        role: "You write a test that reproduces the issue above: it must FAIL on the current \
+               code because of the issue, and would pass once the issue is fixed. You do not fix \
+               the issue.",
         commands: TEST_WRITER,
         demonstration: TEST_DEMONSTRATION,
         task: TaskText::new(
-            "ISSUE:\n",
             issue,
             format!(
-                "{template}\n\nWrite a new test file whose test fails because of the issue, \
+                "{template}Write a new test file whose test fails because of the issue, \
                  then hand it in with submit_test PATH COMMAND. It is checked: it must run, and \
                  fail (not crash on an import or a typo).{}",
                 runs_with(test_cmd)
@@ -267,15 +264,14 @@ pub fn localizer(issue: &Issue) -> Agent<'static> {
     });
     Agent {
         name: "localizer",
-        role: "You are an expert Python developer. You find where in the repository's source \
-               code the issue below must be fixed. You do not edit anything.",
+        role: "You find where in the repository's source code the issue above must be fixed. \
+               You do not edit anything.",
         commands,
         demonstration: LOCATE_DEMONSTRATION,
         task: TaskText::new(
-            "ISSUE:\n",
             issue,
             format!(
-                "\n\nFind the functions or methods that must change to fix the issue. Record \
+                "Find the functions or methods that must change to fix the issue. Record \
                  each with locate PATH::NAME (at most {}), then submit.",
                 crate::aci::MAX_LOCATIONS
             ),
@@ -287,13 +283,14 @@ pub fn localizer(issue: &Issue) -> Agent<'static> {
 mod tests {
     /// The sources that solve a task: every agent, and the pipelines that
     /// drive them. They take a `dataset::Issue`, which has no answer in it.
-    const SOLVERS: [(&str, &str); 12] = [
+    const SOLVERS: [(&str, &str); 13] = [
         ("src/agents/mod.rs", include_str!("mod.rs")),
         ("src/agents/budget.rs", include_str!("budget.rs")),
         ("src/agents/call.rs", include_str!("call.rs")),
         ("src/agents/fixer.rs", include_str!("fixer.rs")),
         ("src/agents/history.rs", include_str!("history.rs")),
         ("src/agents/localize.rs", include_str!("localize.rs")),
+        ("src/agents/preamble.rs", include_str!("preamble.rs")),
         ("src/agents/ranker.rs", include_str!("ranker.rs")),
         ("src/agents/react.rs", include_str!("react.rs")),
         ("src/agents/reproduce.rs", include_str!("reproduce.rs")),

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::budget::{self, Budget};
 use super::call::{self, Call};
 use super::fixer::Fixes;
+use super::preamble;
 use crate::aci::{check, SubmittedTest};
 use crate::dataset::Issue;
 use crate::edit::EditError;
@@ -387,23 +388,24 @@ fn compare_messages(issue: &str, fixes: &Fixes, tied: &[usize]) -> Vec<Message> 
             )
         })
         .collect();
-    vec![
-        Message::system("You are an expert Python developer who reviews patches."),
-        Message::user(format!(
-            "ISSUE:\n{}\n\n{}\n\nWhich candidate fixes the issue best? Start with `Reasoning:` \
-             and one line comparing them, then `Best:` and the candidate's number.",
-            issue.trim(),
+    preamble::messages(
+        issue,
+        &format!(
+            "You review patches.\n\n{}\n\nWhich candidate fixes the issue best? Start with \
+             `Reasoning:` and one line comparing them, then `Best:` and the candidate's number.",
             listed.join("\n\n")
-        )),
-    ]
+        ),
+    )
 }
 
 /// A comparison's prompt and how many of the tied candidates it shows.
 type Shown = (Vec<Message>, usize);
 
 /// The comparison's prompt fitted to the context: as many of `tied` as
-/// fit, in their order (at least two), each with the issue as long as fits
-/// beside them. `None` (with the record of why) when fewer than two fit.
+/// fit, in their order (at least two), beside the issue as every stage
+/// shows it ([`preamble::shared_issue`]); when not even two fit there, two
+/// beside the issue cut further. `None` (with the record of why) when
+/// fewer than two fit.
 fn fit_compare(
     conversation: &dyn Conversation,
     issue: &str,
@@ -416,7 +418,8 @@ fn fit_compare(
         return Ok((Some((full, tied.len())), None));
     };
     let (full_tokens, fits) = budget.measure(conversation, &full)?;
-    if fits {
+    let shared = preamble::shared_issue(conversation, issue)?;
+    if fits && shared.cut.is_none() {
         return Ok((Some((full, tied.len())), None));
     }
     let left_out = |k: usize| {
@@ -425,21 +428,29 @@ fn fit_compare(
             .map(|&distinct| Cut::Candidate { distinct })
             .collect::<Vec<_>>()
     };
+    let shown_with = |msgs: Vec<Message>, cut: Option<Cut>, k: usize| {
+        let tokens = conversation.count_tokens(&msgs)?;
+        let mut cuts: Vec<Cut> = cut.into_iter().collect();
+        cuts.extend(left_out(k));
+        Ok::<_, RankError>((
+            Some((msgs, k)),
+            Some(budget.trim("ranker", full_tokens, tokens, cuts)),
+        ))
+    };
     for k in (2..=tied.len()).rev() {
-        let shown = &tied[..k];
-        let fitted = budget::fit_issue(conversation, &budget, issue, |t| {
-            compare_messages(t, fixes, shown)
-        })?;
-        if let Some(cut) = fitted {
-            let msgs = compare_messages(&cut.text, fixes, shown);
-            let tokens = conversation.count_tokens(&msgs)?;
-            let mut cuts: Vec<Cut> = cut.cut.into_iter().collect();
-            cuts.extend(left_out(k));
-            return Ok((
-                Some((msgs, k)),
-                Some(budget.trim("ranker", full_tokens, tokens, cuts)),
-            ));
+        let msgs = compare_messages(&shared.text, fixes, &tied[..k]);
+        if budget.measure(conversation, &msgs)?.1 {
+            return shown_with(msgs, shared.cut.clone(), k);
         }
+    }
+    // Not even two candidates fit beside the shared issue: this stage cuts
+    // it further, and shares only the issue's head with the others.
+    let two = &tied[..tied.len().min(2)];
+    let fitted = budget::fit_issue(conversation, &budget, issue, |t| {
+        compare_messages(t, fixes, two)
+    })?;
+    if let Some(cut) = fitted {
+        return shown_with(compare_messages(&cut.text, fixes, two), cut.cut, two.len());
     }
     let shortest = budget::cut_issue(issue, budget::MIN_ISSUE_CHARS);
     let smallest = compare_messages(&shortest.text, fixes, &tied[..tied.len().min(2)]);
@@ -636,7 +647,7 @@ mod tests {
                     assert_eq!(
                         c.skipped.as_deref(),
                         Some(
-                            "two candidates and the shortest issue take 1065 tokens, more than \
+                            "two candidates and the shortest issue take 1075 tokens, more than \
                              the context of 1000 holds with 192 kept for the reply: the first in \
                              order is taken"
                         )
@@ -697,11 +708,12 @@ mod tests {
         assert_eq!(
             t.cuts,
             [
-                // The issue, trimmed of its last newline: 29,999 characters.
+                // The issue, trimmed of its last newline: 29,999 characters,
+                // cut as every stage cuts it (to 40% of the context).
                 Cut::Issue {
-                    kept_chars: 2119,
-                    dropped_chars: 27_880,
-                    dropped_lines: 697,
+                    kept_chars: 2079,
+                    dropped_chars: 27_920,
+                    dropped_lines: 698,
                 },
                 Cut::Candidate { distinct: 0 },
                 Cut::Candidate { distinct: 1 },
@@ -711,7 +723,7 @@ mod tests {
         // 1,800 − 192 = 1,608 tokens at most.
         assert_eq!(
             (t.fits, t.prompt_tokens, t.full_tokens),
-            (true, 1607, 10_072)
+            (true, 1607, 10_081)
         );
         Ok(())
     }

@@ -1,6 +1,8 @@
-//! The ReAct loop: a system prompt with the commands' documentation and a
-//! demonstration, the task, then turns of (thought, one command) from the
-//! model and the interface's observation back.
+//! The ReAct loop: the shared system message, a first user message with
+//! the issue (the preamble every stage of a task starts with), the agent's
+//! guide (role, the commands' documentation, a demonstration) and its
+//! task, then turns of (thought, one command) from the model and the
+//! interface's observation back.
 //!
 //! Every turn is generated under a grammar built from the commands the
 //! agent may use and the files that exist at that moment, so a reply is
@@ -15,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
 use super::history::{self, History, HistorySettings};
+use super::preamble;
 use crate::aci::{command, Aci, Command};
 use crate::dataset::Issue;
 use crate::engine::{grammar, Conversation, EngineError, Message, Request, Sampling, Stop};
@@ -61,7 +64,7 @@ impl Default for ReactSettings {
 pub struct Agent<'a> {
     /// Names the agent in the trajectory ("localizer", "reproducer").
     pub name: &'a str,
-    /// The first paragraph of the system prompt.
+    /// The first paragraph of the agent's guide (after the issue).
     pub role: &'a str,
     /// The command names it may use.
     pub commands: &'a [&'a str],
@@ -71,37 +74,36 @@ pub struct Agent<'a> {
     pub task: TaskText,
 }
 
-/// An agent's task: the issue between two fixed texts, so that the issue
-/// alone can be cut when the first prompt would not fit the context.
+/// An agent's task: the issue, which alone is cut when the first prompt
+/// would not fit the context, and what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskText {
-    /// What comes before the issue (`ISSUE:\n`).
-    pub before: String,
     /// The issue's text, trimmed.
     pub issue: String,
-    /// What comes after it: what to do.
+    /// What to do, after the agent's guide (role, commands, demonstration).
     pub after: String,
 }
 
 impl TaskText {
-    /// The task around `issue`'s text.
-    pub fn new(before: impl Into<String>, issue: &Issue, after: impl Into<String>) -> Self {
+    /// The task of `issue`'s text.
+    pub fn new(issue: &Issue, after: impl Into<String>) -> Self {
         TaskText {
-            before: before.into(),
             issue: issue.problem_statement.trim().to_string(),
             after: after.into(),
         }
     }
+}
 
-    /// The task's text with `issue` (the issue whole, or cut) in place.
-    pub fn with_issue(&self, issue: &str) -> String {
-        format!("{}{issue}{}", self.before, self.after)
-    }
-
-    /// The task's text with the issue whole.
-    pub fn text(&self) -> String {
-        self.with_issue(&self.issue)
-    }
+/// The first user message's text (before the state): the shared task
+/// preamble with `issue` (whole or cut), the agent's `guide`
+/// ([`guide`]), and the task's instructions; it starts like every other
+/// stage's prompt of the task.
+pub fn task_message(task: &TaskText, guide: &str, issue: &str) -> String {
+    format!(
+        "{}{guide}\n\n{}",
+        preamble::task_preamble(issue),
+        task.after
+    )
 }
 
 /// The task's text for the first prompt: the issue whole when the first
@@ -119,21 +121,14 @@ pub const EPISODE_ROOM_DIVISOR: usize = 3;
 fn fit_task(
     conversation: &dyn Conversation,
     agent: &Agent<'_>,
-    system: &str,
+    guide: &str,
     first_state: &str,
     reply_tokens: usize,
     trajectory: &mut Trajectory,
 ) -> String {
     let task = &agent.task;
-    let build = |issue: &str| {
-        messages(
-            system,
-            &task.with_issue(issue),
-            first_state,
-            &[],
-            &History::default(),
-        )
-    };
+    let with_issue = |issue: &str| task_message(task, guide, issue);
+    let build = |issue: &str| messages(&with_issue(issue), first_state, &[], &History::default());
     // The issue leaves room for the episode's turns, not only the first
     // reply: a first prompt that fills the context ends the episode after
     // one step.
@@ -141,15 +136,22 @@ fn fit_task(
         .context_size()
         .map_or(0, |c| c / EPISODE_ROOM_DIVISOR);
     let Some(budget) = Budget::of(conversation, reply_tokens + room) else {
-        return task.text();
+        return with_issue(&task.issue);
     };
     let fitted = (|| -> Result<Option<(String, Trim)>, EngineError> {
         let (full_tokens, fits) = budget.measure(conversation, &build(&task.issue))?;
-        if fits {
+        let shared = preamble::shared_issue(conversation, &task.issue)?;
+        if fits && shared.cut.is_none() {
             return Ok(None);
         }
-        let cut = budget::fit_issue(conversation, &budget, &task.issue, build)?
-            .unwrap_or_else(|| budget::cut_issue(&task.issue, budget::MIN_ISSUE_CHARS));
+        // The issue as every stage shows it; cut further (for this agent
+        // alone) only when the guide does not fit beside it.
+        let cut = if budget.measure(conversation, &build(&shared.text))?.1 {
+            shared
+        } else {
+            budget::fit_issue(conversation, &budget, &task.issue, build)?
+                .unwrap_or_else(|| budget::cut_issue(&task.issue, budget::MIN_ISSUE_CHARS))
+        };
         let tokens = conversation.count_tokens(&build(&cut.text))?;
         let trim = budget.trim(
             agent.name,
@@ -157,7 +159,7 @@ fn fit_task(
             tokens,
             cut.cut.into_iter().collect(),
         );
-        Ok(Some((task.with_issue(&cut.text), trim)))
+        Ok(Some((with_issue(&cut.text), trim)))
     })();
     match fitted {
         Ok(Some((text, trim))) => {
@@ -165,12 +167,15 @@ fn fit_task(
             text
         }
         // Fits whole; or the count failed, and the call will say why.
-        Ok(None) | Err(_) => task.text(),
+        Ok(None) | Err(_) => with_issue(&task.issue),
     }
 }
 
-/// The system prompt of `agent`.
-pub fn system_prompt(agent: &Agent<'_>) -> String {
+/// The agent's guide, after the shared task preamble in the first user
+/// message (the system message is the one every stage shares,
+/// [`preamble::SYSTEM`]): its role, how to reply, its commands and the
+/// demonstration.
+pub fn guide(agent: &Agent<'_>) -> String {
     format!(
         "{role}\n\n\
          You work in a repository through the commands below. Each reply is one short thought \
@@ -206,15 +211,9 @@ struct Past {
 pub const REPEATED: &str = "(You ran this same command in your previous turn, and its output \
 has not changed. Do something else: look elsewhere, or take the next step.)";
 
-fn messages(
-    system: &str,
-    task: &str,
-    first_state: &str,
-    past: &[Past],
-    history: &History,
-) -> Vec<Message> {
+fn messages(task: &str, first_state: &str, past: &[Past], history: &History) -> Vec<Message> {
     let mut out = vec![
-        Message::system(system),
+        Message::system(preamble::SYSTEM),
         Message::user(format!("{task}\n\n{first_state}")),
     ];
     for (i, p) in past.iter().enumerate() {
@@ -242,12 +241,12 @@ pub fn run(
     trajectory: &mut Trajectory,
 ) -> EpisodeSummary {
     let started = Instant::now();
-    let system = system_prompt(agent);
+    let guide = guide(agent);
     let first_state = state(aci);
     let task = fit_task(
         conversation,
         agent,
-        &system,
+        &guide,
         &first_state,
         settings.reply_tokens as usize,
         trajectory,
@@ -292,7 +291,7 @@ pub fn run(
             }
         };
         let (msgs, generation) = loop {
-            let msgs = messages(&system, &task, &first_state, &past, &history);
+            let msgs = messages(&task, &first_state, &past, &history);
             let request = Request {
                 grammar: Some(&grammar),
                 ..Request::new(&msgs, sampling.clone())
@@ -442,17 +441,16 @@ mod tests {
         let long = issue(&"a line of the issue, thirty ch\n".repeat(1000));
         let short = issue("Square.area() returns the perimeter.");
         let agent_long = crate::agents::localizer(&long);
-        let system = system_prompt(&agent_long);
+        let guide = guide(&agent_long);
         let state = "(Open file: n/a)";
         let reply = 768;
         let fixed = fake::tokens(&messages(
-            &system,
-            &agent_long.task.with_issue(""),
+            &task_message(&agent_long.task, &guide, ""),
             state,
             &[],
             &History::default(),
         ));
-        assert_eq!(fixed, 726);
+        assert_eq!(fixed, 735);
         // 1,000 lines of 31 characters; trimmed of its last newline.
         let cut = |kept_chars, dropped_lines| {
             Some(Cut::Issue {
@@ -462,30 +460,32 @@ mod tests {
             })
         };
         // (context, issue, tokens of the first prompt, the cut, fits)
-        let cases: [(usize, &Issue, usize, Option<Cut>, bool); 4] = [
-            (4096, &short, 735, None, true),
-            // At most 6,144 − 768 − 6,144/3 (the episode's room) = 3,328 tokens.
-            (6144, &long, 3322, cut(10_322, 667), true),
-            // At most 2,841 − 768 − 947 = 1,126.
-            (2841, &long, 1121, cut(1518, 951), true),
-            // At most 632 < 726: not even the shortest cut fits.
-            (2100, &long, 1028, cut(1146, 963), false),
+        let cases: [(usize, &Issue, usize, Option<Cut>, bool); 5] = [
+            (4096, &short, 744, None, true),
+            // The issue as every stage shows it (40% of the context, 3,276
+            // tokens), which fits the 8,192 − 768 − 2,730 left here.
+            (8192, &long, 3982, cut(12_926, 583), true),
+            // Likewise: 2,457 tokens of the 6,144 − 768 − 2,048 = 3,328.
+            (6144, &long, 3160, cut(9640, 689), true),
+            // Not beside the guide: cut further, to at most
+            // 2,841 − 768 − 947 = 1,126.
+            (2841, &long, 1122, cut(1487, 952), true),
+            // At most 632 < 735: not even the shortest cut fits.
+            (2100, &long, 1037, cut(1146, 963), false),
         ];
         for (context, which, tokens, cut, fits) in cases {
             let agent = crate::agents::localizer(which);
             let conversation = Fake::new(context, "");
             let mut trajectory = Trajectory::new("demo__react-1");
-            let task = fit_task(
-                &conversation,
-                &agent,
-                &system,
-                state,
-                reply,
-                &mut trajectory,
-            );
-            assert!(task.starts_with(&agent.task.before), "{context}");
+            let task = fit_task(&conversation, &agent, &guide, state, reply, &mut trajectory);
+            let preamble = preamble::task_preamble(&agent.task.issue);
+            let shared = preamble::shared_issue(&conversation, &agent.task.issue)
+                .map(|c| preamble::task_preamble(&c.text))
+                .unwrap_or_default();
+            assert!(task.starts_with("ISSUE:\n"), "{context}");
             assert!(task.ends_with(&agent.task.after), "{context}");
-            let first = messages(&system, &task, state, &[], &History::default());
+            let first = messages(&task, state, &[], &History::default());
+            assert_eq!(first[0], Message::system(preamble::SYSTEM), "{context}");
             assert_eq!(fake::tokens(&first), tokens, "{context}");
             let trims: Vec<&Trim> = trajectory
                 .steps
@@ -496,7 +496,10 @@ mod tests {
                 })
                 .collect();
             match (&cut, trims.as_slice()) {
-                (None, []) => assert_eq!(task, agent.task.text()),
+                (None, []) => {
+                    assert!(task.starts_with(&preamble), "{context}");
+                    assert_eq!(task, task_message(&agent.task, &guide, &agent.task.issue));
+                }
                 (Some(c), [t]) => {
                     assert_eq!(t.cuts, std::slice::from_ref(c), "{context}");
                     assert_eq!(
@@ -504,6 +507,8 @@ mod tests {
                         ("localizer", fits, tokens)
                     );
                     assert!(task.contains("of the issue left out ...]"));
+                    // The shared cut when the guide fits beside it.
+                    assert_eq!(task.starts_with(&shared), context >= 6144, "{context}");
                 }
                 (c, t) => panic!("{context}: expected {c:?}, recorded {t:?}"),
             }

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
 use super::call::{self, Call};
-use super::{fixer, ranker, template};
+use super::{fixer, preamble, ranker, template};
 use crate::aci::check::{self, Verdict};
 use crate::aci::{Location, SubmittedTest};
 use crate::dataset::Issue;
@@ -190,8 +190,8 @@ pub struct Reproduction {
     pub chosen: Option<usize>,
 }
 
-const SYSTEM: &str = "You are an expert Python developer who writes tests that reproduce \
-reported bugs.";
+/// The reproducer's role, after the shared preamble and the code.
+const ROLE: &str = "You write tests that reproduce reported bugs.";
 
 /// The template's imports and up to `tests` of its test functions (each
 /// cut to [`EXCERPT_TEST_LINES`], a method with its class's line), as the
@@ -352,15 +352,16 @@ pub fn choose(samples: &[Sample]) -> Option<usize> {
     best.map(|(i, _)| i)
 }
 
-/// The prompt, showing `issue` (whole or cut), the code `sections`, and
-/// the template's excerpt (its path and text) when there is one.
+/// The prompt, showing `issue` (whole or cut), the code `sections` (with
+/// line numbers, as the fixer shows them, so that both prompts share the
+/// preamble and the code), and the template's excerpt (its path and text)
+/// when there is one; then the role and what to write.
 pub fn messages(
     issue: &str,
     sections: &[(String, String)],
     template: Option<(&str, &str)>,
     new_path: &str,
 ) -> Vec<Message> {
-    let code: Vec<&str> = sections.iter().map(|(_, s)| s.as_str()).collect();
     let example = match template {
         Some((path, text)) => format!(
             "\n\nAN EXISTING TEST FILE OF THIS CODE ({path}), to show how its tests import and \
@@ -369,19 +370,17 @@ pub fn messages(
         ),
         None => String::new(),
     };
-    vec![
-        Message::system(SYSTEM),
-        Message::user(format!(
-            "ISSUE:\n{}\n\nTHE CODE THE ISSUE IS ABOUT:\n\n{}{example}\n\nWrite a NEW test file, \
-             {new_path}, with one or two test functions that reproduce the issue: each calls the \
-             code as the issue describes and asserts the behaviour the issue expects, so that it \
-             FAILS on the code above and passes once the issue is fixed. Import what you need as \
-             the existing tests do. Reply with the whole file in one ```python block that starts \
-             with its imports.",
-            issue.trim(),
-            code.join("\n\n")
-        )),
-    ]
+    preamble::messages(
+        issue,
+        &format!(
+            "{}{ROLE}{example}\n\nWrite a NEW test file, {new_path}, with one or two test \
+             functions that reproduce the issue: each calls the code as the issue describes and \
+             asserts the behaviour the issue expects, so that it FAILS on the code above and \
+             passes once the issue is fixed. Import what you need as the existing tests do. \
+             Reply with the whole file in one ```python block that starts with its imports.",
+            preamble::code(sections, true)
+        ),
+    )
 }
 
 /// The prompt as it will be sent, and the record of its cuts.
@@ -392,11 +391,13 @@ pub struct Prompt {
 }
 
 /// The prompt fitted to the context (less `reply_tokens`): everything
-/// whole if it fits; else, in order until it fits with the issue whole,
-/// one example test of the template instead of two, the last locations
-/// left out, and the template's head alone; else the same shapes with the
-/// issue cut to a head and a tail ([`budget::fit_issue`]); else the
-/// smallest prompt, with a trim whose `fits` is false.
+/// whole if it fits; else, in order until it fits with the issue as every
+/// stage shows it ([`preamble::shared_issue`]: whole unless it takes more
+/// than 40% of the context), everything else whole, one example test of the
+/// template instead of two, the last locations left out, and the
+/// template's head alone; else the same shapes with the issue cut further,
+/// to a head and a tail ([`budget::fit_issue`]); else the smallest prompt,
+/// with a trim whose `fits` is false.
 pub fn fit_prompt(
     conversation: &dyn Conversation,
     root: &Path,
@@ -406,7 +407,7 @@ pub fn fit_prompt(
     new_path: &str,
     reply_tokens: usize,
 ) -> Result<Prompt, ReproduceError> {
-    let sections = fixer::code_sections(root, locations);
+    let sections = fixer::code_sections(root, locations, true);
     if sections.is_empty() {
         return Err(ReproduceError::NoLocations);
     }
@@ -427,13 +428,14 @@ pub fn fit_prompt(
         });
     };
     let (full_tokens, fits) = budget.measure(conversation, &full)?;
-    if fits {
+    let shared = preamble::shared_issue(conversation, issue)?;
+    if fits && shared.cut.is_none() {
         return Ok(Prompt {
             messages: full,
             trim: None,
         });
     }
-    let mut shapes: Vec<(usize, usize)> = vec![(all, 1)];
+    let mut shapes: Vec<(usize, usize)> = vec![(all, EXCERPT_TESTS), (all, 1)];
     shapes.extend((1..all).rev().map(|n| (n, 1)));
     shapes.push((1, 0));
     let cuts_of = |files: usize, tests: usize| -> Vec<Cut> {
@@ -460,12 +462,16 @@ pub fn fit_prompt(
         })
     };
     for &(files, tests) in &shapes {
-        let msgs = build(issue, files, tests);
+        let msgs = build(&shared.text, files, tests);
         if budget.measure(conversation, &msgs)?.1 {
-            return done(msgs, cuts_of(files, tests));
+            let mut cuts: Vec<Cut> = shared.cut.clone().into_iter().collect();
+            cuts.extend(cuts_of(files, tests));
+            return done(msgs, cuts);
         }
     }
-    for &(files, tests) in &shapes {
+    // Not even the smallest shape fits beside the shared issue: this stage
+    // cuts it further, and shares only the issue's head with the others.
+    for &(files, tests) in &shapes[1..] {
         let fitted = budget::fit_issue(conversation, &budget, issue, |t| build(t, files, tests))?;
         if let Some(cut) = fitted {
             let mut cuts = cuts_of(files, tests);
