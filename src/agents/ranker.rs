@@ -374,9 +374,10 @@ pub fn rank(
 /// Most tokens of the comparison's reasoning and choice.
 const COMPARE_TOKENS: u32 = 192;
 
-/// The comparison's prompt over the first `shown` of `tied`, showing
-/// `issue` (whole or cut).
-fn compare_messages(issue: &str, fixes: &Fixes, tied: &[usize]) -> Vec<Message> {
+/// The comparison's prompt over `tied` (indexes into `fixes.distinct`),
+/// showing `issue` (whole or cut): the shared preamble, then the role, the
+/// candidates' diffs and the question.
+pub fn compare_messages(issue: &str, fixes: &Fixes, tied: &[usize]) -> Vec<Message> {
     let listed: Vec<String> = tied
         .iter()
         .enumerate()
