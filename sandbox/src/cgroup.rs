@@ -149,13 +149,33 @@ impl Cgroup {
         self.procs.iter().map(|f| f.as_raw_fd()).collect()
     }
 
+    /// The v1 `tasks` files, opened for writing: a thread that writes "0"
+    /// to them moves itself (only itself) into this cgroup.
+    pub(crate) fn task_files(&self) -> Result<Vec<(PathBuf, File)>, String> {
+        self.dirs
+            .iter()
+            .map(|dir| {
+                let path = dir.join("tasks");
+                OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map(|f| (path.clone(), f))
+                    .map_err(|e| format!("opening {}: {e}", path.display()))
+            })
+            .collect()
+    }
+
+    /// The processes in the cgroup, except the runner itself (a spawner
+    /// thread of the runner makes it listed; it is never killed).
     fn pids(&self) -> Vec<i32> {
+        let own = std::process::id() as i32;
         let mut out = Vec::new();
         for dir in &self.dirs {
             if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
                 out.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
             }
         }
+        out.retain(|p| *p != own);
         out.sort_unstable();
         out.dedup();
         out

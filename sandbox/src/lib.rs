@@ -17,7 +17,9 @@ mod outcome;
 mod output;
 mod policy;
 mod preflight;
+mod prepared;
 mod run;
+mod spawner;
 
 pub use error::SandboxError;
 pub use outcome::{
@@ -27,4 +29,6 @@ pub use outcome::{
 pub use output::HeadTail;
 pub use policy::*;
 pub use preflight::*;
-pub use run::{check_available, run};
+pub use prepared::{LAYER_BASE_PREFIX, MAX_PREPARED_LAYERS};
+pub use run::{check_available, run, run_with, SpawnPath};
+pub use spawner::{release_spawners, MAX_IDLE_SPAWNERS, SPAWNER_IDLE_TIMEOUT, SPAWNER_TASKS};
