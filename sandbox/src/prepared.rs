@@ -35,13 +35,14 @@ pub const LAYER_BASE_PREFIX: &str = "patchwright-sandbox-";
 /// the policies differ in local hosts, and old layers are removed.
 pub const MAX_PREPARED_LAYERS: usize = 16;
 
-/// Mode of a prepared layer's top directory: what /etc shows inside the
-/// sandbox (as bubblewrap's own /etc directory has).
-const LAYER_DIR_MODE: u32 = 0o755;
+/// Mode of the layer's own directories (/etc, and parents such as /etc/ssl
+/// that are not copied): what bubblewrap gives the directories it creates
+/// on its root, so /etc looks the same on both paths.
+const LAYER_DIR_MODE: u32 = 0o700;
 
-/// Mode of the generated passwd, group and hosts files (as bubblewrap's
-/// `--ro-bind-data` files are readable by all).
-const GENERATED_FILE_MODE: u32 = 0o644;
+/// Mode of the generated passwd, group and hosts files: what bubblewrap's
+/// `--ro-bind-data` files have.
+const GENERATED_FILE_MODE: u32 = 0o600;
 
 /// Mode of the per-user base directory: only the runner may list or enter it.
 const BASE_DIR_MODE: u32 = 0o700;

@@ -13,6 +13,14 @@
 //! runner is never its victim. The thread counts as one task in `pids.max`,
 //! which is raised by [`SPAWNER_TASKS`] to leave the command its full cap.
 //!
+//! bubblewrap returns as soon as its init reports the command's exit; the
+//! init, killed then, is reparented to the host's reaper and stays counted
+//! in `pids.current` until that reaps it (two seconds on some hosts). So
+//! before each command `pids.max` is set to the cap plus the tasks the
+//! cgroup holds at that moment: the command gets its full cap, and at
+//! most that many more if the reaper collects those zombies while it runs
+//! (one per command the spawner ran in the reaper's last interval).
+//!
 //! A spawner runs one command at a time; between commands every process
 //! left in its cgroup is killed (the pid namespace has already killed them),
 //! so command N+1 starts in an empty cgroup with the same caps; its limit
@@ -69,6 +77,7 @@ pub(crate) struct Spawner {
 
 static POOL: Mutex<Vec<Spawner>> = Mutex::new(Vec::new());
 static AT_EXIT: Once = Once::new();
+static SWEEP: Once = Once::new();
 
 extern "C" fn release_at_exit() {
     // Another thread may hold the lock while the process exits: then the
@@ -119,6 +128,9 @@ impl Spawner {
     }
 
     fn create(key: Key) -> Result<Spawner, String> {
+        SWEEP.call_once(|| {
+            crate::cgroup::remove_stale();
+        });
         let cgroup = Cgroup::create(key.0, key.1.saturating_add(SPAWNER_TASKS))?;
         if cgroup.mechanism != Mechanism::CgroupV1 {
             return Err(
@@ -182,6 +194,10 @@ impl Spawner {
     /// Forks `cmd` on the spawner thread; the command (and with it the
     /// parent's copies of the child's descriptors) is dropped there.
     pub(crate) fn spawn(&self, cmd: Command) -> std::io::Result<Child> {
+        if let Some(cg) = &self.cgroup {
+            cg.rebase_pids_max(self.key.1)
+                .map_err(std::io::Error::other)?;
+        }
         let gone = || std::io::Error::other("the sandbox spawner thread has ended");
         let jobs = self.jobs.as_ref().ok_or_else(gone)?;
         let (tx, rx) = mpsc::channel();
