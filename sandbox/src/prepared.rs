@@ -312,3 +312,97 @@ pub(crate) fn etc_layer(policy: &Policy) -> Result<PathBuf, String> {
     }
     Ok(dir)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn policy_with(mounts: Vec<Mount>) -> Policy {
+        Policy::new("/work/repo", mounts)
+    }
+
+    #[test]
+    fn a_layer_copies_the_etc_mounts_and_the_generated_files() {
+        let src = std::env::temp_dir().join(format!("pw-layer-src-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&src);
+        std::fs::create_dir_all(src.join("conf.d")).unwrap();
+        std::fs::write(src.join("ld.so.cache"), "cache").unwrap();
+        std::fs::write(src.join("conf.d/a.conf"), "a").unwrap();
+        symlink("/usr/lib/x", src.join("conf.d/link")).unwrap();
+        let mounts = vec![
+            Mount::RoBind {
+                src: "/usr".into(),
+                dest: "/usr".into(),
+            },
+            Mount::RoBind {
+                src: src.join("ld.so.cache"),
+                dest: "/etc/ld.so.cache".into(),
+            },
+            Mount::RoBindTry {
+                src: src.join("conf.d"),
+                dest: "/etc/ld.so.conf.d".into(),
+            },
+            Mount::RoBindTry {
+                src: src.join("missing"),
+                dest: "/etc/ssl/missing".into(),
+            },
+            Mount::Symlink {
+                target: "/usr/share/zoneinfo/Etc/UTC".into(),
+                link: "/etc/localtime".into(),
+            },
+            // A host file at /etc/passwd is covered by the generated one.
+            Mount::RoBind {
+                src: src.join("ld.so.cache"),
+                dest: "/etc/passwd".into(),
+            },
+        ];
+        let mut policy = policy_with(mounts);
+        policy.local_hosts = vec!["example.org".into()];
+        let dir = etc_layer(&policy).unwrap();
+        let read = |p: &str| std::fs::read_to_string(dir.join(p)).unwrap();
+        assert_eq!(read("ld.so.cache"), "cache");
+        assert_eq!(read("ld.so.conf.d/a.conf"), "a");
+        assert_eq!(
+            std::fs::read_link(dir.join("ld.so.conf.d/link")).unwrap(),
+            PathBuf::from("/usr/lib/x")
+        );
+        assert_eq!(
+            std::fs::read_link(dir.join("localtime")).unwrap(),
+            PathBuf::from("/usr/share/zoneinfo/Etc/UTC")
+        );
+        assert_eq!(read("passwd"), PASSWD_CONTENT);
+        assert_eq!(read("group"), GROUP_CONTENT);
+        assert_eq!(read("hosts"), policy.hosts_content());
+        assert!(!dir.join("ssl/missing").exists());
+        assert!(!dir.join("usr").exists());
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), LAYER_DIR_MODE);
+        assert_eq!(mode(&dir.join("ssl")), LAYER_DIR_MODE);
+        assert_eq!(mode(&dir.join("passwd")), GENERATED_FILE_MODE);
+        // Unchanged sources: the same layer; a changed source: a new one.
+        assert_eq!(etc_layer(&policy).unwrap(), dir);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(src.join("ld.so.cache"), "cache, rebuilt").unwrap();
+        let again = etc_layer(&policy).unwrap();
+        assert_ne!(again, dir);
+        assert_eq!(
+            std::fs::read_to_string(again.join("ld.so.cache")).unwrap(),
+            "cache, rebuilt"
+        );
+        // A required source that is missing: no layer, and why.
+        policy.system_mounts.push(Mount::RoBind {
+            src: src.join("gone"),
+            dest: "/etc/gone".into(),
+        });
+        let err = etc_layer(&policy).unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "the system mount source {} does not exist",
+                src.join("gone").display()
+            )
+        );
+        let _ = std::fs::remove_dir_all(&src);
+    }
+}

@@ -252,3 +252,38 @@ pub(crate) fn delta(before: &LimitEvents, after: LimitEvents) -> LimitEvents {
         pids_max_hits: sub(before.pids_max_hits, after.pids_max_hits),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_differences_where_both_are_known() {
+        let ev = |o: Option<u64>, p: Option<u64>| LimitEvents {
+            oom_kills: o,
+            pids_max_hits: p,
+        };
+        let cases = [
+            (
+                ev(Some(2), Some(5)),
+                ev(Some(3), Some(5)),
+                ev(Some(1), Some(0)),
+            ),
+            (ev(None, None), ev(Some(1), Some(4)), ev(Some(1), Some(4))),
+            (ev(Some(1), Some(1)), ev(None, None), ev(None, None)),
+            // A counter never goes down; if it seems to, report 0.
+            (
+                ev(Some(4), Some(4)),
+                ev(Some(3), Some(3)),
+                ev(Some(0), Some(0)),
+            ),
+        ];
+        for (before, after, want) in cases {
+            assert_eq!(
+                delta(&before, after.clone()),
+                want,
+                "{before:?} -> {after:?}"
+            );
+        }
+    }
+}
