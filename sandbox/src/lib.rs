@@ -8,6 +8,14 @@
 //! checks a host once, before any work: bubblewrap present, new enough for
 //! every option the policy uses, and able to build the sandbox.
 //!
+//! [`run`] takes the fast path ([`SpawnPath::Fast`]): bubblewrap is forked
+//! by a pooled spawner thread that already sits in a cgroup with the
+//! policy's caps (no cgroup migration per command on cgroup v1), and /etc
+//! is one read-only bind of a prepared layer ([`bwrap_args_with_etc`])
+//! instead of one bind per file. [`run_with`] with [`SpawnPath::Classic`]
+//! is the per-run-cgroup, per-file-/etc way, which the fast path falls back
+//! to (with a log line) where it cannot work.
+//!
 //! See README.md in this crate for what the sandbox does and does not
 //! protect against.
 
