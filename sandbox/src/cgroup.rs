@@ -149,13 +149,56 @@ impl Cgroup {
         self.procs.iter().map(|f| f.as_raw_fd()).collect()
     }
 
+    /// The v1 `tasks` files, opened for writing: a thread that writes "0"
+    /// to them moves itself (only itself) into this cgroup.
+    pub(crate) fn task_files(&self) -> Result<Vec<(PathBuf, File)>, String> {
+        self.dirs
+            .iter()
+            .map(|dir| {
+                let path = dir.join("tasks");
+                OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map(|f| (path.clone(), f))
+                    .map_err(|e| format!("opening {}: {e}", path.display()))
+            })
+            .collect()
+    }
+
+    /// Sets `pids.max` to `max_processes` above what the cgroup holds now
+    /// (the spawner thread, and the zombie inits of earlier commands that
+    /// the host's reaper has not collected yet), so a command in a reused
+    /// cgroup can start its full `max_processes` tasks.
+    pub(crate) fn rebase_pids_max(&self, max_processes: u64) -> Result<(), String> {
+        for dir in &self.dirs {
+            let current = dir.join("pids.current");
+            if !current.exists() {
+                continue;
+            }
+            let now: u64 = std::fs::read_to_string(&current)
+                .map_err(|e| format!("reading {}: {e}", current.display()))?
+                .trim()
+                .parse()
+                .map_err(|e| format!("parsing {}: {e}", current.display()))?;
+            write_file(
+                &dir.join("pids.max"),
+                &max_processes.saturating_add(now).to_string(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The processes in the cgroup, except the runner itself (a spawner
+    /// thread of the runner makes it listed; it is never killed).
     fn pids(&self) -> Vec<i32> {
+        let own = std::process::id() as i32;
         let mut out = Vec::new();
         for dir in &self.dirs {
             if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
                 out.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
             }
         }
+        out.retain(|p| *p != own);
         out.sort_unstable();
         out.dedup();
         out
@@ -230,6 +273,53 @@ impl Drop for Cgroup {
             }
         }
     }
+}
+
+/// Removes the empty cgroups this crate left under the runner's own cgroup
+/// (v1 memory and pids, or v2) for processes that no longer exist: a
+/// process that exits with spawners in use, or is killed, cannot remove
+/// them itself. Only empty directories can be removed, so a cgroup with
+/// processes in it is left alone. Returns how many were removed.
+pub(crate) fn remove_stale() -> usize {
+    let mut parents = Vec::new();
+    if Path::new(CGROUP2_ROOT).join("cgroup.controllers").exists() {
+        if let Some(rel) = std::fs::read_to_string("/proc/self/cgroup")
+            .ok()
+            .and_then(|own| {
+                own.lines()
+                    .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+            })
+        {
+            parents.push(Path::new(CGROUP2_ROOT).join(rel.trim_start_matches('/')));
+        }
+    } else {
+        parents.extend(["memory", "pids"].iter().filter_map(|c| v1_dir(c).ok()));
+    }
+    let own = std::process::id();
+    let mut removed = 0;
+    for parent in parents {
+        let Ok(entries) = std::fs::read_dir(&parent) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name
+                .strip_prefix(CGROUP_PREFIX)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if pid != own
+                && !Path::new(&format!("/proc/{pid}")).exists()
+                && std::fs::remove_dir(e.path()).is_ok()
+            {
+                removed += 1;
+            }
+        }
+    }
+    removed
 }
 
 /// The runner's own directory in the v1 hierarchy of `controller`.

@@ -8,6 +8,14 @@
 //! checks a host once, before any work: bubblewrap present, new enough for
 //! every option the policy uses, and able to build the sandbox.
 //!
+//! [`run`] takes the fast path ([`SpawnPath::Fast`]): bubblewrap is forked
+//! by a pooled spawner thread that already sits in a cgroup with the
+//! policy's caps (no cgroup migration per command on cgroup v1), and /etc
+//! is one read-only bind of a prepared layer ([`bwrap_args_with_etc`])
+//! instead of one bind per file. [`run_with`] with [`SpawnPath::Classic`]
+//! is the per-run-cgroup, per-file-/etc way, which the fast path falls back
+//! to (with a log line) where it cannot work.
+//!
 //! See README.md in this crate for what the sandbox does and does not
 //! protect against.
 
@@ -17,7 +25,9 @@ mod outcome;
 mod output;
 mod policy;
 mod preflight;
+mod prepared;
 mod run;
+mod spawner;
 
 pub use error::SandboxError;
 pub use outcome::{
@@ -27,4 +37,6 @@ pub use outcome::{
 pub use output::HeadTail;
 pub use policy::*;
 pub use preflight::*;
-pub use run::{check_available, run};
+pub use prepared::{LAYER_BASE_PREFIX, MAX_PREPARED_LAYERS};
+pub use run::{check_available, run, run_with, SpawnPath};
+pub use spawner::{release_spawners, MAX_IDLE_SPAWNERS, SPAWNER_IDLE_TIMEOUT, SPAWNER_TASKS};

@@ -6,16 +6,21 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
 
 use crate::cgroup::Cgroup;
 use crate::error::SandboxError;
 use crate::outcome::{Enforced, LimitsInForce, Mechanism, Outcome, SignalInfo};
 use crate::output::HeadTail;
 use crate::policy::{
-    bwrap_args, Policy, CORE_DUMP_BYTES, GROUP_CONTENT, GROUP_FD, HOSTS_FD, PASSWD_CONTENT,
-    PASSWD_FD, STATUS_FD,
+    bwrap_args, bwrap_args_with_etc, etc_layer_unfit, Policy, CORE_DUMP_BYTES, GROUP_CONTENT,
+    GROUP_FD, HOSTS_FD, PASSWD_CONTENT, PASSWD_FD, STATUS_FD,
 };
+use crate::prepared;
+use crate::spawner::{delta, Spawner};
 
 /// After the sandbox's main process is gone, how long the runner keeps
 /// reading output still buffered in the pipe before it stops: the pid
@@ -36,8 +41,56 @@ const PARK_FD_MIN: RawFd = 16;
 /// `CLOSE_RANGE_CLOEXEC` from linux/close_range.h (Linux 5.11+).
 const CLOSE_RANGE_CLOEXEC: libc::c_uint = 4;
 
+/// The first descriptor above stdin, stdout and stderr.
+const FIRST_NON_STDIO_FD: RawFd = 3;
+
 /// The highest fd the fallback (no close_range) marks close-on-exec.
 const FALLBACK_MAX_FD: RawFd = 65_536;
+
+/// Which way [`run_with`] starts bubblewrap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpawnPath {
+    /// The default: bubblewrap is forked by a pooled spawner thread that
+    /// already sits in a cgroup with the policy's caps (no cgroup migration
+    /// per command; cgroup v1), and /etc is one bind of a prepared layer
+    /// instead of one bind per file. Where either cannot be had, that part
+    /// falls back to the classic way, with one log line per reason.
+    Fast,
+    /// A fresh per-run cgroup joined by the child before exec, and /etc
+    /// built from one bind per file plus generated data files.
+    Classic,
+}
+
+/// Fallback reasons already logged, so each is said once per process.
+static LOGGED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn log_fallback_once(message: String) {
+    if let Ok(mut seen) = LOGGED.lock() {
+        if seen.contains(&message) {
+            return;
+        }
+        seen.push(message.clone());
+    }
+    tracing::warn!(target: "patchwright_sandbox", "{message}");
+}
+
+/// Where the command's cgroup comes from.
+enum Limiter {
+    /// A pooled spawner thread's cgroup (the fast path).
+    Spawner(Spawner),
+    /// A cgroup made for this run and removed after it.
+    PerRun(Cgroup),
+}
+
+impl Limiter {
+    fn cgroup(&self) -> Option<&Cgroup> {
+        match self {
+            Limiter::Spawner(s) => s.cgroup(),
+            Limiter::PerRun(c) => Some(c),
+        }
+    }
+}
 
 fn last_err(what: &str) -> SandboxError {
     SandboxError::io(what, std::io::Error::last_os_error())
@@ -164,11 +217,23 @@ pub fn check_available(policy: &Policy) -> Result<(), SandboxError> {
 }
 
 /// Runs `command` (program and arguments; the program is looked up on the
-/// policy's PATH inside the sandbox) under `policy` and waits for it.
+/// policy's PATH inside the sandbox) under `policy` and waits for it, the
+/// fast way ([`SpawnPath::Fast`]).
 ///
 /// Refuses (returns an error, never runs unsandboxed) when the policy is
 /// invalid, bubblewrap is missing, or the sandbox cannot be set up.
 pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError> {
+    run_with(policy, command, SpawnPath::Fast)
+}
+
+/// [`run`], starting bubblewrap the way `path` says. Both ways build the
+/// same sandbox (namespaces, visible files, limits); they differ in how the
+/// cgroup is entered and how /etc is mounted (see [`SpawnPath`]).
+pub fn run_with(
+    policy: &Policy,
+    command: &[String],
+    path: SpawnPath,
+) -> Result<Outcome, SandboxError> {
     if command.is_empty() {
         return Err(SandboxError::invalid(
             "the command is empty: pass at least the program to run",
@@ -188,12 +253,54 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
         });
     }
     let limits = &policy.limits;
+    let fast = path == SpawnPath::Fast;
 
-    // The per-run cgroup, or the reason there is none.
-    let (cgroup, cgroup_unavailable) = if policy.cgroups {
-        match Cgroup::create(limits.memory_bytes, limits.max_processes) {
-            Ok(cg) => (Some(cg), None),
-            Err(reason) => (None, Some(reason)),
+    // The prepared /etc layer, or the per-file binds.
+    let etc_layer = if fast {
+        match etc_layer_unfit(policy) {
+            Some(reason) => {
+                log_fallback_once(format!(
+                    "sandbox: /etc is bound file by file (the classic way): {reason}"
+                ));
+                None
+            }
+            None => match prepared::etc_layer(policy) {
+                Ok(dir) => Some(dir),
+                Err(reason) => {
+                    log_fallback_once(format!(
+                        "sandbox: /etc is bound file by file (the classic way): the prepared \
+                         /etc layer could not be built: {reason}"
+                    ));
+                    None
+                }
+            },
+        }
+    } else {
+        None
+    };
+
+    // The spawner's cgroup or a per-run one, or the reason there is none.
+    let (limiter, cgroup_unavailable) = if policy.cgroups {
+        let spawner = if fast {
+            match Spawner::acquire(limits.memory_bytes, limits.max_processes) {
+                Ok(s) => Some(s),
+                Err(reason) => {
+                    log_fallback_once(format!(
+                        "sandbox: each command joins a fresh cgroup (the classic way): no \
+                         spawner thread: {reason}"
+                    ));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        match spawner {
+            Some(s) => (Some(Limiter::Spawner(s)), None),
+            None => match Cgroup::create(limits.memory_bytes, limits.max_processes) {
+                Ok(cg) => (Some(Limiter::PerRun(cg)), None),
+                Err(reason) => (None, Some(reason)),
+            },
         }
     } else {
         (
@@ -218,7 +325,12 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
         value,
         mechanism: Mechanism::Rlimit,
     };
-    let (memory_in_force, procs_in_force) = match &cgroup {
+    let cgroup = limiter.as_ref().and_then(Limiter::cgroup);
+    let events_before = match &limiter {
+        Some(Limiter::Spawner(s)) => Some(s.events()),
+        _ => None,
+    };
+    let (memory_in_force, procs_in_force) = match cgroup {
         Some(cg) => (
             Some(Enforced {
                 value: limits.memory_bytes,
@@ -263,10 +375,27 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
         cgroup_unavailable,
     };
 
-    // Descriptors handed to bubblewrap at fixed numbers.
-    let passwd = data_pipe(PASSWD_CONTENT, "creating the /etc/passwd pipe")?;
-    let group = data_pipe(GROUP_CONTENT, "creating the /etc/group pipe")?;
-    let hosts = data_pipe(&policy.hosts_content(), "creating the /etc/hosts pipe")?;
+    // Descriptors handed to bubblewrap at fixed numbers: the generated
+    // /etc files (only without a prepared layer, which holds them) and the
+    // status pipe.
+    let data = if etc_layer.is_none() {
+        vec![
+            (
+                data_pipe(PASSWD_CONTENT, "creating the /etc/passwd pipe")?,
+                PASSWD_FD,
+            ),
+            (
+                data_pipe(GROUP_CONTENT, "creating the /etc/group pipe")?,
+                GROUP_FD,
+            ),
+            (
+                data_pipe(&policy.hosts_content(), "creating the /etc/hosts pipe")?,
+                HOSTS_FD,
+            ),
+        ]
+    } else {
+        Vec::new()
+    };
     let (status_r, status_w) = pipe("creating the status pipe")?;
     let status_w = park(status_w, "creating the status pipe")?;
     let (out_r, out_w) = pipe("creating the output pipe")?;
@@ -276,16 +405,22 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
     set_nonblocking(&out_r, "making the output pipe non-blocking")?;
     set_nonblocking(&status_r, "making the status pipe non-blocking")?;
 
-    let moves: [(RawFd, RawFd); 4] = [
-        (passwd.as_raw_fd(), PASSWD_FD),
-        (group.as_raw_fd(), GROUP_FD),
-        (hosts.as_raw_fd(), HOSTS_FD),
-        (status_w.as_raw_fd(), STATUS_FD),
-    ];
-    let procs_fds: Vec<RawFd> = cgroup.as_ref().map(|c| c.procs_fds()).unwrap_or_default();
+    let mut moves: Vec<(RawFd, RawFd)> =
+        data.iter().map(|(fd, to)| (fd.as_raw_fd(), *to)).collect();
+    moves.push((status_w.as_raw_fd(), STATUS_FD));
+    // Only a per-run cgroup is joined in the child; a spawner's children
+    // are born in its cgroup.
+    let procs_fds: Vec<RawFd> = match &limiter {
+        Some(Limiter::PerRun(cg)) => cg.procs_fds(),
+        _ => Vec::new(),
+    };
+    let args = match &etc_layer {
+        Some(dir) => bwrap_args_with_etc(policy, dir, command),
+        None => bwrap_args(policy, command),
+    };
 
     let mut cmd = Command::new(&policy.bwrap);
-    cmd.args(bwrap_args(policy, command))
+    cmd.args(args)
         // bubblewrap itself gets no environment: the sandbox's pid 1 is a fork
         // of it, and /proc/1/environ would otherwise show the runner's.
         .env_clear()
@@ -315,14 +450,10 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            for (from, to) in &moves {
-                if libc::dup2(*from, *to) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            // Nothing above the fixed numbers survives exec. CLOEXEC rather
-            // than close, so std's own exec-error pipe keeps working.
-            let first = (STATUS_FD + 1) as libc::c_uint;
+            // Nothing above stdio survives exec but the fixed numbers moved
+            // there next (dup2 clears close-on-exec on its target). CLOEXEC
+            // rather than close, so std's own exec-error pipe keeps working.
+            let first = FIRST_NON_STDIO_FD as libc::c_uint;
             if libc::syscall(
                 libc::SYS_close_range,
                 first,
@@ -330,8 +461,13 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
                 CLOSE_RANGE_CLOEXEC,
             ) != 0
             {
-                for fd in (STATUS_FD + 1)..FALLBACK_MAX_FD {
+                for fd in FIRST_NON_STDIO_FD..FALLBACK_MAX_FD {
                     libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+            }
+            for (from, to) in &moves {
+                if libc::dup2(*from, *to) < 0 {
+                    return Err(std::io::Error::last_os_error());
                 }
             }
             Ok(())
@@ -339,10 +475,17 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
     }
 
     let start = Instant::now();
-    let spawned = cmd.spawn();
-    // The parent's copies of the child's ends must go, or EOF never comes.
-    drop(cmd);
-    drop((passwd, group, hosts, status_w));
+    // The parent's copies of the child's ends must go, or EOF never comes:
+    // the command is dropped right after the fork, here or on the spawner.
+    let spawned = match &limiter {
+        Some(Limiter::Spawner(s)) => s.spawn(cmd),
+        _ => {
+            let spawned = cmd.spawn();
+            drop(cmd);
+            spawned
+        }
+    };
+    drop((data, status_w));
     let mut child = spawned.map_err(|e| SandboxError::Io {
         what: format!(
             "starting {} (joining the cgroup, setting rlimits)",
@@ -369,7 +512,7 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
 
     let kill_sandbox = |child: &mut std::process::Child| {
         let _ = child.kill();
-        if let Some(cg) = &cgroup {
+        if let Some(cg) = cgroup {
             cg.kill_all();
         }
     };
@@ -382,7 +525,7 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
                     exited_at = Some(Instant::now());
                     // Anything left in the cgroup (there should be nothing:
                     // the pid namespace died with its init) is killed now.
-                    if let Some(cg) = &cgroup {
+                    if let Some(cg) = cgroup {
                         cg.kill_all();
                     }
                 }
@@ -477,8 +620,18 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
             wait_gone(init, OUTPUT_DRAIN_GRACE);
         }
     }
-    let events = cgroup.as_ref().map(|c| c.events()).unwrap_or_default();
-    drop(cgroup);
+    let events = match (cgroup, &events_before) {
+        (Some(cg), Some(before)) => delta(before, cg.events()),
+        (Some(cg), None) => cg.events(),
+        (None, _) => Default::default(),
+    };
+    // A spawner goes back to the pool only with its cgroup empty again.
+    let clean = cgroup.is_some_and(|cg| cg.kill_all());
+    match limiter {
+        Some(Limiter::Spawner(s)) => s.release(clean),
+        Some(Limiter::PerRun(cg)) => drop(cg),
+        None => {}
+    }
 
     let (exit_code, signal) = if let Some(sig) = status.signal() {
         (None, Some(SignalInfo::new(sig)))

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{argv, host_processes_with, python, sh_with, unique, Task};
+use common::{argv, host_processes_with, python, run, sh_with, unique, Task};
 use patchwright_sandbox::{
-    check_available, run, Mechanism, SandboxError, DEFAULT_OUTPUT_BYTES, TIMEOUT_EXIT_CODE,
+    check_available, Mechanism, SandboxError, DEFAULT_OUTPUT_BYTES, TIMEOUT_EXIT_CODE,
 };
 
 fn assert_cgroup(o: &patchwright_sandbox::Outcome) {

@@ -5,9 +5,11 @@
 //! change: `UPDATE_SNAPSHOTS=1 cargo test -p patchwright-sandbox --test snapshot`
 //! and review the diff.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use patchwright_sandbox::{bwrap_args, etc_mounts, Mount, Policy};
+use patchwright_sandbox::{
+    bwrap_args, bwrap_args_with_etc, etc_layer_unfit, etc_mounts, flags_in, Mount, Policy,
+};
 
 fn deterministic_policy() -> Policy {
     // The layout of a merged-/usr Debian 12 host.
@@ -56,6 +58,99 @@ fn default_policy_argv_matches_snapshot() {
         "bwrap argv changed; see {}",
         path.display()
     );
+}
+
+/// The fast path's argv: the same as the default one except that the
+/// thirteen /etc binds and the three generated-file binds are one
+/// read-only bind of the prepared layer at /etc (see
+/// `tests/snapshots/prepared_etc.argv`).
+#[test]
+fn prepared_etc_argv_matches_snapshot() {
+    let policy = deterministic_policy();
+    assert_eq!(etc_layer_unfit(&policy), None);
+    let argv = bwrap_args_with_etc(
+        &policy,
+        Path::new("/tmp/patchwright-sandbox-0/etc-1-0"),
+        &["python".to_string(), "-m".to_string(), "pytest".to_string()],
+    );
+    let actual = argv.join("\n") + "\n";
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/prepared_etc.argv");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &actual).expect("write snapshot");
+    }
+    let expected = std::fs::read_to_string(&path).expect("snapshot file exists");
+    assert_eq!(
+        actual,
+        expected,
+        "bwrap argv changed; see {}",
+        path.display()
+    );
+    // Every option is one the preflight knows, and it is the classic argv
+    // with the /etc part swapped.
+    assert!(flags_in(&argv).is_ok());
+    let classic = bwrap_args(
+        &policy,
+        &["python".to_string(), "-m".to_string(), "pytest".to_string()],
+    );
+    let strip = |a: &[String]| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < a.len() {
+            let etc = i + 2 < a.len() && a[i + 2].starts_with("/etc");
+            if etc
+                && matches!(
+                    a[i].as_str(),
+                    "--ro-bind" | "--ro-bind-try" | "--ro-bind-data"
+                )
+            {
+                i += 3;
+            } else {
+                out.push(a[i].clone());
+                i += 1;
+            }
+        }
+        out
+    };
+    assert_eq!(strip(&argv), strip(&classic));
+    assert_eq!(classic.len() - argv.len(), 3 * (13 + 3 - 1));
+}
+
+#[test]
+fn the_etc_layer_is_refused_where_a_bind_needs_a_mount_point_in_etc() {
+    type Case = (&'static str, fn(&mut Policy), Option<&'static str>);
+    let cases: [Case; 5] = [
+        ("default", |_| {}, None),
+        (
+            "extra bind inside /etc",
+            |p| p.extra_ro_binds.push("/etc/ssl/certs".into()),
+            Some("/etc/ssl/certs is bound inside /etc"),
+        ),
+        (
+            "writable inside /etc",
+            |p| p.writable.push("/etc/pip".into()),
+            Some("/etc/pip is bound inside /etc"),
+        ),
+        (
+            "system mount at /etc",
+            |p| {
+                p.system_mounts.push(Mount::RoBind {
+                    src: "/srv/etc".into(),
+                    dest: "/etc".into(),
+                })
+            },
+            Some("the system mount at /etc covers /etc itself"),
+        ),
+        (
+            "extra bind beside /etc",
+            |p| p.extra_ro_binds.push("/etcetera".into()),
+            None,
+        ),
+    ];
+    for (name, change, want) in cases {
+        let mut p = deterministic_policy();
+        change(&mut p);
+        assert_eq!(etc_layer_unfit(&p).as_deref(), want, "{name}");
+    }
 }
 
 #[test]

@@ -3,7 +3,25 @@
 
 use std::path::{Path, PathBuf};
 
-use patchwright_sandbox::{run, Outcome, Policy};
+use patchwright_sandbox::{run_with, Outcome, Policy, SandboxError, SpawnPath};
+
+/// The environment variable that makes the tests run the classic path
+/// (`PW_SANDBOX_TEST_PATH=classic`); the default is the fast path, as for
+/// `patchwright_sandbox::run`. CI runs the suites both ways.
+pub const PATH_VAR: &str = "PW_SANDBOX_TEST_PATH";
+
+/// The spawn path under test.
+pub fn path() -> SpawnPath {
+    match std::env::var(PATH_VAR).as_deref() {
+        Ok("classic") => SpawnPath::Classic,
+        _ => SpawnPath::Fast,
+    }
+}
+
+/// `run` on the path under test.
+pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError> {
+    run_with(policy, command, path())
+}
 
 /// A temporary directory holding a worktree `wt/` (with a `.git/config`)
 /// next to a directory `outside/` that the sandbox must not see.
