@@ -44,7 +44,9 @@ pub enum GbnfError {
         column: usize,
         message: String,
     },
-    #[error("GBNF rule `{name}` is used by rule `{by}` but never defined; define it or fix the name")]
+    #[error(
+        "GBNF rule `{name}` is used by rule `{by}` but never defined; define it or fix the name"
+    )]
     Undefined { name: String, by: String },
     #[error("GBNF grammar has no `root` rule; the matcher starts from a rule named `root`")]
     NoRoot,
@@ -196,7 +198,9 @@ impl Grammar {
     }
 
     fn alt_count(&self, rule: u32) -> u32 {
-        self.rules.get(rule as usize).map_or(0, |r| r.alts.len() as u32)
+        self.rules
+            .get(rule as usize)
+            .map_or(0, |r| r.alts.len() as u32)
     }
 
     fn class(&self, id: u32) -> Option<&Class> {
@@ -214,10 +218,10 @@ fn nullable(rules: &[Rule]) -> Vec<bool> {
             if out[id] {
                 continue;
             }
-            let any = rule.alts.iter().any(|alt| {
-                alt.iter()
-                    .all(|e| elem_nullable(e, &out) == Some(true))
-            });
+            let any = rule
+                .alts
+                .iter()
+                .any(|alt| alt.iter().all(|e| elem_nullable(e, &out) == Some(true)));
             if any {
                 out[id] = true;
                 changed = true;
@@ -325,7 +329,10 @@ fn factor(rules: &mut Vec<Rule>) {
                 shared += 1;
             }
             let mut prefix = group[0][..shared].to_vec();
-            let tails = group.into_iter().map(|alt| alt[shared..].to_vec()).collect();
+            let tails = group
+                .into_iter()
+                .map(|alt| alt[shared..].to_vec())
+                .collect();
             let id = rules.len() as u32;
             rules.push(Rule {
                 name: format!("{name}~{id}"),
@@ -448,7 +455,9 @@ impl Parser {
         let name = self.name()?;
         self.rule = name.clone();
         self.space(false);
-        if !(self.peek() == Some(':') && self.peek_at(1) == Some(':') && self.peek_at(2) == Some('='))
+        if !(self.peek() == Some(':')
+            && self.peek_at(1) == Some(':')
+            && self.peek_at(2) == Some('='))
         {
             return Err(self.error("expected `::=` after the rule name"));
         }
@@ -468,7 +477,9 @@ impl Parser {
                 }
             }
             Some('\n') => self.pos += 1,
-            Some(c) => return Err(self.error(format!("expected a newline or the end, found `{c}`"))),
+            Some(c) => {
+                return Err(self.error(format!("expected a newline or the end, found `{c}`")))
+            }
             None => {}
         }
         self.space(true);
@@ -508,7 +519,11 @@ impl Parser {
                     c => c,
                 } as u32);
             }
-            _ => return Err(self.error("unknown escape (known: \\x \\u \\U \\t \\r \\n \\\\ \\\" \\[ \\] \\-)")),
+            _ => {
+                return Err(self.error(
+                    "unknown escape (known: \\x \\u \\U \\t \\r \\n \\\\ \\\" \\[ \\] \\-)",
+                ))
+            }
         };
         self.pos += 2;
         let mut value = 0u32;
@@ -590,7 +605,9 @@ impl Parser {
                     self.space(nested);
                 }
                 '<' | '!' => {
-                    return Err(self.error("token references (`<[id]>`, `!<...>`) are not supported"));
+                    return Err(
+                        self.error("token references (`<[id]>`, `!<...>`) are not supported")
+                    );
                 }
                 '*' | '+' | '?' => {
                     let (min, max) = match c {
@@ -794,9 +811,9 @@ impl Matcher {
 
     /// Whether `c` may come next.
     pub fn allows(&self, c: char) -> bool {
-        self.stacks.iter().any(|s| {
-            next_class(&self.grammar, s).is_some_and(|class| class.matches(c))
-        })
+        self.stacks
+            .iter()
+            .any(|s| next_class(&self.grammar, s).is_some_and(|class| class.matches(c)))
     }
 
     /// The longest text, up to `max_chars` code points, that every
@@ -1040,8 +1057,14 @@ mod tests {
             message: message.into(),
         };
         let cases = [
-            ("root ::= \"a", syntax("root", 1, 12, "unexpected end of the grammar")),
-            ("root ::= [a-", syntax("root", 1, 13, "unexpected end of the grammar")),
+            (
+                "root ::= \"a",
+                syntax("root", 1, 12, "unexpected end of the grammar"),
+            ),
+            (
+                "root ::= [a-",
+                syntax("root", 1, 13, "unexpected end of the grammar"),
+            ),
             (
                 "root ::= \"\\q\"",
                 syntax(
@@ -1051,8 +1074,14 @@ mod tests {
                     "unknown escape (known: \\x \\u \\U \\t \\r \\n \\\\ \\\" \\[ \\] \\-)",
                 ),
             ),
-            ("root ::= \"\\x4\"", syntax("root", 1, 14, "expected 2 hex digits")),
-            ("root := \"x\"", syntax("root", 1, 6, "expected `::=` after the rule name")),
+            (
+                "root ::= \"\\x4\"",
+                syntax("root", 1, 14, "expected 2 hex digits"),
+            ),
+            (
+                "root := \"x\"",
+                syntax("root", 1, 6, "expected `::=` after the rule name"),
+            ),
             (
                 "root ::= \"x\"\n  ::= \"y\"",
                 syntax("root", 2, 3, "expected a rule name (letters, digits, '-')"),
@@ -1063,20 +1092,43 @@ mod tests {
             ),
             (
                 "root ::= * \"x\"",
-                syntax("root", 1, 10, "a repetition (`*`, `+`, `?`, `{}`) needs an item before it"),
+                syntax(
+                    "root",
+                    1,
+                    10,
+                    "a repetition (`*`, `+`, `?`, `{}`) needs an item before it",
+                ),
             ),
             (
                 "root ::= \"x\"{3,2}",
-                syntax("root", 1, 13, "repetition {3,2}: the maximum is below the minimum"),
+                syntax(
+                    "root",
+                    1,
+                    13,
+                    "repetition {3,2}: the maximum is below the minimum",
+                ),
             ),
             (
                 "root ::= \"x\"{2001}",
-                syntax("root", 1, 13, "at least 2001 repetitions: llama.cpp refuses more than 2000"),
+                syntax(
+                    "root",
+                    1,
+                    13,
+                    "at least 2001 repetitions: llama.cpp refuses more than 2000",
+                ),
             ),
-            ("root ::= \"x\"{1;2}", syntax("root", 1, 15, "expected `,` or `}` in the repetition")),
+            (
+                "root ::= \"x\"{1;2}",
+                syntax("root", 1, 15, "expected `,` or `}` in the repetition"),
+            ),
             (
                 "root ::= <[12]>",
-                syntax("root", 1, 10, "token references (`<[id]>`, `!<...>`) are not supported"),
+                syntax(
+                    "root",
+                    1,
+                    10,
+                    "token references (`<[id]>`, `!<...>`) are not supported",
+                ),
             ),
             (
                 "root ::= \"x\" )",
@@ -1213,7 +1265,12 @@ mod tests {
             ("root ::= \"x\"{1,3} \"y\"", "x", 100, ""),
             ("root ::= \"a\" [b] [b-b] \"é\"", "", 100, "abbé"),
             // Every alternative agrees on the next characters.
-            ("root ::= \"key: \" (\"1\" | \"2\") | \"key: 3\"", "", 100, "key: "),
+            (
+                "root ::= \"key: \" (\"1\" | \"2\") | \"key: 3\"",
+                "",
+                100,
+                "key: ",
+            ),
             // The match may end here: nothing is forced.
             ("root ::= \"a\" \"b\"?", "a", 100, ""),
             ("root ::= \"a\"+ \"b\"", "", 100, "a"),
@@ -1264,7 +1321,12 @@ mod tests {
         )?;
         check_forced(
             &g,
-            &[("", "src/a/"), ("src/a/", ""), ("src/a/c", ".py"), ("src/a/c.py", "")],
+            &[
+                ("", "src/a/"),
+                ("src/a/", ""),
+                ("src/a/c", ".py"),
+                ("src/a/c.py", ""),
+            ],
         )?;
         // A flat choice among 2,000 paths is factored into a prefix tree.
         let paths: Vec<String> = (0..20)
@@ -1273,12 +1335,21 @@ mod tests {
         let g = grammar::choice(&paths)?;
         check_replies(
             &g,
-            &["pkg/sub7/mod42.py", "pkg/sub19/mod99.py", "pkg/sub0/mod0.py"],
+            &[
+                "pkg/sub7/mod42.py",
+                "pkg/sub19/mod99.py",
+                "pkg/sub0/mod0.py",
+            ],
             &[("pkg/sub20/", 8), ("pkg/sub1/mod100", 14), ("pkg/x", 4)],
         )?;
         check_forced(
             &g,
-            &[("", "pkg/sub"), ("pkg/sub1", ""), ("pkg/sub19", "/mod"), ("pkg/sub19/mod99", ".py")],
+            &[
+                ("", "pkg/sub"),
+                ("pkg/sub1", ""),
+                ("pkg/sub19", "/mod"),
+                ("pkg/sub19/mod99", ".py"),
+            ],
         )?;
         let mut m = Matcher::new(Arc::new(Grammar::parse(&g)?));
         assert_eq!(m.states(), 1);
@@ -1300,8 +1371,14 @@ mod tests {
                 ("pkg/c.py", 4),
                 ("pkg/a.py\n<<<<<<< SEARCH\n<x", 24),
                 ("pkg/a.py\n<<<<<<< SEARCH\n=======\n", 24),
-                ("pkg/a.py\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\nx", 52),
-                (&format!("pkg/a.py\n<<<<<<< SEARCH\n{}\n", "z".repeat(201)), 224),
+                (
+                    "pkg/a.py\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\nx",
+                    52,
+                ),
+                (
+                    &format!("pkg/a.py\n<<<<<<< SEARCH\n{}\n", "z".repeat(201)),
+                    224,
+                ),
             ],
         )?;
         check_forced(
@@ -1312,7 +1389,10 @@ mod tests {
                 ("pkg/a.py\n<<<<<<< SEARCH\nx = 1\n", ""),
                 ("pkg/a.py\n<<<<<<< SEARCH\nx = 1\n=", "======\n"),
                 ("pkg/a.py\n<<<<<<< SEARCH\nx = 1\n=======\nx = 2\n", ""),
-                ("pkg/a.py\n<<<<<<< SEARCH\nx = 1\n=======\nx = 2\n>", ">>>>>> REPLACE\n"),
+                (
+                    "pkg/a.py\n<<<<<<< SEARCH\nx = 1\n=======\nx = 2\n>",
+                    ">>>>>> REPLACE\n",
+                ),
                 (one, ""),
             ],
         )?;
@@ -1327,7 +1407,10 @@ mod tests {
         )?;
         check_forced(
             &g,
-            &[("", "Reasoning: "), ("Reasoning: x.\n", "\nt.py\n<<<<<<< SEARCH\n")],
+            &[
+                ("", "Reasoning: "),
+                ("Reasoning: x.\n", "\nt.py\n<<<<<<< SEARCH\n"),
+            ],
         )?;
         Ok(())
     }
@@ -1405,7 +1488,10 @@ mod tests {
                 ("Reasoning: x.\n", "\na.py\nreplace lines "),
                 ("Reasoning: x.\n\na.py\nreplace lines 4", "-"),
                 ("Reasoning: x.\n\na.py\nreplace lines 4-5", " with:\n```\n"),
-                ("Reasoning: x.\n\na.py\nreplace lines 4-5 with:\n```\n`", "``\n"),
+                (
+                    "Reasoning: x.\n\na.py\nreplace lines 4-5 with:\n```\n`",
+                    "``\n",
+                ),
             ],
         )?;
         Ok(())
@@ -1458,14 +1544,29 @@ mod tests {
         };
         let optional = |a: Arg| Arg::Optional(Box::new(a));
         vec![
-            act("open", vec![Arg::Choice(files.to_vec()), optional(Arg::Integer)]),
+            act(
+                "open",
+                vec![Arg::Choice(files.to_vec()), optional(Arg::Integer)],
+            ),
             act("goto", vec![Arg::Integer]),
             act("scroll_up", vec![]),
-            act("search_dir", vec![Arg::Term, optional(Arg::Choice(vec!["src".into(), ".".into()]))]),
-            act("search_method", vec![Arg::Identifier, optional(Arg::Identifier)]),
+            act(
+                "search_dir",
+                vec![
+                    Arg::Term,
+                    optional(Arg::Choice(vec!["src".into(), ".".into()])),
+                ],
+            ),
+            act(
+                "search_method",
+                vec![Arg::Identifier, optional(Arg::Identifier)],
+            ),
             act("view_symbol", vec![Arg::Symbol(files.to_vec())]),
             act("edit", vec![Arg::Range, Arg::Lines("end_of_edit".into())]),
-            act("str_replace", vec![Arg::Choice(files.to_vec()), Arg::SearchReplace]),
+            act(
+                "str_replace",
+                vec![Arg::Choice(files.to_vec()), Arg::SearchReplace],
+            ),
             act("run", vec![Arg::Text]),
             act("submit", vec![]),
             act("submit_test", vec![Arg::Choice(files.to_vec()), Arg::Text]),
@@ -1530,7 +1631,11 @@ mod tests {
                 "I should look at the parser first.\n\n```\nopen src/a/b.py\n```",
                 "Done.\n\n```\nsubmit\n```",
             ],
-            &[(" x", 0), ("Look `here`", 5), ("Done.\n\n```\nsubmit\n``` ", 21)],
+            &[
+                (" x", 0),
+                ("Look `here`", 5),
+                ("Done.\n\n```\nsubmit\n``` ", 21),
+            ],
         )?;
         check_forced(
             &g,
@@ -1540,6 +1645,155 @@ mod tests {
                 ("Done.\n\n```\nopen src/a/b.py 3\n", "```"),
             ],
         )?;
+        Ok(())
+    }
+
+    /// 40 lines of Python-like code, line `n` of file `f`.
+    fn python_lines(f: usize) -> Vec<String> {
+        (1..=40)
+            .map(|n| match n % 8 {
+                0 => String::new(),
+                1 => format!("def handler_{f}_{n}(request, limit={n}):"),
+                2 => format!("    \"\"\"Handle request {n} of file {f}.\"\"\""),
+                3 => "    if request.size > limit:".to_string(),
+                4 => "        raise ValueError(f\"too big: {request.size}\")".to_string(),
+                5 => format!("    result = compute(request, {n})"),
+                6 => "    for item in result.items:".to_string(),
+                _ => format!("        yield item.value * {f}"),
+            })
+            .collect()
+    }
+
+    fn two_shown_files() -> Vec<ShownFile> {
+        (0..2)
+            .map(|f| ShownFile {
+                path: format!("pkg/module_{f}.py"),
+                runs: vec![ShownRun {
+                    first: 1,
+                    lines: python_lines(f),
+                }],
+            })
+            .collect()
+    }
+
+    /// Most stacks; accept mean and max; forced mean and max (µs); parse ms.
+    type Costs = (usize, f64, f64, f64, f64, f64);
+
+    /// Per grammar: the most stacks (the anchored grammar keeps one per
+    /// shown line that can still be the one copied) at any point of the reply, the mean
+    /// and worst cost of `accept` of one token (1-8 characters) and of
+    /// `forced(256)` before it, in microseconds.
+    fn measure(g: &str, reply: &str) -> Result<Costs, Box<dyn Error>> {
+        let started = Instant::now();
+        let grammar = Arc::new(Grammar::parse(g)?);
+        let parse_ms = started.elapsed().as_secs_f64() * 1e3;
+        let sizes = [3, 5, 1, 8, 4, 2, 6, 7];
+        let chars: Vec<char> = reply.chars().collect();
+        let mut m = Matcher::new(grammar);
+        let (mut at, mut k, mut most) = (0, 0, m.states());
+        let (mut accept_sum, mut accept_max, mut forced_sum, mut forced_max) =
+            (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+        while at < chars.len() {
+            let end = (at + sizes[k % sizes.len()]).min(chars.len());
+            let token: String = chars[at..end].iter().collect();
+            let t = Instant::now();
+            let forced = m.forced(256);
+            let f = t.elapsed().as_secs_f64() * 1e6;
+            assert!(
+                token.starts_with(&forced) || forced.starts_with(&token),
+                "{forced:?} vs {token:?}"
+            );
+            let t = Instant::now();
+            assert!(m.accept(&token), "{token:?} at {at}");
+            let a = t.elapsed().as_secs_f64() * 1e6;
+            accept_sum += a;
+            accept_max = accept_max.max(a);
+            forced_sum += f;
+            forced_max = forced_max.max(f);
+            most = most.max(m.states());
+            at = end;
+            k += 1;
+        }
+        assert!(m.can_end(), "{reply:?}");
+        let n = k as f64;
+        Ok((
+            most,
+            accept_sum / n,
+            accept_max,
+            forced_sum / n,
+            forced_max,
+            parse_ms,
+        ))
+    }
+
+    #[test]
+    fn realistic_grammars_keep_few_stacks_and_cheap_steps() -> TestResult {
+        let paths: Vec<String> = (0..20)
+            .flat_map(|d| (0..100).map(move |f| format!("pkg/sub{d}/mod{f}.py")))
+            .collect();
+        let shown = two_shown_files();
+        let reasoning = format!(
+            "Reasoning: {}\n\n",
+            "the limit check uses the wrong bound so big requests pass; "
+                .repeat(3)
+                .trim_end()
+        );
+        let targets: Vec<DefinitionTarget> = (1..=40)
+            .step_by(8)
+            .map(|n| DefinitionTarget {
+                label: format!("pkg/module_0.py::handler_0_{n}"),
+                indent: String::new(),
+                lead: format!("def handler_0_{n}("),
+            })
+            .collect();
+        let cases: Vec<(&str, String, String, usize)> = vec![
+            ("choice 2000", grammar::choice(&paths)?, "pkg/sub17/mod42.py".into(), 11),
+            (
+                "search_replace",
+                grammar::search_replace_with_reasoning(&["pkg/module_0.py", "pkg/module_1.py"])?,
+                format!("{reasoning}pkg/module_1.py\n<<<<<<< SEARCH\n    if request.size > limit:\n        raise ValueError(f\"too big: {{request.size}}\")\n=======\n    if request.size >= limit:\n        raise ValueError(f\"too big: {{request.size}}\")\n>>>>>>> REPLACE\n"),
+                2,
+            ),
+            (
+                "anchored 2x40",
+                grammar::anchored(&shown)?,
+                format!("{reasoning}pkg/module_1.py\n<<<<<<< SEARCH\n    if request.size > limit:\n        raise ValueError(f\"too big: {{request.size}}\")\n    result = compute(request, 29)\n=======\n    if request.size >= limit:\n        raise ValueError(f\"too big: {{request.size}}\")\n    result = compute(request, 29)\n>>>>>>> REPLACE\n"),
+                30,
+            ),
+            (
+                "lines 2x40",
+                grammar::lines(&shown)?,
+                format!("{reasoning}pkg/module_1.py\nreplace lines 27-28 with:\n```\n    if request.size >= limit:\n        raise ValueError(f\"too big: {{request.size}}\")\n```\n"),
+                9,
+            ),
+            (
+                "definition",
+                grammar::definition(&targets)?,
+                format!("{reasoning}pkg/module_0.py::handler_0_25\n```\ndef handler_0_25(request, limit=25):\n    if request.size >= limit:\n        raise ValueError(\"too big\")\n    return compute(request, 25)\n```\n"),
+                5,
+            ),
+            (
+                "turn aci 2000",
+                grammar::turn(&aci_like(&paths))?,
+                "The limit check is in the handler, so I open that module first.\n\n```\nopen pkg/sub17/mod42.py 120\n```".into(),
+                10,
+            ),
+            (
+                "actions str_replace",
+                grammar::actions(&aci_like(&paths))?,
+                "str_replace pkg/sub3/mod7.py\n<<<<<<< SEARCH\n    if request.size > limit:\n=======\n    if request.size >= limit:\n>>>>>>> REPLACE\n".into(),
+                11,
+            ),
+        ];
+        for (name, g, reply, most_states) in cases {
+            let (most, accept_mean, accept_max, forced_mean, forced_max, parse_ms) =
+                measure(&g, &reply)?;
+            eprintln!(
+                "{name}: grammar {} bytes parsed in {parse_ms:.1} ms; at most {most} stacks; accept {accept_mean:.1} us mean, {accept_max:.1} max; forced {forced_mean:.1} us mean, {forced_max:.1} max",
+                g.len()
+            );
+            assert_eq!(most, most_states, "{name}");
+        }
         Ok(())
     }
 }
