@@ -9,6 +9,7 @@
 
 pub mod backing;
 pub mod chat;
+pub mod gbnf;
 pub mod grammar;
 pub mod http;
 pub mod placement;

@@ -10,6 +10,7 @@ mod chat_template;
 mod check;
 mod engine;
 mod eval;
+mod gbnf;
 mod generate_cli;
 mod http_backend;
 mod install;
