@@ -92,9 +92,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             commands: patchwright::aci::command::NAMES,
             demonstration: patchwright::agents::EDIT_DEMONSTRATION,
             task: patchwright::agents::react::TaskText {
-                before: "Read the repository.".to_string(),
                 issue: String::new(),
-                after: String::new(),
+                after: "Read the repository.".to_string(),
             },
         };
         let mut conversation = Scripted {

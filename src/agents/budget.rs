@@ -279,6 +279,8 @@ pub(crate) mod fake {
                     prompt_tokens_evaluated: prompt,
                     prompt_tokens_reused: 0,
                     generated_tokens: vec![1; n],
+                    draft_tokens: 0,
+                    draft_accepted: 0,
                     prompt_s: 0.0,
                     decode_s: 0.0,
                     total_s: 0.0,

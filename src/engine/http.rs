@@ -886,6 +886,8 @@ impl Conversation for HttpConversation<'_> {
                 prompt_tokens_evaluated: prompt_tokens - reused.min(prompt_tokens),
                 prompt_tokens_reused: reused.min(prompt_tokens),
                 generated_tokens: generated,
+                draft_tokens: 0,
+                draft_accepted: 0,
                 prompt_s: 0.0,
                 decode_s: total_s,
                 total_s,

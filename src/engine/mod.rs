@@ -15,6 +15,7 @@ pub mod http;
 pub mod placement;
 pub mod scheduler;
 mod session;
+pub mod speculate;
 
 pub use placement::{
     context_within_budget, gpus, kv_budgets, kv_bytes_per_token, plan, plan_layers, Device,
@@ -142,6 +143,21 @@ pub struct EngineSettings {
     /// tokenizer_config.json.
     #[serde(default = "default_chat_template")]
     pub chat_template: String,
+    /// Prompt-lookup speculative decoding: guess a candidate's next tokens
+    /// from where its last tokens occur earlier in the prompt or reply, and
+    /// check the guess in one batch ([`speculate`]). The output is the
+    /// same either way; off only costs time.
+    #[serde(default = "default_true")]
+    pub prompt_lookup: bool,
+    /// Jump-forward decoding: text a grammar admits as the only
+    /// continuation is evaluated in one batch instead of token by token
+    /// (checked like a prompt-lookup guess, so the output is the same).
+    #[serde(default = "default_true")]
+    pub jump_forward: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_batch() -> u32 {
@@ -170,6 +186,8 @@ impl Default for EngineSettings {
             batch: default_batch(),
             ubatch: default_ubatch(),
             chat_template: default_chat_template(),
+            prompt_lookup: true,
+            jump_forward: true,
         }
     }
 }
@@ -375,6 +393,8 @@ pub struct Engine {
     pub(crate) batch: usize,
     ubatch: u32,
     placement: Placement,
+    /// Which drafts decoding uses (`prompt_lookup`, `jump_forward`).
+    pub(crate) drafts: speculate::Drafts,
     /// llama.cpp's context creation is not safe to run concurrently.
     pub(crate) context_lock: Mutex<()>,
 }
@@ -490,6 +510,10 @@ impl Engine {
             batch: settings.batch as usize,
             ubatch: settings.ubatch,
             placement,
+            drafts: speculate::Drafts {
+                prompt_lookup: settings.prompt_lookup,
+                jump_forward: settings.jump_forward,
+            },
             context_lock: Mutex::new(()),
         })
     }

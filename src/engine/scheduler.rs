@@ -30,15 +30,31 @@ use std::time::Instant;
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use serde::{Deserialize, Serialize};
 
-use super::session::{sampler, shared_context};
+use super::session::{parse_grammar, sampler, shared_context};
+use super::speculate::{Decoder, DraftCount};
 use super::{
     Backend, Candidate, Conversation, Engine, EngineError, Generation, Message, Request, Sampling,
-    Stats, Stop,
+    Stats,
 };
+
+/// Fewest prompt tokens worth copying from another conversation's cache:
+/// the copy moves a whole KV stream (the engine's context long), which
+/// costs about what evaluating a few dozen tokens does on a CPU.
+pub const MIN_SHARED_PREFIX: usize = 64;
+
+/// The longest common prefix of `prompt` and `cached`, leaving at least the
+/// prompt's last token to evaluate (its logits start the reply).
+fn common_prefix(prompt: &[LlamaToken], cached: &[LlamaToken]) -> usize {
+    prompt
+        .iter()
+        .zip(cached)
+        .take_while(|(a, b)| a == b)
+        .count()
+        .min(prompt.len().saturating_sub(1))
+}
 
 /// How many conversations the scheduler holds at once, and how many
 /// candidates each may ask for.
@@ -384,14 +400,8 @@ struct Job {
     next: usize,
     reused: usize,
     max_tokens: usize,
-    samplers: Vec<LlamaSampler>,
-    tokens: Vec<Vec<LlamaToken>>,
-    bytes: Vec<Vec<u8>>,
-    stops: Vec<Option<Stop>>,
-    /// Where each candidate's logits are in the batch just evaluated.
-    logits_at: Vec<Option<i32>>,
-    /// Candidates with a sampled token not yet evaluated.
-    pending: Vec<bool>,
+    /// One per candidate.
+    decoders: Vec<Decoder>,
     submitted: Instant,
     prompt_done: Option<Instant>,
     reply: Sender<Result<Generation, EngineError>>,
@@ -408,6 +418,11 @@ struct Worker<'e> {
     waiting: VecDeque<Waiting>,
     jobs: Vec<Job>,
     batch: LlamaBatch<'static>,
+    /// Free sequences that still hold a closed conversation's cache, and
+    /// the tokens they hold: the next conversation given the sequence
+    /// starts from it, and any conversation may copy a shared prefix
+    /// from it until then.
+    parked: BTreeMap<i32, Vec<LlamaToken>>,
 }
 
 impl<'e> Worker<'e> {
@@ -419,6 +434,8 @@ impl<'e> Worker<'e> {
     ) -> Result<Self, EngineError> {
         let seqs = slots.conversations * slots.candidates;
         let ctx = shared_context(engine, seqs * engine.context_size(), seqs, false)?;
+        // Decoding tokens share the batch with prompt tokens: at least one
+        // per candidate, drafts as far as `[engine] batch` leaves room.
         let batch_size = engine.batch + seqs;
         Ok(Worker {
             engine,
@@ -432,6 +449,7 @@ impl<'e> Worker<'e> {
             waiting: VecDeque::new(),
             jobs: Vec::new(),
             batch: LlamaBatch::new(batch_size, 1),
+            parked: BTreeMap::new(),
         })
     }
 
@@ -476,10 +494,15 @@ impl<'e> Worker<'e> {
             }
             Msg::Close { conv } => {
                 if let Some(c) = self.convs.remove(&conv) {
-                    for &seq in &c.seqs {
-                        let _ = self
-                            .ctx
-                            .clear_kv_cache_seq(u32::try_from(seq).ok(), None, None);
+                    for (k, &seq) in c.seqs.iter().enumerate() {
+                        if k == 0 && !c.cached.is_empty() {
+                            // Its cache stays for later conversations.
+                            self.parked.insert(seq, c.cached.clone());
+                        } else {
+                            let _ =
+                                self.ctx
+                                    .clear_kv_cache_seq(u32::try_from(seq).ok(), None, None);
+                        }
                         self.free_seqs.push(seq);
                     }
                     self.free_seqs.sort_unstable_by(|a, b| b.cmp(a));
@@ -507,13 +530,26 @@ impl<'e> Worker<'e> {
             let seqs: Vec<i32> = (0..candidates)
                 .filter_map(|_| self.free_seqs.pop())
                 .collect();
+            // The first sequence keeps what it holds as the conversation's
+            // cache; the others are cleared when a call starts.
+            let cached = seqs
+                .first()
+                .and_then(|s| self.parked.remove(s))
+                .unwrap_or_default();
+            for s in seqs.iter().skip(1) {
+                if self.parked.remove(s).is_some() {
+                    let _ = self
+                        .ctx
+                        .clear_kv_cache_seq(u32::try_from(*s).ok(), None, None);
+                }
+            }
             let id = self.next_id;
             self.next_id += 1;
             self.convs.insert(
                 id,
                 Conv {
                     seqs,
-                    cached: Vec::new(),
+                    cached,
                     busy: false,
                 },
             );
@@ -530,6 +566,22 @@ impl<'e> Worker<'e> {
         spec: JobSpec,
         reply: Sender<Result<Generation, EngineError>>,
     ) -> Result<(), EngineError> {
+        let drafts = self.engine.drafts;
+        let grammar = parse_grammar(spec.grammar.as_deref(), drafts);
+        let n = spec.n;
+        let mut decoders = Vec::with_capacity(n);
+        for i in 0..n {
+            let s = sampler(
+                self.engine,
+                &spec.sampling,
+                spec.temperatures.as_deref(),
+                spec.grammar.as_deref(),
+                i,
+            )?;
+            decoders.push(Decoder::new(s, grammar.as_ref(), drafts));
+        }
+        let prompt = spec.prompt;
+        let donor = self.donor(conv_id, &prompt);
         let conv = self
             .convs
             .get_mut(&conv_id)
@@ -543,35 +595,34 @@ impl<'e> Worker<'e> {
                 message: "the conversation already has a call in progress".into(),
             });
         }
-        let n = spec.n;
         let seqs: Vec<i32> = conv.seqs.iter().copied().take(n).collect();
-        let mut samplers = Vec::with_capacity(n);
-        for i in 0..n {
-            samplers.push(sampler(
-                self.engine,
-                &spec.sampling,
-                spec.temperatures.as_deref(),
-                spec.grammar.as_deref(),
-                i,
-            )?);
-        }
-        let prompt = spec.prompt;
         // Reuse the longest common prefix; keep at least the last prompt
         // token to evaluate, since its logits start the reply.
-        let common = prompt
-            .iter()
-            .zip(&conv.cached)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(prompt.len().saturating_sub(1));
+        let own = common_prefix(&prompt, &conv.cached);
         for &seq in conv.seqs.iter().skip(1) {
             self.ctx
                 .clear_kv_cache_seq(u32::try_from(seq).ok(), None, None)
                 .map_err(|e| llama("clear a sequence")(&e))?;
         }
-        let home = u32::try_from(conv.seqs[0]).ok();
+        let home = conv.seqs[0];
+        let common = match donor {
+            Some((seq, shared))
+                if shared >= own + MIN_SHARED_PREFIX
+                    // Another conversation holds a longer prefix: copy its
+                    // stream (the whole buffer; llama.cpp copies between
+                    // streams no other way) and keep the shared part.
+                    && self.ctx.copy_kv_cache_seq(seq, home, None, None).is_ok() =>
+            {
+                tracing::debug!(
+                    "model: conversation {conv_id} copies {shared} prompt tokens from sequence {seq} (its own cache had {own})"
+                );
+                conv.cached = prompt[..shared].to_vec();
+                shared
+            }
+            _ => own,
+        };
         self.ctx
-            .clear_kv_cache_seq(home, Some(common as u32), None)
+            .clear_kv_cache_seq(u32::try_from(home).ok(), Some(common as u32), None)
             .map_err(|e| llama("drop the divergent tail")(&e))?;
         conv.cached.truncate(common);
         conv.busy = true;
@@ -588,12 +639,7 @@ impl<'e> Worker<'e> {
             next: common,
             reused: common,
             max_tokens: spec.sampling.max_tokens as usize,
-            samplers,
-            tokens: vec![Vec::new(); n],
-            bytes: vec![Vec::new(); n],
-            stops: vec![None; n],
-            logits_at: vec![None; n],
-            pending: vec![false; n],
+            decoders,
             submitted: spec.submitted,
             prompt_done: None,
             prompt,
@@ -602,32 +648,60 @@ impl<'e> Worker<'e> {
         Ok(())
     }
 
-    /// One batch: a token for every decoding candidate, then prompt tokens.
+    /// The sequence outside conversation `conv` whose cache shares the
+    /// longest prefix with `prompt` (another open conversation's first
+    /// sequence, or a parked one), and the length it shares.
+    fn donor(&self, conv: ConvId, prompt: &[LlamaToken]) -> Option<(i32, usize)> {
+        let open = self
+            .convs
+            .iter()
+            .filter(|(id, _)| **id != conv)
+            .filter_map(|(_, c)| Some((*c.seqs.first()?, c.cached.as_slice())));
+        let parked = self.parked.iter().map(|(s, t)| (*s, t.as_slice()));
+        open.chain(parked)
+            .map(|(seq, cached)| (seq, common_prefix(prompt, cached)))
+            .filter(|(_, shared)| *shared > 0)
+            .max_by_key(|(seq, shared)| (*shared, std::cmp::Reverse(*seq)))
+    }
+
+    /// One batch: the tokens of every decoding candidate (its last sampled
+    /// token and a draft), then prompt tokens.
     fn step(&mut self) {
         self.batch.clear();
         let mut in_batch: i32 = 0;
         let mut decoding = 0u64;
         let mut failed: Option<EngineError> = None;
         let mut in_this: Vec<bool> = vec![false; self.jobs.len()];
-        for (j, job) in self.jobs.iter_mut().enumerate() {
+        let pending: usize = self
+            .jobs
+            .iter()
+            .map(|j| j.decoders.iter().filter(|d| d.pending()).count())
+            .sum();
+        // Batch positions left for drafts once every candidate has one.
+        let mut spare = self.engine.batch.saturating_sub(pending);
+        let model = &self.engine.model;
+        'jobs: for (j, job) in self.jobs.iter_mut().enumerate() {
             if job.next < job.prompt.len() {
                 continue;
             }
-            for i in 0..job.seqs.len() {
-                if !job.pending[i] {
+            for (i, d) in job.decoders.iter_mut().enumerate() {
+                if !d.pending() {
                     continue;
                 }
-                let Some(&token) = job.tokens[i].last() else {
-                    continue;
-                };
-                let pos = job.prompt.len() + job.tokens[i].len() - 1;
-                if let Err(e) = self.batch.add(token, pos as i32, &[job.seqs[i]], true) {
-                    failed = Some(llama("fill a batch")(&e));
-                    break;
+                let pos = d.pending_pos(job.prompt.len());
+                let tokens = d.next_batch(model, &job.prompt, 1 + spare, job.max_tokens);
+                spare = spare.saturating_sub(tokens.len().saturating_sub(1));
+                d.set_logits(in_batch);
+                for (k, &token) in tokens.iter().enumerate() {
+                    if let Err(e) = self
+                        .batch
+                        .add(token, (pos + k) as i32, &[job.seqs[i]], true)
+                    {
+                        failed = Some(llama("fill a batch")(&e));
+                        break 'jobs;
+                    }
+                    in_batch += 1;
                 }
-                job.logits_at[i] = Some(in_batch);
-                job.pending[i] = false;
-                in_batch += 1;
                 decoding += 1;
                 in_this[j] = true;
             }
@@ -652,7 +726,9 @@ impl<'e> Worker<'e> {
                     break;
                 }
                 if last {
-                    job.logits_at = vec![Some(in_batch); job.seqs.len()];
+                    for d in &mut job.decoders {
+                        d.set_logits(in_batch);
+                    }
                 }
                 in_batch += 1;
             }
@@ -671,13 +747,15 @@ impl<'e> Worker<'e> {
                     self.jobs
                         .iter()
                         .map(|j| format!(
-                            "prompt {}/{}, tokens {:?}, stops {:?}, pending {:?}, logits {:?}",
+                            "prompt {}/{}, tokens {:?}, stops {:?}, pending {:?}",
                             j.next,
                             j.prompt.len(),
-                            j.tokens.iter().map(Vec::len).collect::<Vec<_>>(),
-                            j.stops,
-                            j.pending,
-                            j.logits_at
+                            j.decoders
+                                .iter()
+                                .map(|d| d.tokens.len())
+                                .collect::<Vec<_>>(),
+                            j.decoders.iter().map(|d| d.stop).collect::<Vec<_>>(),
+                            j.decoders.iter().map(Decoder::pending).collect::<Vec<_>>(),
                         ))
                         .collect::<Vec<_>>()
                         .join("; ")
@@ -721,7 +799,7 @@ impl<'e> Worker<'e> {
             if in_this[j] {
                 self.after_decode(j);
             }
-            if self.jobs[j].stops.iter().all(Option::is_some) {
+            if self.jobs[j].decoders.iter().all(|d| d.stop.is_some()) {
                 in_this.remove(j);
                 let job = self.jobs.remove(j);
                 self.finish(job);
@@ -733,7 +811,7 @@ impl<'e> Worker<'e> {
 
     /// Samples the candidates whose logits the last batch computed.
     fn after_decode(&mut self, j: usize) {
-        let vocab = self.engine.model.vocab();
+        let model = &self.engine.model;
         let job = &mut self.jobs[j];
         if job.next < job.prompt.len() {
             return;
@@ -748,26 +826,19 @@ impl<'e> Worker<'e> {
             }
         }
         let mut generated = 0u64;
-        for i in 0..job.seqs.len() {
-            let Some(at) = job.logits_at[i].take() else {
-                continue;
-            };
-            if job.stops[i].is_some() {
+        for (i, d) in job.decoders.iter_mut().enumerate() {
+            if !d.has_logits() {
                 continue;
             }
-            if job.tokens[i].len() >= job.max_tokens {
-                job.stops[i] = Some(Stop::MaxTokens);
-                continue;
+            let (made, clear) = d.sample(&self.ctx, model, job.max_tokens);
+            generated += made as u64;
+            if let Some(from) = clear {
+                let _ = self.ctx.clear_kv_cache_seq(
+                    u32::try_from(job.seqs[i]).ok(),
+                    Some((job.prompt.len() + from) as u32),
+                    None,
+                );
             }
-            let token = job.samplers[i].sample(&self.ctx, at);
-            if vocab.is_eog(token) {
-                job.stops[i] = Some(Stop::EndOfText);
-                continue;
-            }
-            job.tokens[i].push(token);
-            job.bytes[i].extend(vocab.token_to_piece(token, false, None));
-            job.pending[i] = true;
-            generated += 1;
         }
         self.counters
             .generated
@@ -775,23 +846,30 @@ impl<'e> Worker<'e> {
     }
 
     fn finish(&mut self, job: Job) {
+        let now = Instant::now();
+        let prompt_done = job.prompt_done.unwrap_or(now);
+        let mut candidates = Vec::with_capacity(job.decoders.len());
+        let mut count = DraftCount::default();
+        for d in job.decoders {
+            let (tokens, bytes, stop, c) = d.into_parts();
+            count.drafted += c.drafted;
+            count.accepted += c.accepted;
+            candidates.push((tokens, bytes, stop));
+        }
         if let Some(conv) = self.convs.get_mut(&job.conv) {
             // The first sequence also holds candidate 0's reply: the next
             // turn of the conversation starts with it.
-            conv.cached.extend(&job.tokens[0]);
+            if let Some((tokens, _, _)) = candidates.first() {
+                conv.cached.extend(tokens);
+            }
             conv.busy = false;
         }
-        let now = Instant::now();
-        let prompt_done = job.prompt_done.unwrap_or(now);
-        let candidates: Vec<Candidate> = job
-            .tokens
-            .iter()
-            .zip(&job.bytes)
-            .zip(&job.stops)
-            .map(|((t, b), s)| Candidate {
-                text: String::from_utf8_lossy(b).into_owned(),
+        let candidates: Vec<Candidate> = candidates
+            .into_iter()
+            .map(|(t, b, stop)| Candidate {
+                text: String::from_utf8_lossy(&b).into_owned(),
                 tokens: t.iter().map(|t| t.0).collect(),
-                stop: s.unwrap_or(Stop::MaxTokens),
+                stop,
             })
             .collect();
         let generation = Generation {
@@ -800,6 +878,8 @@ impl<'e> Worker<'e> {
                 prompt_tokens_evaluated: job.prompt.len() - job.reused,
                 prompt_tokens_reused: job.reused,
                 generated_tokens: candidates.iter().map(|c| c.tokens.len()).collect(),
+                draft_tokens: count.drafted,
+                draft_accepted: count.accepted,
                 prompt_s: (prompt_done - job.submitted).as_secs_f64(),
                 decode_s: (now - prompt_done).as_secs_f64(),
                 total_s: (now - job.submitted).as_secs_f64(),

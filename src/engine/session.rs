@@ -10,6 +10,7 @@
 //! leaves the batch.
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Instant;
 
 use llama_cpp_2::context::LlamaContext;
@@ -18,6 +19,8 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use serde::Serialize;
 
+use super::gbnf::Grammar;
+use super::speculate::{Decoder, DraftCount, Drafts};
 use super::{backend, Engine, EngineError, Message, Sampling, Stop};
 
 /// One generated candidate.
@@ -29,7 +32,7 @@ pub struct Candidate {
 }
 
 /// What a call cost.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Stats {
     pub prompt_tokens: usize,
     /// Prompt tokens decoded by this call.
@@ -38,6 +41,11 @@ pub struct Stats {
     pub prompt_tokens_reused: usize,
     /// Tokens generated, per candidate.
     pub generated_tokens: Vec<usize>,
+    /// Draft tokens evaluated beside the sampled ones, over all candidates
+    /// (prompt lookup and jump-forward, [`super::speculate`]).
+    pub draft_tokens: usize,
+    /// Draft tokens the samplers kept.
+    pub draft_accepted: usize,
     pub prompt_s: f64,
     pub decode_s: f64,
     pub total_s: f64,
@@ -150,7 +158,9 @@ impl<'e> Session<'e> {
                 over: needed - capacity,
             });
         }
-        let mut samplers = (0..n)
+        let drafts = self.engine.drafts;
+        let grammar = parse_grammar(request.grammar, drafts);
+        let mut decoders = (0..n)
             .map(|i| {
                 sampler(
                     self.engine,
@@ -159,6 +169,7 @@ impl<'e> Session<'e> {
                     request.grammar,
                     i,
                 )
+                .map(|s| Decoder::new(s, grammar.as_ref(), drafts))
             })
             .collect::<Result<Vec<_>, _>>()?;
 
@@ -208,36 +219,41 @@ impl<'e> Session<'e> {
         let prompt_s = started.elapsed().as_secs_f64();
 
         let decode_started = Instant::now();
-        let vocab = self.engine.model.vocab();
-        let mut tokens: Vec<Vec<LlamaToken>> = vec![Vec::new(); n];
-        let mut bytes: Vec<Vec<u8>> = vec![Vec::new(); n];
-        let mut stops: Vec<Option<Stop>> = vec![None; n];
-        // Where each live candidate's logits are in the last batch.
-        let mut logits_at: Vec<i32> = vec![last_index; n];
-        let mut pos = prompt.len();
+        let model = &self.engine.model;
+        for d in &mut decoders {
+            d.set_logits(last_index);
+        }
         loop {
+            for (i, d) in decoders.iter_mut().enumerate() {
+                let (_, clear) = d.sample(&self.ctx, model, max_tokens);
+                if let Some(from) = clear {
+                    self.ctx
+                        .clear_kv_cache_seq(
+                            Some(i as u32),
+                            Some((prompt.len() + from) as u32),
+                            None,
+                        )
+                        .map_err(|e| llama("drop a rejected draft")(&e))?;
+                }
+            }
             batch.clear();
-            let mut in_batch = 0;
-            for i in 0..n {
-                if stops[i].is_some() {
+            let mut in_batch = 0usize;
+            let live = decoders.iter().filter(|d| d.pending()).count();
+            for (i, d) in decoders.iter_mut().enumerate() {
+                if !d.pending() {
                     continue;
                 }
-                if tokens[i].len() >= max_tokens {
-                    stops[i] = Some(Stop::MaxTokens);
-                    continue;
+                // Share what the batch holds among the live candidates.
+                let room = (prompt_batch / live.max(1)).max(1);
+                let pos = d.pending_pos(prompt.len());
+                let tokens = d.next_batch(model, &prompt, room, max_tokens);
+                d.set_logits(in_batch as i32);
+                for (k, &token) in tokens.iter().enumerate() {
+                    batch
+                        .add(token, (pos + k) as i32, &[i as i32], true)
+                        .map_err(|e| llama("fill a batch")(&e))?;
+                    in_batch += 1;
                 }
-                let token = samplers[i].sample(&self.ctx, logits_at[i]);
-                if vocab.is_eog(token) {
-                    stops[i] = Some(Stop::EndOfText);
-                    continue;
-                }
-                tokens[i].push(token);
-                bytes[i].extend(vocab.token_to_piece(token, false, None));
-                batch
-                    .add(token, pos as i32, &[i as i32], true)
-                    .map_err(|e| llama("fill a batch")(&e))?;
-                logits_at[i] = in_batch;
-                in_batch += 1;
             }
             if in_batch == 0 {
                 break;
@@ -245,35 +261,53 @@ impl<'e> Session<'e> {
             self.ctx
                 .decode(&mut batch)
                 .map_err(|e| llama("decode")(&e))?;
-            pos += 1;
+        }
+        let decode_s = decode_started.elapsed().as_secs_f64();
+
+        let mut candidates = Vec::with_capacity(n);
+        let mut count = DraftCount::default();
+        for d in decoders {
+            let (tokens, bytes, stop, c) = d.into_parts();
+            count.drafted += c.drafted;
+            count.accepted += c.accepted;
+            candidates.push(Candidate {
+                text: String::from_utf8_lossy(&bytes).into_owned(),
+                tokens: tokens.iter().map(|t| t.0).collect(),
+                stop,
+            });
         }
         // Sequence 0 now also holds candidate 0's reply: the next turn of
         // the conversation starts with it.
-        self.cached.extend(&tokens[0]);
-        let decode_s = decode_started.elapsed().as_secs_f64();
-
-        let candidates: Vec<Candidate> = tokens
-            .iter()
-            .zip(&bytes)
-            .zip(&stops)
-            .map(|((t, b), s)| Candidate {
-                text: String::from_utf8_lossy(b).into_owned(),
-                tokens: t.iter().map(|t| t.0).collect(),
-                stop: s.unwrap_or(Stop::MaxTokens),
-            })
-            .collect();
+        self.cached
+            .extend(candidates[0].tokens.iter().map(|&t| LlamaToken(t)));
         Ok(Generation {
             stats: Stats {
                 prompt_tokens: prompt.len(),
                 prompt_tokens_evaluated: prompt.len() - common,
                 prompt_tokens_reused: common,
                 generated_tokens: candidates.iter().map(|c| c.tokens.len()).collect(),
+                draft_tokens: count.drafted,
+                draft_accepted: count.accepted,
                 prompt_s,
                 decode_s,
                 total_s: started.elapsed().as_secs_f64(),
             },
             candidates,
         })
+    }
+}
+
+/// A request's grammar read by the jump-forward matcher, when jump-forward
+/// is on. A grammar the matcher cannot read (llama.cpp's sampler still
+/// enforces it) only turns jump-forward off for the call.
+pub(crate) fn parse_grammar(grammar: Option<&str>, drafts: Drafts) -> Option<Arc<Grammar>> {
+    let grammar = grammar.filter(|_| drafts.jump_forward)?;
+    match Grammar::parse(grammar) {
+        Ok(g) => Some(Arc::new(g)),
+        Err(e) => {
+            tracing::debug!("jump-forward off for this call: {e}");
+            None
+        }
     }
 }
 

@@ -307,6 +307,12 @@ pub struct ModelCall {
     pub prompt_tokens_reused: usize,
     #[serde(default)]
     pub completion_tokens: usize,
+    /// Draft tokens evaluated beside the sampled ones, over all
+    /// candidates (prompt lookup, jump-forward), and how many were kept.
+    #[serde(default)]
+    pub draft_tokens: usize,
+    #[serde(default)]
+    pub draft_accepted: usize,
     pub stop: Stop,
     #[serde(default)]
     pub prompt_s: f64,
@@ -338,6 +344,8 @@ impl ModelCall {
             prompt_tokens_evaluated: c.prompt_tokens,
             prompt_tokens_reused: 0,
             completion_tokens: c.completion_tokens,
+            draft_tokens: 0,
+            draft_accepted: 0,
             stop: c.stop,
             prompt_s: c.prompt_s,
             decode_s: c.decode_s,
@@ -367,6 +375,8 @@ impl ModelCall {
             prompt_tokens_evaluated: s.prompt_tokens_evaluated,
             prompt_tokens_reused: s.prompt_tokens_reused,
             completion_tokens: s.generated_tokens.first().copied().unwrap_or(0),
+            draft_tokens: s.draft_tokens,
+            draft_accepted: s.draft_accepted,
             stop: first.map_or(Stop::MaxTokens, |c| c.stop),
             prompt_s: s.prompt_s,
             decode_s: s.decode_s,

@@ -106,6 +106,8 @@ impl Conversation for ReplayConversation<'_> {
                 } else {
                     call.candidates.iter().map(|c| c.tokens.len()).collect()
                 },
+                draft_tokens: 0,
+                draft_accepted: 0,
                 prompt_s: 0.0,
                 decode_s: 0.0,
                 total_s: 0.0,

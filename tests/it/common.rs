@@ -126,6 +126,8 @@ impl Conversation for ScriptedConversation<'_> {
                 prompt_tokens_evaluated: 100,
                 prompt_tokens_reused: 0,
                 generated_tokens: vec![4; call.len()],
+                draft_tokens: 0,
+                draft_accepted: 0,
                 prompt_s: 0.0,
                 decode_s: 0.0,
                 total_s: 0.0,

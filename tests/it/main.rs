@@ -8,6 +8,7 @@ mod architecture;
 mod batch;
 mod chat_template;
 mod check;
+mod decode;
 mod engine;
 mod eval;
 mod gbnf;

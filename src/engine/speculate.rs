@@ -1,0 +1,373 @@
+//! Decoding one candidate with drafts: each step evaluates the candidate's
+//! last sampled token together with a guess at the tokens that follow it,
+//! all in one batch, then samples position after position and keeps the
+//! guess for as long as the sampler picks exactly the guessed token.
+//!
+//! The guesses (drafts) come from two places:
+//! - **prompt lookup**: the last few tokens of the candidate appear earlier
+//!   in the prompt or the reply; the tokens that followed them there are the
+//!   draft (a SEARCH section copying the file, a test reusing its lines);
+//! - **jump-forward**: where the grammar admits exactly one continuation
+//!   (the rest of a keyword, a `>>>>>>> REPLACE` marker), that text,
+//!   tokenized, is the draft ([`super::gbnf`]).
+//!
+//! Every token is still chosen by the candidate's own sampler from the
+//! logits at its position, one sampler call per token, in order; a draft
+//! only decides how many positions one batch evaluates. So the output is the
+//! token-by-token output, with the same seeds at any temperature (the
+//! sampler's random state advances once per generated token either way),
+//! and the grammar sampler only ever sees tokens that were kept. What
+//! changes is the number of batches: on a CPU one batch of a few tokens
+//! costs little more than one token.
+
+use std::sync::Arc;
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+
+use super::gbnf::{Grammar, Matcher};
+use super::Stop;
+
+/// Longest run of the candidate's last tokens looked up in its history: a
+/// longer match is a surer guess, so the longest is tried first.
+pub const LOOKUP_MAX_NGRAM: usize = 4;
+/// Shortest run looked up: one token alone matches too often by chance to
+/// be worth the extra positions.
+pub const LOOKUP_MIN_NGRAM: usize = 2;
+/// Most tokens of a prompt-lookup draft. On 2 CPU cores one batch of 9
+/// tokens costs about 2.5 single-token steps, so longer drafts only pay
+/// when nearly all of them are kept; the limit adapts per candidate below
+/// it (see [`Decoder::next_batch`]).
+pub const LOOKUP_MAX_DRAFT: usize = 8;
+/// Most tokens of a jump-forward draft: forced text is kept unless the
+/// model spells it with other tokens, so it may run longer.
+pub const FORCED_MAX_DRAFT: usize = 24;
+/// Most characters of forced text asked of the grammar matcher per step
+/// (a token is rarely more than 8 characters).
+pub const FORCED_MAX_CHARS: usize = 4 * FORCED_MAX_DRAFT;
+
+/// Which drafts a generation uses (`[engine] prompt_lookup` and
+/// `jump_forward`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drafts {
+    pub prompt_lookup: bool,
+    pub jump_forward: bool,
+}
+
+impl Drafts {
+    /// The most tokens one candidate adds to a batch in a step: its last
+    /// sampled token and a draft.
+    pub fn most_per_step(&self) -> usize {
+        let forced = if self.jump_forward {
+            FORCED_MAX_DRAFT
+        } else {
+            0
+        };
+        let lookup = if self.prompt_lookup {
+            LOOKUP_MAX_DRAFT
+        } else {
+            0
+        };
+        1 + forced.max(lookup)
+    }
+}
+
+/// The draft that prompt lookup proposes after `history` (prompt, then the
+/// reply so far): the tokens that followed the latest earlier occurrence of
+/// the history's last `n` tokens, for the largest `n` from
+/// [`LOOKUP_MAX_NGRAM`] down to [`LOOKUP_MIN_NGRAM`] that occurs; at most
+/// `max` tokens. Empty when no run occurs earlier.
+pub fn lookup(history: &[LlamaToken], max: usize) -> Vec<LlamaToken> {
+    if max == 0 {
+        return Vec::new();
+    }
+    for n in (LOOKUP_MIN_NGRAM..=LOOKUP_MAX_NGRAM).rev() {
+        if history.len() <= n {
+            continue;
+        }
+        let tail = &history[history.len() - n..];
+        // Latest start before the tail itself whose run is followed by at
+        // least one token.
+        let found = (0..history.len() - n)
+            .rev()
+            .find(|&start| &history[start..start + n] == tail);
+        if let Some(start) = found {
+            let from = start + n;
+            let to = (from + max).min(history.len());
+            return history[from..to].to_vec();
+        }
+    }
+    Vec::new()
+}
+
+/// What one candidate's drafts did over a call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DraftCount {
+    /// Draft tokens evaluated.
+    pub drafted: usize,
+    /// Draft tokens kept (the sampler chose them).
+    pub accepted: usize,
+}
+
+/// One candidate being decoded: its sampler, what it generated, and the
+/// batch positions it is waiting on.
+pub struct Decoder {
+    sampler: LlamaSampler,
+    pub tokens: Vec<LlamaToken>,
+    pub bytes: Vec<u8>,
+    pub stop: Option<Stop>,
+    /// Tokens of `tokens` whose keys and values the sequence holds; the one
+    /// after them (if any) is evaluated in the next batch.
+    in_kv: usize,
+    /// Batch index of the first logits this candidate samples from, and how
+    /// many consecutive indices follow (1 + the draft's length).
+    logits_first: Option<i32>,
+    /// The draft in the batch just built, after the last sampled token.
+    draft: Vec<LlamaToken>,
+    /// The grammar's state after `tokens` (jump-forward), and bytes of an
+    /// incomplete UTF-8 character not yet fed to it.
+    matcher: Option<Matcher>,
+    partial: Vec<u8>,
+    /// Current most tokens of a prompt-lookup draft.
+    limit: usize,
+    drafts: Drafts,
+    pub count: DraftCount,
+}
+
+impl Decoder {
+    /// A candidate sampling with `sampler`; `grammar` (parsed) when the
+    /// request has one and jump-forward is on.
+    pub fn new(sampler: LlamaSampler, grammar: Option<&Arc<Grammar>>, drafts: Drafts) -> Self {
+        Decoder {
+            sampler,
+            tokens: Vec::new(),
+            bytes: Vec::new(),
+            stop: None,
+            in_kv: 0,
+            logits_first: None,
+            draft: Vec::new(),
+            matcher: grammar
+                .filter(|_| drafts.jump_forward)
+                .map(|g| Matcher::new(Arc::clone(g))),
+            partial: Vec::new(),
+            limit: LOOKUP_MAX_DRAFT,
+            drafts,
+            count: DraftCount::default(),
+        }
+    }
+
+    /// Whether the candidate's last token waits to be evaluated.
+    pub fn pending(&self) -> bool {
+        self.stop.is_none() && self.tokens.len() > self.in_kv
+    }
+
+    /// Position of the candidate's pending token in its sequence.
+    pub fn pending_pos(&self, prompt_len: usize) -> usize {
+        prompt_len + self.in_kv
+    }
+
+    /// The tokens this candidate adds to the next batch, from position
+    /// [`Self::pending_pos`] on: its pending token, then a draft of at most
+    /// `room - 1` tokens that does not run past `max_tokens`. `prompt` is
+    /// the call's prompt (prompt lookup searches it and the reply).
+    pub fn next_batch(
+        &mut self,
+        model: &LlamaModel,
+        prompt: &[LlamaToken],
+        room: usize,
+        max_tokens: usize,
+    ) -> Vec<LlamaToken> {
+        let Some(&last) = self.tokens.last() else {
+            return Vec::new();
+        };
+        // Tokens still allowed after the pending one.
+        let left = max_tokens.saturating_sub(self.tokens.len());
+        let cap = room.saturating_sub(1).min(left);
+        let mut draft = Vec::new();
+        if let Some(matcher) = &self.matcher {
+            let forced = matcher.forced(FORCED_MAX_CHARS);
+            if !forced.is_empty() {
+                draft = model
+                    .vocab()
+                    .tokenize(forced.as_bytes(), false, false)
+                    .into_iter()
+                    .take(FORCED_MAX_DRAFT.min(cap))
+                    .collect();
+            }
+        }
+        if draft.is_empty() && self.drafts.prompt_lookup {
+            let mut history = Vec::with_capacity(prompt.len() + self.tokens.len());
+            history.extend_from_slice(prompt);
+            history.extend_from_slice(&self.tokens);
+            draft = lookup(&history, self.limit.min(cap));
+        }
+        self.draft = draft;
+        let mut out = Vec::with_capacity(1 + self.draft.len());
+        out.push(last);
+        out.extend_from_slice(&self.draft);
+        out
+    }
+
+    /// Where the logits of this candidate's next batch start: the prompt's
+    /// last token (first step) or its pending token.
+    pub fn set_logits(&mut self, first: i32) {
+        self.logits_first = Some(first);
+    }
+
+    /// Whether the batch just evaluated holds logits for this candidate.
+    pub fn has_logits(&self) -> bool {
+        self.logits_first.is_some()
+    }
+
+    /// Samples after a batch: position after position, for as long as the
+    /// sampled token is the draft's. Returns how many tokens it generated
+    /// and, when part of the draft was not kept (or the candidate stopped
+    /// with one in the cache), the index into the reply from which the
+    /// sequence's cache must be cleared (`prompt_len + index` on).
+    pub fn sample(
+        &mut self,
+        ctx: &LlamaContext<'_>,
+        model: &LlamaModel,
+        max_tokens: usize,
+    ) -> (usize, Option<usize>) {
+        let Some(first) = self.logits_first.take() else {
+            return (0, None);
+        };
+        if self.stop.is_some() {
+            return (0, None);
+        }
+        // The pending token was in the batch: its keys and values are now.
+        if self.tokens.len() > self.in_kv {
+            self.in_kv += 1;
+        }
+        let vocab = model.vocab();
+        let draft = std::mem::take(&mut self.draft);
+        let mut generated = 0;
+        let mut kept = 0;
+        for (k, at) in (first..).take(draft.len() + 1).enumerate() {
+            if self.tokens.len() >= max_tokens {
+                self.stop = Some(Stop::MaxTokens);
+                break;
+            }
+            let token = self.sampler.sample(ctx, at);
+            if vocab.is_eog(token) {
+                self.stop = Some(Stop::EndOfText);
+                break;
+            }
+            self.push(model, token);
+            generated += 1;
+            if draft.get(k) == Some(&token) {
+                // Already evaluated at its position in the batch.
+                self.in_kv += 1;
+                kept += 1;
+            } else {
+                break;
+            }
+        }
+        self.count.drafted += draft.len();
+        self.count.accepted += kept;
+        if !draft.is_empty() && self.matcher.is_none() {
+            // Adapt the lookup draft's length to how much of it is kept.
+            self.limit = if kept == draft.len() {
+                (self.limit + 2).min(LOOKUP_MAX_DRAFT)
+            } else {
+                (kept + 1).clamp(1, LOOKUP_MAX_DRAFT)
+            };
+        }
+        let clear = (kept < draft.len()).then_some(self.in_kv);
+        (generated, clear)
+    }
+
+    fn push(&mut self, model: &LlamaModel, token: LlamaToken) {
+        self.tokens.push(token);
+        let piece = model.vocab().token_to_piece(token, false, None);
+        self.bytes.extend(&piece);
+        if let Some(matcher) = &mut self.matcher {
+            self.partial.extend(piece);
+            let complete = match std::str::from_utf8(&self.partial) {
+                Ok(text) => text.len(),
+                Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                Err(_) => {
+                    // Not UTF-8 at all: the matcher cannot follow.
+                    self.matcher = None;
+                    return;
+                }
+            };
+            let text = String::from_utf8_lossy(&self.partial[..complete]).into_owned();
+            if !matcher.accept(&text) {
+                // The two grammar readers disagree: stop guessing rather
+                // than guess wrong; the sampler still enforces the grammar.
+                tracing::debug!(
+                    "jump-forward: the grammar matcher refused {text:?}; off for this candidate"
+                );
+                self.matcher = None;
+                return;
+            }
+            self.partial.drain(..complete);
+        }
+    }
+
+    /// Takes the candidate's result.
+    pub fn into_parts(self) -> (Vec<LlamaToken>, Vec<u8>, Stop, DraftCount) {
+        (
+            self.tokens,
+            self.bytes,
+            self.stop.unwrap_or(Stop::MaxTokens),
+            self.count,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ids: &[i32]) -> Vec<LlamaToken> {
+        ids.iter().map(|&i| LlamaToken(i)).collect()
+    }
+
+    #[test]
+    fn lookup_drafts_what_followed_the_latest_longest_match() {
+        #[rustfmt::skip]
+        let cases: &[(&[i32], usize, &[i32])] = &[
+            // The last 2 tokens (3 4) occurred at the start: 5 6 7 follow.
+            (&[3, 4, 5, 6, 7, 9, 3, 4], 8, &[5, 6, 7, 9, 3, 4]),
+            // Cut to max.
+            (&[3, 4, 5, 6, 7, 9, 3, 4], 2, &[5, 6]),
+            // The latest occurrence wins: 1 2 is followed by 8 last time.
+            (&[1, 2, 5, 1, 2, 8, 0, 1, 2], 1, &[8]),
+            // A longer match is preferred over a later shorter one:
+            // (7 1 2) occurs at 0, (1 2) alone later at 4.
+            (&[7, 1, 2, 3, 1, 2, 4, 7, 1, 2], 1, &[3]),
+            // A single token repeated is not enough (n >= 2).
+            (&[5, 9, 6, 9], 4, &[]),
+            // No history to speak of.
+            (&[1, 2], 4, &[]),
+            (&[], 4, &[]),
+            // max 0: no draft.
+            (&[3, 4, 5, 3, 4], 0, &[]),
+        ];
+        for (history, max, want) in cases {
+            assert_eq!(lookup(&t(history), *max), t(want), "{history:?} max {max}");
+        }
+    }
+
+    #[test]
+    fn most_tokens_per_step_follow_the_settings() {
+        let cases = [
+            (false, false, 1),
+            (true, false, 1 + LOOKUP_MAX_DRAFT),
+            (false, true, 1 + FORCED_MAX_DRAFT),
+            (true, true, 1 + FORCED_MAX_DRAFT),
+        ];
+        for (prompt_lookup, jump_forward, want) in cases {
+            let d = Drafts {
+                prompt_lookup,
+                jump_forward,
+            };
+            assert_eq!(d.most_per_step(), want, "{d:?}");
+        }
+    }
+}
