@@ -7,11 +7,12 @@
 //! For each demo task (default: all of DEMO_DIR/tasks.jsonl): the Fixer's
 //! prompt for the file the gold patch edits (shown whole), then one call of
 //! 4 candidates (the first greedy, three at temperature 0.8, as the Fixer
-//! asks them) under the plain SEARCH/REPLACE grammar and the anchored one,
-//! through the scheduler the batch uses; each with drafts off, prompt
-//! lookup only, jump-forward only, and both. Prints per call the wall time,
-//! tokens generated, drafts evaluated and kept, and whether every
-//! candidate's text equals the drafts-off one; then the ratios of the sums.
+//! asks them) and one call of 1 greedy candidate, under the plain
+//! SEARCH/REPLACE grammar and the anchored one, through the scheduler the
+//! batch uses; each with drafts off, prompt lookup only, jump-forward only,
+//! and both. Prints per call the wall time, tokens generated, drafts
+//! evaluated and kept, and whether every candidate's text equals the
+//! drafts-off one; then the ratios of the sums.
 
 use std::path::Path;
 use std::time::Instant;
@@ -20,8 +21,8 @@ use patchwright::agents::fixer;
 use patchwright::engine::grammar::{self, ShownFile, ShownRun};
 use patchwright::engine::{serve, Backend, Engine, EngineSettings, Request, Sampling, Slots};
 
-/// Candidates per call, as `[fixer] candidates` in the demo config.
-const CANDIDATES: usize = 4;
+/// Candidates per call: as `[fixer] candidates` in the demo config, and one.
+const CANDIDATES: [usize; 2] = [4, 1];
 /// Most tokens per candidate: enough for one SEARCH/REPLACE block of a few
 /// lines with its reasoning line.
 const MAX_TOKENS: u32 = 256;
@@ -97,13 +98,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seed: 0,
         max_tokens: MAX_TOKENS,
     };
-    let temperatures = std::iter::once(0.0)
-        .chain(std::iter::repeat(0.8).take(CANDIDATES - 1))
-        .collect::<Vec<f32>>();
-    // Sums per (format, mode): seconds, and calls whose output equals off.
-    let mut sums = vec![[0.0f64; 4]; 2];
-    let mut same = vec![[0usize; 4]; 2];
-    println!("task | format | mode | wall s | generated | drafted | kept | same as off");
+    // Sums per (format and candidates, mode): seconds, and calls whose
+    // output equals off.
+    let labels = ["plain, 4", "plain, 1", "anchored, 4", "anchored, 1"];
+    let mut sums = vec![[0.0f64; 4]; labels.len()];
+    let mut same = vec![[0usize; 4]; labels.len()];
+    println!(
+        "task | format, candidates | mode | wall s | generated | drafted | kept | same as off"
+    );
     for task in &tasks {
         let section = format!("{}\n```python\n{}```", task.path, task.text);
         let messages = fixer::messages(&task.issue, &[(task.path.clone(), section)]);
@@ -119,57 +121,62 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ),
         ];
         for (f, (format, grammar)) in formats.iter().enumerate() {
-            let mut reference: Option<Vec<String>> = None;
-            for (m, (mode, _, _)) in modes.iter().enumerate() {
-                let slots = Slots {
-                    conversations: 1,
-                    candidates: CANDIDATES,
-                };
-                let started = Instant::now();
-                let generation = serve(&engines[m], slots, |s| {
-                    let request = Request {
-                        messages: &messages,
-                        sampling: sampling.clone(),
-                        n: CANDIDATES,
-                        temperatures: Some(temperatures.clone()),
-                        grammar: Some(grammar),
+            for (k, &n) in CANDIDATES.iter().enumerate() {
+                let row = 2 * f + k;
+                let temperatures = std::iter::once(0.0)
+                    .chain(std::iter::repeat(0.8).take(n - 1))
+                    .collect::<Vec<f32>>();
+                let mut reference: Option<Vec<String>> = None;
+                for (m, (mode, _, _)) in modes.iter().enumerate() {
+                    let slots = Slots {
+                        conversations: 1,
+                        candidates: n,
                     };
-                    s.conversation(CANDIDATES, MAX_TOKENS as usize)?
-                        .generate(&request)
-                })??;
-                let wall = started.elapsed().as_secs_f64();
-                let texts: Vec<String> = generation
-                    .candidates
-                    .iter()
-                    .map(|c| c.text.clone())
-                    .collect();
-                let equal = match &reference {
-                    None => {
-                        reference = Some(texts);
-                        true
-                    }
-                    Some(r) => *r == texts,
-                };
-                sums[f][m] += wall;
-                same[f][m] += usize::from(equal);
-                let s = &generation.stats;
-                println!(
-                    "{} | {format} | {mode} | {wall:.1} | {} | {} | {} | {}",
-                    task.id,
-                    s.generated_tokens.iter().sum::<usize>(),
-                    s.draft_tokens,
-                    s.draft_accepted,
-                    if equal { "yes" } else { "NO" }
-                );
+                    let started = Instant::now();
+                    let generation = serve(&engines[m], slots, |s| {
+                        let request = Request {
+                            messages: &messages,
+                            sampling: sampling.clone(),
+                            n,
+                            temperatures: Some(temperatures.clone()),
+                            grammar: Some(grammar),
+                        };
+                        s.conversation(n, MAX_TOKENS as usize)?.generate(&request)
+                    })??;
+                    let wall = started.elapsed().as_secs_f64();
+                    let texts: Vec<String> = generation
+                        .candidates
+                        .iter()
+                        .map(|c| c.text.clone())
+                        .collect();
+                    let equal = match &reference {
+                        None => {
+                            reference = Some(texts);
+                            true
+                        }
+                        Some(r) => *r == texts,
+                    };
+                    sums[row][m] += wall;
+                    same[row][m] += usize::from(equal);
+                    let s = &generation.stats;
+                    println!(
+                        "{} | {format}, {n} | {mode} | {wall:.1} | {} | {} | {} | {}",
+                        task.id,
+                        s.generated_tokens.iter().sum::<usize>(),
+                        s.draft_tokens,
+                        s.draft_accepted,
+                        if equal { "yes" } else { "no" }
+                    );
+                }
             }
         }
     }
     println!();
-    println!("format | mode | total wall s | vs off | calls equal to off");
-    for (f, format) in ["plain", "anchored"].iter().enumerate() {
+    println!("format, candidates | mode | total wall s | vs off | calls equal to off");
+    for (f, label) in labels.iter().enumerate() {
         for (m, (mode, _, _)) in modes.iter().enumerate() {
             println!(
-                "{format} | {mode} | {:.1} | {:.2}x | {}/{}",
+                "{label} | {mode} | {:.1} | {:.2}x | {}/{}",
                 sums[f][m],
                 sums[f][m] / sums[f][0].max(1e-9),
                 same[f][m],

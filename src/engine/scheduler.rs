@@ -689,7 +689,7 @@ impl<'e> Worker<'e> {
                     continue;
                 }
                 let pos = d.pending_pos(job.prompt.len());
-                let tokens = d.next_batch(model, &job.prompt, 1 + spare, job.max_tokens);
+                let tokens = d.next_batch(model, &job.prompt, 1 + spare, job.max_tokens, pending);
                 spare = spare.saturating_sub(tokens.len().saturating_sub(1));
                 d.set_logits(in_batch);
                 for (k, &token) in tokens.iter().enumerate() {

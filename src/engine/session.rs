@@ -246,7 +246,7 @@ impl<'e> Session<'e> {
                 // Share what the batch holds among the live candidates.
                 let room = (prompt_batch / live.max(1)).max(1);
                 let pos = d.pending_pos(prompt.len());
-                let tokens = d.next_batch(model, &prompt, room, max_tokens);
+                let tokens = d.next_batch(model, &prompt, room, max_tokens, live);
                 d.set_logits(in_batch as i32);
                 for (k, &token) in tokens.iter().enumerate() {
                     batch

@@ -36,11 +36,26 @@ pub const LOOKUP_MAX_NGRAM: usize = 4;
 /// Shortest run looked up: one token alone matches too often by chance to
 /// be worth the extra positions.
 pub const LOOKUP_MIN_NGRAM: usize = 2;
-/// Most tokens of a prompt-lookup draft. On 2 CPU cores one batch of 9
-/// tokens costs about 2.5 single-token steps, so longer drafts only pay
-/// when nearly all of them are kept; the limit adapts per candidate below
-/// it (see [`Decoder::next_batch`]).
+/// Most tokens of a prompt-lookup draft; the length actually drafted is
+/// chosen per step from the candidate's record ([`lookup_length`]).
 pub const LOOKUP_MAX_DRAFT: usize = 8;
+/// What one more position in a batch costs, as a fraction of a one-token
+/// decoding step, on the CPU: Qwen2.5-Coder-0.5B on 2 cores reads a prompt
+/// at about 87 tokens/s (11.5 ms a position) and decodes one token in
+/// about 48 ms, so a step is ~37 ms of fixed cost (reading the weights)
+/// plus ~11.5 ms a position. On a GPU the fraction is far smaller and
+/// drafts are nearly free; this value keeps the CPU from losing time.
+pub const POSITION_COST: f64 = 0.3;
+/// The chance a candidate's next draft token is kept, before it has
+/// drafted anything, and what its estimate drifts back to while it does
+/// not draft (so a candidate that stopped drafting tries again).
+pub const PRIOR_KEPT: f64 = 0.7;
+/// Weight of the latest draft in a candidate's running estimate of the
+/// chance a draft token is kept.
+pub const KEPT_UPDATE: f64 = 0.5;
+/// How far a candidate's estimate drifts back to [`PRIOR_KEPT`] per step
+/// without a lookup draft.
+pub const KEPT_DRIFT: f64 = 0.1;
 /// Most tokens of a jump-forward draft: forced text is kept unless the
 /// model spells it with other tokens, so it may run longer.
 pub const FORCED_MAX_DRAFT: usize = 24;
@@ -102,6 +117,28 @@ pub fn lookup(history: &[LlamaToken], max: usize) -> Vec<LlamaToken> {
     Vec::new()
 }
 
+/// How many tokens of a prompt-lookup draft are worth evaluating for a
+/// candidate whose draft tokens are kept with chance `kept` (each given the
+/// ones before it), in a step where `decoding` candidates share the batch.
+///
+/// A step costs `1 + POSITION_COST × (positions - 1)` single-token steps, so
+/// with `B` candidates decoding, one generated token costs
+/// `(1 + POSITION_COST × (B - 1)) / B` of a step; the `i`-th draft token
+/// is kept with chance `kept^i` and saves that much, and costs
+/// `POSITION_COST` to evaluate. Tokens are added while they save more than
+/// they cost, at most [`LOOKUP_MAX_DRAFT`].
+pub fn lookup_length(kept: f64, decoding: usize) -> usize {
+    let b = decoding.max(1) as f64;
+    let per_token = (1.0 + POSITION_COST * (b - 1.0)) / b;
+    let mut length = 0;
+    let mut chance = kept;
+    while length < LOOKUP_MAX_DRAFT && chance * per_token > POSITION_COST {
+        length += 1;
+        chance *= kept;
+    }
+    length
+}
+
 /// What one candidate's drafts did over a call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DraftCount {
@@ -130,8 +167,12 @@ pub struct Decoder {
     /// incomplete UTF-8 character not yet fed to it.
     matcher: Option<Matcher>,
     partial: Vec<u8>,
-    /// Current most tokens of a prompt-lookup draft.
-    limit: usize,
+    /// Running estimate of the chance one of its lookup draft tokens is
+    /// kept.
+    kept: f64,
+    /// Whether the draft in the batch came from prompt lookup (the
+    /// estimate learns from those only; forced text is nearly always kept).
+    looked_up: bool,
     drafts: Drafts,
     pub count: DraftCount,
 }
@@ -152,7 +193,8 @@ impl Decoder {
                 .filter(|_| drafts.jump_forward)
                 .map(|g| Matcher::new(Arc::clone(g))),
             partial: Vec::new(),
-            limit: LOOKUP_MAX_DRAFT,
+            kept: PRIOR_KEPT,
+            looked_up: false,
             drafts,
             count: DraftCount::default(),
         }
@@ -170,14 +212,16 @@ impl Decoder {
 
     /// The tokens this candidate adds to the next batch, from position
     /// [`Self::pending_pos`] on: its pending token, then a draft of at most
-    /// `room - 1` tokens that does not run past `max_tokens`. `prompt` is
-    /// the call's prompt (prompt lookup searches it and the reply).
+    /// `room - 1` tokens that does not run past `max_tokens`, sized for a
+    /// step where `decoding` candidates share the batch. `prompt` is the
+    /// call's prompt (prompt lookup searches it and the reply).
     pub fn next_batch(
         &mut self,
         model: &LlamaModel,
         prompt: &[LlamaToken],
         room: usize,
         max_tokens: usize,
+        decoding: usize,
     ) -> Vec<LlamaToken> {
         let Some(&last) = self.tokens.last() else {
             return Vec::new();
@@ -197,11 +241,19 @@ impl Decoder {
                     .collect();
             }
         }
+        self.looked_up = false;
         if draft.is_empty() && self.drafts.prompt_lookup {
-            let mut history = Vec::with_capacity(prompt.len() + self.tokens.len());
-            history.extend_from_slice(prompt);
-            history.extend_from_slice(&self.tokens);
-            draft = lookup(&history, self.limit.min(cap));
+            let length = lookup_length(self.kept, decoding).min(cap);
+            if length > 0 {
+                let mut history = Vec::with_capacity(prompt.len() + self.tokens.len());
+                history.extend_from_slice(prompt);
+                history.extend_from_slice(&self.tokens);
+                draft = lookup(&history, length);
+                self.looked_up = !draft.is_empty();
+            }
+            if !self.looked_up {
+                self.kept += KEPT_DRIFT * (PRIOR_KEPT - self.kept);
+            }
         }
         self.draft = draft;
         let mut out = Vec::with_capacity(1 + self.draft.len());
@@ -268,13 +320,12 @@ impl Decoder {
         }
         self.count.drafted += draft.len();
         self.count.accepted += kept;
-        if !draft.is_empty() && self.matcher.is_none() {
-            // Adapt the lookup draft's length to how much of it is kept.
-            self.limit = if kept == draft.len() {
-                (self.limit + 2).min(LOOKUP_MAX_DRAFT)
-            } else {
-                (kept + 1).clamp(1, LOOKUP_MAX_DRAFT)
-            };
+        if self.looked_up && self.stop.is_none() {
+            // The tokens checked: the kept ones and the first refused one
+            // (a draft kept whole says nothing about the token after it).
+            let checked = (kept + usize::from(kept < draft.len())).max(1);
+            let rate = kept as f64 / checked as f64;
+            self.kept += KEPT_UPDATE * (rate - self.kept);
         }
         let clear = (kept < draft.len()).then_some(self.in_kv);
         (generated, clear)
@@ -351,6 +402,24 @@ mod tests {
         ];
         for (history, max, want) in cases {
             assert_eq!(lookup(&t(history), *max), t(want), "{history:?} max {max}");
+        }
+    }
+
+    #[test]
+    fn lookup_drafts_are_as_long_as_they_pay() {
+        #[rustfmt::skip]
+        let cases = [
+            // (chance kept, candidates decoding, tokens drafted)
+            (0.95, 1, 8), (0.85, 1, 7), (0.6, 1, 2), (0.35, 1, 1), (0.3, 1, 0),
+            (0.95, 4, 8), (0.85, 4, 2), (PRIOR_KEPT, 4, 1), (0.6, 4, 0),
+            (0.95, 16, 2), (0.85, 16, 0), (0.0, 1, 0), (1.0, 64, 8),
+        ];
+        for (kept, decoding, want) in cases {
+            assert_eq!(
+                lookup_length(kept, decoding),
+                want,
+                "kept {kept}, {decoding} decoding"
+            );
         }
     }
 
