@@ -156,7 +156,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         }
                         Some(r) => *r == texts,
                     };
-                    sums[row][m] += wall;
+                    sums[row][m] += generation.stats.decode_s;
                     same[row][m] += usize::from(equal);
                     let s = &generation.stats;
                     println!(
@@ -172,7 +172,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!();
-    println!("format, candidates | mode | total wall s | vs off | calls equal to off");
+    println!("format, candidates | mode | decoding s | vs off | calls equal to off");
     for (f, label) in labels.iter().enumerate() {
         for (m, (mode, _, _)) in modes.iter().enumerate() {
             println!(
