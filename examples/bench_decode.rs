@@ -104,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut sums = vec![[0.0f64; 4]; labels.len()];
     let mut same = vec![[0usize; 4]; labels.len()];
     println!(
-        "task | format, candidates | mode | wall s | generated | drafted | kept | same as off"
+        "task | format, candidates | mode | wall s | decoding s | generated | drafted | kept | same as off"
     );
     for task in &tasks {
         let section = format!("{}\n```python\n{}```", task.path, task.text);
@@ -160,8 +160,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     same[row][m] += usize::from(equal);
                     let s = &generation.stats;
                     println!(
-                        "{} | {format}, {n} | {mode} | {wall:.1} | {} | {} | {} | {}",
+                        "{} | {format}, {n} | {mode} | {wall:.1} | {:.1} | {} | {} | {} | {}",
                         task.id,
+                        s.decode_s,
                         s.generated_tokens.iter().sum::<usize>(),
                         s.draft_tokens,
                         s.draft_accepted,
