@@ -374,3 +374,101 @@ mod tests {
         assert!(code.contains("let a = 1;") && code.contains("let b = 2;"));
     }
 }
+
+/// The stages' prompts side by side: here, above the stages, because the
+/// test builds each stage's messages.
+#[cfg(test)]
+mod shared_prefix_tests {
+    use super::budget::fake::Fake;
+    use super::preamble::SYSTEM;
+    use crate::engine::Message;
+
+    /// The stages' prompts of one demo-like task, built as each stage
+    /// builds them, share the system message and the user message through
+    /// the end of the issue; the reproducer's and the fixer's share the
+    /// located code too, and differ from there on.
+    #[test]
+    fn every_stage_of_a_task_starts_with_the_same_prefix() -> Result<(), Box<dyn std::error::Error>>
+    {
+        use crate::aci::Location;
+        use crate::agents::fixer::{self, Distinct, EditFormat, Fixes};
+        use crate::agents::{localize, ranker, reproduce};
+        let dir = tempfile::tempdir()?;
+        std::fs::create_dir_all(dir.path().join("pkg"))?;
+        std::fs::write(
+            dir.path().join("pkg/card.py"),
+            "class Card:\n    def split(self):\n        return 2\n",
+        )?;
+        let locs = [Location {
+            path: "pkg/card.py".into(),
+            symbol: "Card.split".into(),
+            start_line: 2,
+            end_line: 3,
+        }];
+        let issue =
+            "Card.split returns 2; it should return 1.\n\n```\nassert Card().split() == 1\n```\n";
+        let localizer = localize::messages(issue, "[1] pkg/card.py::Card.split (lines 2-3)\n", 2);
+        let sections = fixer::code_sections(dir.path(), &locs, true);
+        let reproducer = reproduce::messages(
+            issue,
+            &sections,
+            Some(("tests/test_card.py", "from pkg.card import Card\n")),
+            "tests/test_issue.py",
+        );
+        let conversation = Fake::new(8192, "");
+        let fixer = fixer::fit_prompt(
+            &conversation,
+            dir.path(),
+            issue,
+            &locs,
+            512,
+            EditFormat::Lines,
+        )?;
+        assert_eq!(fixer.trim, None);
+        let fixes = Fixes {
+            candidates: Vec::new(),
+            distinct: vec![
+                Distinct {
+                    patch: "--- a\n+++ b\n".into(),
+                    members: vec![0],
+                },
+                Distinct {
+                    patch: "--- c\n+++ d\n".into(),
+                    members: vec![1],
+                },
+            ],
+            edit_format: EditFormat::Lines,
+        };
+        let ranker = ranker::compare_messages(issue, &fixes, &[0, 1]);
+        let prompts = [&localizer, &reproducer, &fixer.messages, &ranker];
+        let preamble = "ISSUE:\nCard.split returns 2; it should return 1.\n\n```\nassert \
+                        Card().split() == 1\n```\n\n";
+        let code = "THE CODE THE ISSUE IS ABOUT (the numbers left of `| ` are line numbers, not \
+                    part of the files):\n\npkg/card.py::Card.split (lines 1-3)\n```python\n1| \
+                    class Card:\n2|     def split(self):\n3|         return 2\n```\n\n";
+        for (i, m) in prompts.iter().enumerate() {
+            assert_eq!(m.len(), 2, "{i}");
+            assert_eq!(m[0], Message::system(SYSTEM), "{i}");
+            assert!(m[1].content.starts_with(preamble), "{i}: {}", m[1].content);
+        }
+        // Where each pair's user messages part: right after the issue
+        // (or the `You ` their roles start with), the reproducer and the
+        // fixer after the code too.
+        let common =
+            |a: &str, b: &str| a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+        let cases = [
+            (0, 1, preamble.len()),
+            (0, 2, preamble.len()),
+            (0, 3, preamble.len() + "You ".len()),
+            (1, 2, preamble.len() + code.len() + "You ".len()),
+            (1, 3, preamble.len()),
+            (2, 3, preamble.len()),
+        ];
+        for (a, b, shared) in cases {
+            let (x, y) = (&prompts[a][1].content, &prompts[b][1].content);
+            assert_eq!(common(x, y), shared, "{a} and {b}:\n{x}\n---\n{y}");
+        }
+        assert!(reproducer[1].content[preamble.len()..].starts_with(code));
+        Ok(())
+    }
+}

@@ -158,8 +158,8 @@ pub struct Decoder {
     /// Tokens of `tokens` whose keys and values the sequence holds; the one
     /// after them (if any) is evaluated in the next batch.
     in_kv: usize,
-    /// Batch index of the first logits this candidate samples from, and how
-    /// many consecutive indices follow (1 + the draft's length).
+    /// Batch index of the first logits this candidate samples from; the
+    /// draft's positions follow it (1 + the draft's length in all).
     logits_first: Option<i32>,
     /// The draft in the batch just built, after the last sampled token.
     draft: Vec<LlamaToken>,

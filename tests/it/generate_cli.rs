@@ -42,6 +42,8 @@ fn json_has_the_candidates_and_the_stats() {
         keys,
         [
             "decode_s",
+            "draft_accepted",
+            "draft_tokens",
             "generated_tokens",
             "prompt_s",
             "prompt_tokens",
