@@ -62,7 +62,7 @@ pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
 
 /// `patchwright eval`: grades gold, empty or predicted patches.
 pub fn eval(args: EvalArgs) -> Result<i32> {
-    let (tasks, sources) = args.tasks.tasks(&args.env)?;
+    let (tasks, in_file, sources) = args.tasks.tasks_of_file(&args.env)?;
     super::preflight(false)?;
     let options = args
         .env
@@ -80,11 +80,11 @@ pub fn eval(args: EvalArgs) -> Result<i32> {
                 .context("--predictions is required")?,
         )
     };
-    let patches = eval::choose_patches(&tasks, source)?;
+    let patches = eval::choose_patches(&tasks, &in_file, source)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let repos = Repos::new(&sources.repos)?;
-    let bar = ProgressBar::new(tasks.len() as u64);
+    let bar = ProgressBar::new(patches.len() as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),

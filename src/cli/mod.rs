@@ -13,6 +13,7 @@ pub mod models;
 pub mod pack;
 pub mod tools;
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -260,6 +261,10 @@ pub struct TaskArgs {
     /// Keep tasks whose instance_id matches this regular expression.
     #[arg(long, value_name = "REGEX")]
     pub filter: Option<String>,
+    /// Keep only these tasks (SWE-bench's `--instance_ids`); each must be
+    /// in the task file.
+    #[arg(long, value_name = "ID", num_args = 1..)]
+    pub instance_ids: Vec<String>,
 }
 
 #[derive(Args)]
@@ -656,20 +661,46 @@ impl TaskArgs {
     /// The selected tasks and where they come from; none, or no
     /// repository directory, is an error.
     pub fn tasks(&self, env: &EnvArgs) -> Result<(Vec<dataset::Task>, Sources)> {
+        self.tasks_of_file(env).map(|(tasks, _, sources)| (tasks, sources))
+    }
+
+    /// The selected tasks, the instance ids of the whole task file, and
+    /// where they come from.
+    pub fn tasks_of_file(
+        &self,
+        env: &EnvArgs,
+    ) -> Result<(Vec<dataset::Task>, BTreeSet<String>, Sources)> {
         let sources = Sources::resolve(self.dataset.as_deref(), self.repos.as_deref(), env)?;
         let tasks = dataset::load(&sources.dataset)?;
+        let in_file: BTreeSet<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
+        let unknown: Vec<&str> = self
+            .instance_ids
+            .iter()
+            .filter(|id| !in_file.contains(*id))
+            .map(String::as_str)
+            .collect();
+        if !unknown.is_empty() {
+            bail!(
+                "--instance-ids: not in {}: {}",
+                sources.dataset.display(),
+                unknown.join(" ")
+            );
+        }
         let selection = Selection {
             filter: filter_regex(self.filter.as_deref())?,
             ..Selection::default()
         };
-        let tasks = selection.apply(tasks);
+        let mut tasks = selection.apply(tasks);
+        if !self.instance_ids.is_empty() {
+            tasks.retain(|t| self.instance_ids.contains(&t.instance_id));
+        }
         if tasks.is_empty() {
             bail!("no task of {} is selected", sources.dataset.display());
         }
         if !sources.repos.is_dir() {
             bail!("--repos {}: not a directory", sources.repos.display());
         }
-        Ok((tasks, sources))
+        Ok((tasks, in_file, sources))
     }
 }
 

@@ -231,6 +231,7 @@ impl Plan {
 
         let script = self.script();
         write("build.sh", script.clone())?;
+        self.keep_downloads(index)?;
         tracing::info!(repo = %self.spec.repo, version = %self.spec.version, dir = %self.dir.display(), "building environment");
         let outcome = sandbox::run(&policy, &["bash".into(), "-c".into(), script]);
         let _ = checkout.remove();
@@ -365,10 +366,10 @@ impl Plan {
             s += &format!("step pip_packages\npip install -r {meta}/pip-packages.txt\n");
         }
         for cmd in &self.spec.pre_install {
-            s += &format!("step pre_install: {}\n{cmd}\n", one_line(cmd));
+            s += &format!("step {}\n{cmd}\n", step_label("pre_install", cmd));
         }
         let install = with_pip_flags(&self.spec.install, "--no-build-isolation");
-        s += &format!("step install: {}\n{install}\n", one_line(&install));
+        s += &format!("step {}\n{install}\n", step_label("install", &install));
         s += &format!(
             "step uninstall the repository\nfor d in $({env}/bin/python {meta}/find_repo_dists.py \"$PWD\"); do pip uninstall -y \"$d\"; done\n"
         );
@@ -403,6 +404,31 @@ print("\n".join(sorted(names)))
 "#;
 
 impl Plan {
+    /// Copies the spec's downloads into [`Plan::kept_downloads`] (checked
+    /// again against their sha256: the copy is what every later install
+    /// reads).
+    fn keep_downloads(&self, index: &Index) -> Result<(), BuildError> {
+        if self.spec.downloads.is_empty() {
+            return Ok(());
+        }
+        let from = self.downloads_dir(index)?;
+        let to = self.kept_downloads();
+        std::fs::create_dir_all(&to).map_err(io("create", &to))?;
+        for d in &self.spec.downloads {
+            let (src, dest) = (from.join(&d.file), to.join(&d.file));
+            std::fs::copy(&src, &dest).map_err(io("copy", &src))?;
+            let found = sha_of(&dest)?;
+            if found != d.sha256 {
+                return Err(self.failed(format!(
+                    "{} has sha256 {found}, not the spec's {}: delete it and build again",
+                    src.display(),
+                    d.sha256
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The directory holding this spec's downloads: fetched into the
     /// environments' `.downloads/` when the index is online, else the wheel
     /// directory, or the bundle's `downloads/`. Each file must be there.
@@ -438,6 +464,15 @@ impl Plan {
     }
 }
 
+/// The sha256 of the file at `p`, hex-encoded.
+fn sha_of(p: &Path) -> Result<String, BuildError> {
+    use sha2::Digest;
+    let mut f = std::fs::File::open(p).map_err(io("read", p))?;
+    let mut h = sha2::Sha256::new();
+    std::io::copy(&mut f, &mut h).map_err(io("read", p))?;
+    Ok(hex::encode(h.finalize()))
+}
+
 /// How long fetching one download may take.
 const FETCH_TIMEOUT_S: u64 = 600;
 
@@ -445,14 +480,7 @@ const FETCH_TIMEOUT_S: u64 = 600;
 /// its URL (by patchwright itself: a plain HTTP GET of a file, no code of
 /// the repository runs), checked, and moved into place.
 pub fn fetch_download(d: &super::spec::Download, dir: &Path) -> Result<PathBuf, BuildError> {
-    use sha2::Digest;
     let dest = dir.join(&d.file);
-    let sha_of = |p: &Path| -> Result<String, BuildError> {
-        let mut f = std::fs::File::open(p).map_err(io("read", p))?;
-        let mut h = sha2::Sha256::new();
-        std::io::copy(&mut f, &mut h).map_err(io("read", p))?;
-        Ok(hex::encode(h.finalize()))
-    };
     if dest.is_file() && sha_of(&dest)? == d.sha256 {
         return Ok(dest);
     }
@@ -533,6 +561,12 @@ fn dpkg_installed(name: &str) -> bool {
 
 fn lines(v: &[String]) -> String {
     v.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// The `step` line's argument for `cmd`: one line, quoted, so the label
+/// is only echoed (a command with a pipe or `$(...)` must not run twice).
+fn step_label(name: &str, cmd: &str) -> String {
+    quote(&format!("{name}: {}", one_line(cmd)))
 }
 
 fn one_line(s: &str) -> String {

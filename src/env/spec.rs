@@ -583,10 +583,20 @@ test_cmd = "pytest -rA"
     fn downloads_are_read_and_bad_ones_refused() -> Result<(), Box<dyn std::error::Error>> {
         let specs = Specs::builtin()?;
         let mpl = specs.get("matplotlib/matplotlib", "3.5")?;
-        assert_eq!(mpl.downloads.len(), 1);
-        assert_eq!(mpl.downloads[0].file, "qhull-2020-src-8.0.2.tgz");
+        let files: Vec<&str> = mpl.downloads.iter().map(|d| d.file.as_str()).collect();
+        assert_eq!(files, ["qhull-2020-src-8.0.2.tgz", "freetype-2.6.1.tar.gz"]);
         assert!(mpl.pre_install.iter().all(|c| !c.contains("wget")));
         assert!(mpl.pre_install[0].contains("$PATCHWRIGHT_DOWNLOADS/qhull-2020-src-8.0.2.tgz"));
+        // setupext.py looks for FreeType in its download cache under the
+        // tarball's sha256 before it downloads.
+        let freetype = &mpl.downloads[1].sha256;
+        assert!(
+            mpl.pre_install.iter().any(|c| c.contains(
+                &format!("$PATCHWRIGHT_DOWNLOADS/freetype-2.6.1.tar.gz\" \"$XDG_CACHE_HOME/matplotlib/{freetype}\"")
+            )),
+            "{:?}",
+            mpl.pre_install
+        );
         let sha = "a".repeat(64);
         let cases = [
             ("q.tgz", sha.as_str(), None),

@@ -62,6 +62,9 @@ pub struct SpecSetup {
     pub spec: Spec,
     /// Packages a task's commit needs beyond the environment's.
     pub wheelhouse: PathBuf,
+    /// The environment's copy of the spec's `downloads`, which each task's
+    /// `pre_install` reads as `$PATCHWRIGHT_DOWNLOADS`.
+    pub downloads: PathBuf,
     /// The environment's build hash (names its directory).
     pub hash: String,
 }
@@ -204,11 +207,18 @@ impl TaskEnv {
                 .env
                 .insert("VIRTUAL_ENV".into(), layer.display().to_string());
         }
-        if let Some(spec) = self.spec() {
-            for (k, v) in &spec.vars {
+        if let Some(s) = &self.setup.spec {
+            for (k, v) in &s.spec.vars {
                 policy.env.insert(k.clone(), v.clone());
             }
-            policy.local_hosts = spec.local_hosts.clone();
+            policy.local_hosts = s.spec.local_hosts.clone();
+            if !s.spec.downloads.is_empty() {
+                // Inside the environment, which is bound read-only.
+                policy.env.insert(
+                    crate::env::spec::DOWNLOADS_ENV.into(),
+                    s.downloads.display().to_string(),
+                );
+            }
         }
         git_safe(&mut policy);
         Ok(policy)

@@ -1,10 +1,17 @@
 //! Grading with SWE-bench's rules, and its report formats.
 //!
-//! A task is resolved iff every FAIL_TO_PASS and every PASS_TO_PASS test
-//! passes (PASSED or XFAIL). A test missing from the log counts as failed,
-//! and so does a skipped one. A log that reports no failure while the test
-//! command exited non-zero is not trusted (a patch can print its own
-//! "PASSED" lines): every test counts as failed.
+//! As SWE-bench's `get_eval_tests_report` (PASS_AND_FAIL, the rule of
+//! every Python repository) and `get_resolution_status`: a test of
+//! FAIL_TO_PASS or PASS_TO_PASS that passed (PASSED or XFAIL) is a success;
+//! one missing from the log, FAILED or ERROR is a failure; a SKIPPED one is
+//! neither, and does not count. A task is resolved iff neither list has a
+//! failure (SWE-bench: both success ratios are 1, and a list with no
+//! counted test has ratio 1).
+//!
+//! patchwright's one addition (README, "Grading"): a log that reports no
+//! failure while the test command exited non-zero is not trusted (a patch
+//! can print its own "PASSED" lines), and every test then counts as
+//! failed.
 
 use std::collections::BTreeMap;
 
@@ -32,10 +39,13 @@ pub fn grade(
     let split = |tests: &[String]| {
         let mut o = Outcomes::default();
         for t in tests {
-            if map.get(t).is_some_and(|s| s.is_pass()) {
-                o.success.push(t.clone());
-            } else {
-                o.failure.push(t.clone());
+            match map.get(t) {
+                Some(s) if s.is_pass() => o.success.push(t.clone()),
+                None => o.failure.push(t.clone()),
+                Some(s) if s.is_failure() => o.failure.push(t.clone()),
+                // Skipped: SWE-bench's `check_pass_and_fail` puts it in
+                // neither list.
+                Some(_) => {}
             }
         }
         o
@@ -98,21 +108,39 @@ mod tests {
                 &[],
             ),
             (&["a"], &["b"], vec![("a", Passed)], false, &[], &["b"]),
+            // A skipped test counts neither way (SWE-bench's
+            // check_pass_and_fail), in either list.
             (
                 &["a"],
                 &["b"],
                 vec![("a", Skipped), ("b", Passed)],
-                false,
-                &["a"],
+                true,
+                &[],
                 &[],
             ),
             (
                 &["a"],
                 &["b"],
                 vec![("a", Passed), ("b", Skipped)],
+                true,
+                &[],
+                &[],
+            ),
+            (
+                &["a", "c"],
+                &["b"],
+                vec![("a", Skipped), ("b", Skipped), ("c", Failed)],
+                false,
+                &["c"],
+                &[],
+            ),
+            (
+                &["a"],
+                &["b", "c"],
+                vec![("a", Passed), ("b", Skipped)],
                 false,
                 &[],
-                &["b"],
+                &["c"],
             ),
             (
                 &["a"],
@@ -130,6 +158,39 @@ mod tests {
             assert_eq!(t.fail_to_pass.failure, s(f_fail), "{statuses:?}");
             assert_eq!(t.pass_to_pass.failure, s(p_fail), "{statuses:?}");
         }
+    }
+
+    /// A Django runner log where SWE-bench's rule and the one patchwright
+    /// had before disagree: a PASS_TO_PASS test skipped for a missing
+    /// optional dependency. SWE-bench resolves it; the old rule counted
+    /// the skip as a failure. (pytest's `-rA` summary names no skipped
+    /// test, so there, as in SWE-bench, a skip is a missing test.)
+    #[test]
+    fn a_skipped_pass_to_pass_test_does_not_count() {
+        let log = "\
+test_roundtrip (serializers.test_json.JsonTests) ... ok
+test_yaml_dump (serializers.test_yaml.YamlTests) ... skipped 'No yaml library detected'
+test_fixed (serializers.test_json.JsonTests) ... ok
+
+----------------------------------------------------------------------
+Ran 3 tests in 0.012s
+
+OK (skipped=1)
+";
+        let statuses = crate::env::log::parse(crate::env::spec::LogFormat::Django, log);
+        let skipped = "test_yaml_dump (serializers.test_yaml.YamlTests)";
+        assert_eq!(statuses.get(skipped), Some(&Skipped), "{statuses:?}");
+        let status = grade(
+            &s(&["test_fixed (serializers.test_json.JsonTests)"]),
+            &s(&["test_roundtrip (serializers.test_json.JsonTests)", skipped]),
+            &statuses,
+        );
+        assert!(status.resolved(), "{status:?}");
+        assert_eq!(
+            status.pass_to_pass.success,
+            s(&["test_roundtrip (serializers.test_json.JsonTests)"])
+        );
+        assert!(status.pass_to_pass.failure.is_empty(), "{status:?}");
     }
 
     #[test]
@@ -185,13 +246,18 @@ mod tests {
         let sum = Summary::new(&total, &reports);
         assert_eq!(sum.total_instances, 6);
         assert_eq!(sum.submitted_ids, s(&["r", "u", "n", "e", "m"]));
-        assert_eq!(sum.completed_ids, s(&["r", "u", "n"]));
+        // As SWE-bench's make_run_report: an error is not incomplete, an
+        // empty patch is neither completed nor an error, only a task with
+        // no prediction is incomplete; a patch that did not apply is an
+        // error.
+        assert_eq!(sum.completed_ids, s(&["r", "u"]));
         assert_eq!(sum.resolved_ids, s(&["r"]));
-        assert_eq!(sum.unresolved_ids, s(&["u", "n"]));
-        assert_eq!(sum.error_ids, s(&["e"]));
+        assert_eq!(sum.unresolved_ids, s(&["u"]));
+        assert_eq!(sum.error_ids, s(&["n", "e"]));
         assert_eq!(sum.empty_patch_ids, s(&["m"]));
-        assert_eq!(sum.incomplete_ids, s(&["e", "m", "missing"]));
+        assert_eq!(sum.incomplete_ids, s(&["missing"]));
         assert_eq!(sum.errors_by_kind["timeout"], s(&["e"]));
+        assert_eq!(sum.errors_by_kind["patch_apply_failed"], s(&["n"]));
         let json = serde_json::to_value(&sum)?;
         for field in [
             "total_instances",

@@ -10,7 +10,7 @@
 pub mod grade;
 pub mod pool;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -60,6 +60,15 @@ pub enum EvalError {
     /// [`build_envs`] found no plan for a (repository, version).
     #[error("not planned")]
     NotPlanned,
+    /// A predictions file names instances the task file does not have
+    /// (SWE-bench: "Some prediction IDs not found in dataset!").
+    #[error(
+        "{}: predictions for instances not in the task file: {}; grade them with the task \
+         file that has them",
+        path.display(),
+        ids.join(" ")
+    )]
+    UnknownPredictions { path: PathBuf, ids: Vec<String> },
 }
 
 /// Why there is no plan, environment or prepared commit; shared, as the
@@ -159,10 +168,12 @@ pub fn prepare_commits(
         .collect()
 }
 
-/// Grades `tasks` (patch per instance id; a missing entry is a missing
-/// prediction) into `out`: `out/report.json` (the summary) and
-/// `out/logs/<id>/` (report.json, test_output.txt, run_instance.log,
-/// patch.diff). `on_done` sees each report as it finishes.
+/// Grades the tasks of `tasks` that have a patch in `patches` (by instance
+/// id) into `out`: `out/report.json` (the summary over all of `tasks`; one
+/// without a patch is incomplete, as SWE-bench counts a task without a
+/// prediction) and `out/logs/<id>/` (report.json, test_output.txt,
+/// run_instance.log, patch.diff). `on_done` sees each report as it
+/// finishes.
 pub fn evaluate_all(
     tasks: &[Task],
     patches: &BTreeMap<String, String>,
@@ -176,10 +187,15 @@ pub fn evaluate_all(
         path: work.clone(),
         source,
     })?;
+    let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
+    let tasks: Vec<&Task> = tasks
+        .iter()
+        .filter(|t| patches.contains_key(&t.instance_id))
+        .collect();
     let needed: Vec<Task> = tasks
         .iter()
         .filter(|t| needs_run(patches.get(&t.instance_id).map(String::as_str), settings))
-        .cloned()
+        .map(|t| (*t).clone())
         .collect();
     let pool = pool::Pool::new(settings, repos, &work);
     pool.ensure(&needed);
@@ -190,7 +206,9 @@ pub fn evaluate_all(
         for _ in 0..jobs {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some(task) = tasks.get(i) else { break };
+                let Some(task) = tasks.get(i).copied() else {
+                    break;
+                };
                 let patch = patches.get(&task.instance_id).map(String::as_str);
                 let report = grade_with(&pool, task, patch, out);
                 on_done(&report);
@@ -202,7 +220,6 @@ pub fn evaluate_all(
         }
     });
     let reports = reports.into_inner().unwrap_or_else(|e| e.into_inner());
-    let ids: Vec<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
     let summary = Summary::new(&ids, &reports);
     graded::write_summary(out, &summary)?;
     if !settings.keep_work {
@@ -426,8 +443,10 @@ impl TaskRun<'_> {
             repo::reset_worktree(ws.path()).map_err(infra(ErrorKind::Sandbox))?;
         }
         if !report.patch_successfully_applied {
-            log.step("the model patch did not apply: unresolved");
-            return Ok(());
+            return Err(infra(ErrorKind::PatchApplyFailed)(
+                "the model patch applied neither with git apply, git apply --reject nor patch \
+                 --fuzz=5 (see run_instance.log)",
+            ));
         }
 
         // 3. Installed again with the patch (as SWE-bench does). An
@@ -674,11 +693,14 @@ pub enum PatchSource<'a> {
 }
 
 /// The patch to grade for each task of `tasks` (by instance id), from
-/// `source`; a predictions file may name other tasks, or miss some.
+/// `source`. A predictions file may miss tasks (they are not graded) and
+/// name tasks of the file that are not selected (left out), but not an
+/// instance `in_file` (the whole task file's ids) lacks.
 pub fn choose_patches(
     tasks: &[Task],
+    in_file: &BTreeSet<String>,
     source: PatchSource<'_>,
-) -> Result<BTreeMap<String, String>, crate::record::RecordError> {
+) -> Result<BTreeMap<String, String>, EvalError> {
     Ok(match source {
         PatchSource::Gold => tasks
             .iter()
@@ -688,7 +710,23 @@ pub fn choose_patches(
             .iter()
             .map(|t| (t.instance_id.clone(), String::new()))
             .collect(),
-        PatchSource::Predictions(path) => crate::record::result::load_predictions(path)?,
+        PatchSource::Predictions(path) => {
+            let mut predicted = crate::record::result::load_predictions(path)?;
+            let unknown: Vec<String> = predicted
+                .keys()
+                .filter(|id| !in_file.contains(*id))
+                .cloned()
+                .collect();
+            if !unknown.is_empty() {
+                return Err(EvalError::UnknownPredictions {
+                    path: path.to_path_buf(),
+                    ids: unknown,
+                });
+            }
+            let selected: BTreeSet<&str> = tasks.iter().map(|t| t.instance_id.as_str()).collect();
+            predicted.retain(|id, _| selected.contains(id.as_str()));
+            predicted
+        }
     })
 }
 

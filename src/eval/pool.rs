@@ -89,6 +89,7 @@ impl<'a> Pool<'a> {
             env,
             spec: Some(SpecSetup {
                 wheelhouse: plan.wheelhouse(),
+                downloads: plan.kept_downloads(),
                 hash: plan.hash.clone(),
                 spec: plan.spec,
             }),

@@ -9,6 +9,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use crate::record::grade::ErrorKind;
 use crate::record::metrics::Metrics;
 
 use super::masai::Outcome;
@@ -257,6 +258,11 @@ pub fn compute(
         match report.error {
             None if report.resolved => resolving.push(i),
             None => {}
+            // Applied in the worktree, not on a fresh checkout: it resolves
+            // nothing, and says nothing about the others.
+            Some(e) if e.kind == ErrorKind::PatchApplyFailed => m
+                .notes
+                .push(format!("candidate {i}: did not apply when graded: {}", e.message)),
             Some(e) => {
                 m.notes.push(format!(
                     "candidate {i}: not gradable ({:?}): {}",

@@ -61,6 +61,10 @@ pub enum ErrorKind {
     RepositoryMissing,
     /// The repository did not install at its base commit.
     InstallFailed,
+    /// The model patch applied neither with `git apply`, `git apply
+    /// --reject` nor `patch --fuzz=5` (SWE-bench: `APPLY_PATCH_FAIL`, an
+    /// error, not an unresolved task).
+    PatchApplyFailed,
     /// The task's own test patch did not apply.
     TestPatchFailed,
     /// The tests ran past the time limit.
@@ -132,13 +136,25 @@ impl InstanceReport {
         }
     }
 
-    /// Graded (tests ran, or the patch did not apply or broke the
-    /// install).
+    /// Graded: the tests ran, or the patch applied and broke the install.
     pub fn completed(&self) -> bool {
-        self.error.is_none()
-            && (self.tests_status.is_some()
-                || !self.patch_successfully_applied
-                || self.patched_install_failed)
+        self.error().is_none() && (self.tests_status.is_some() || self.patched_install_failed)
+    }
+
+    /// What kept the task from being graded. Reports written before a
+    /// patch that did not apply was an error say so only by
+    /// `patch_successfully_applied`: they read as [`ErrorKind::PatchApplyFailed`].
+    pub fn error(&self) -> Option<ErrorKind> {
+        match &self.error {
+            Some(e) => Some(e.kind),
+            None if self.patch_exists
+                && !self.patch_successfully_applied
+                && self.tests_status.is_none() =>
+            {
+                Some(ErrorKind::PatchApplyFailed)
+            }
+            None => None,
+        }
     }
 }
 
@@ -188,10 +204,14 @@ impl Summary {
             if !r.patch_exists {
                 s.empty_patch_ids.push(id.clone());
             }
-            if let Some(e) = &r.error {
+            if !r.patch_exists && r.error.is_none() && r.tests_status.is_none() {
+                // SWE-bench: an empty patch is not run, and is neither
+                // completed nor an error (`--empty` runs it: completed).
+                continue;
+            }
+            if let Some(kind) = r.error() {
                 s.error_ids.push(id.clone());
-                s.incomplete_ids.push(id.clone());
-                let kind = serde_json::to_value(e.kind)
+                let kind = serde_json::to_value(kind)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string))
                     .unwrap_or_default();
@@ -275,7 +295,7 @@ mod tests {
         let applied = |r: &mut InstanceReport| r.patch_successfully_applied = true;
         type Case = (&'static str, fn(&mut InstanceReport), bool);
         let cases: [Case; 4] = [
-            ("the patch did not apply", |_| {}, true),
+            ("the patch did not apply", |_| {}, false),
             ("applied, tests not run yet", applied, false),
             (
                 "applied, the install with it failed",
@@ -300,5 +320,32 @@ mod tests {
             assert_eq!(r.completed(), completed, "{what}");
             assert!(!r.resolved, "{what}");
         }
+    }
+
+    #[test]
+    fn a_patch_that_did_not_apply_is_an_error() {
+        let mut now = InstanceReport::new("x__y-1", Some("diff"));
+        now.error = Some(InfraError {
+            kind: ErrorKind::PatchApplyFailed,
+            message: "did not apply".into(),
+        });
+        // As a report written before this was an error reads.
+        let before = InstanceReport::new("x__y-2", Some("diff"));
+        let empty = InstanceReport::new("x__y-3", Some(""));
+        for (r, error) in [
+            (&now, Some(ErrorKind::PatchApplyFailed)),
+            (&before, Some(ErrorKind::PatchApplyFailed)),
+            (&empty, None),
+        ] {
+            assert_eq!(r.error(), error, "{}", r.instance_id);
+            assert!(!r.completed(), "{}", r.instance_id);
+        }
+        let total = ["x__y-1", "x__y-2", "x__y-3"].map(String::from);
+        let sum = Summary::new(&total, &[now, before, empty]);
+        assert_eq!(sum.error_ids, ["x__y-1", "x__y-2"]);
+        assert_eq!(sum.errors_by_kind["patch_apply_failed"], ["x__y-1", "x__y-2"]);
+        assert_eq!(sum.empty_patch_ids, ["x__y-3"]);
+        assert!(sum.completed_ids.is_empty() && sum.unresolved_ids.is_empty());
+        assert!(sum.incomplete_ids.is_empty(), "{sum:?}");
     }
 }

@@ -1,9 +1,10 @@
 //! `patchwright eval` on the demo tasks, through the command line: the
 //! environments are built from datasets/envs (pip, in the sandbox), then
 //! gold patches resolve, empty patches do not, a patch printing fake
-//! "PASSED" lines does not, a patch that does not apply is unresolved,
-//! fuzz application works, and a task without an environment is an error,
-//! not an unresolved task.
+//! "PASSED" lines does not, a patch that does not apply is an error (as in
+//! SWE-bench), fuzz application works, a task without an environment is an
+//! error, not an unresolved task, only predicted tasks are graded, and a
+//! prediction for an instance the task file lacks is refused.
 
 use crate::common;
 
@@ -16,22 +17,29 @@ use crate::common::envs_dir;
 
 /// Runs `patchwright eval` with `args`; returns the summary (--json).
 fn eval(dataset: &Path, out: &Path, args: &[&str]) -> Value {
-    let root = common::root();
-    let output = Command::new(env!("CARGO_BIN_EXE_patchwright"))
-        .args(["eval", "--json", "--jobs", "2", "--dataset"])
-        .arg(dataset)
-        .arg("--repos")
-        .arg(root.join("datasets/demo/repos"))
-        .arg("--envs")
-        .arg(envs_dir())
-        .arg("--out")
-        .arg(out)
-        .args(args)
-        .output()
-        .expect("run patchwright eval");
+    let output = eval_output(dataset, out, args);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "eval failed: {stderr}");
     serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
+/// Runs `patchwright eval` with `args` (and the shared test environments
+/// unless `args` names `--envs`).
+fn eval_output(dataset: &Path, out: &Path, args: &[&str]) -> std::process::Output {
+    let root = common::root();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_patchwright"));
+    cmd.args(["eval", "--json", "--jobs", "2", "--dataset"])
+        .arg(dataset)
+        .arg("--repos")
+        .arg(root.join("datasets/demo/repos"));
+    if !args.contains(&"--envs") {
+        cmd.arg("--envs").arg(envs_dir());
+    }
+    cmd.arg("--out")
+        .arg(out)
+        .args(args)
+        .output()
+        .expect("run patchwright eval")
 }
 
 fn ids(v: &Value, field: &str) -> Vec<String> {
@@ -161,6 +169,12 @@ fn predictions_are_graded_and_infrastructure_failures_labelled() {
             t
         },
         unknown,
+        {
+            // No prediction: not graded, incomplete (not an empty patch).
+            let mut t = task.clone();
+            t.instance_id = "demo__cachekit-103".into();
+            t
+        },
     ]
     .iter()
     .map(|t| serde_json::to_string(t).unwrap())
@@ -190,15 +204,24 @@ fn predictions_are_graded_and_infrastructure_failures_labelled() {
     );
 
     assert_eq!(ids(&sum, "resolved_ids"), ["demo__cachekit-101"], "{sum:#}");
+    assert_eq!(ids(&sum, "unresolved_ids"), ["demo__cachekit-1"]);
     assert_eq!(
-        ids(&sum, "unresolved_ids"),
-        ["demo__cachekit-1", "demo__cachekit-102"]
+        ids(&sum, "error_ids"),
+        ["demo__cachekit-102", "demo__cachekit-99"]
     );
-    assert_eq!(ids(&sum, "error_ids"), ["demo__cachekit-99"]);
     assert_eq!(
         ids(&sum["errors_by_kind"], "environment_missing"),
         ["demo__cachekit-99"]
     );
+    assert_eq!(
+        ids(&sum["errors_by_kind"], "patch_apply_failed"),
+        ["demo__cachekit-102"]
+    );
+    assert_eq!(sum["total_instances"], 5);
+    assert_eq!(sum["submitted_instances"], 4);
+    assert_eq!(ids(&sum, "incomplete_ids"), ["demo__cachekit-103"]);
+    assert_eq!(ids(&sum, "empty_patch_ids"), Vec::<String>::new());
+    assert!(!out.join("logs/demo__cachekit-103").exists());
 
     let spoofed = report(&out, "demo__cachekit-1");
     let log = std::fs::read_to_string(out.join("logs/demo__cachekit-1/test_output.txt")).unwrap();
@@ -216,6 +239,7 @@ fn predictions_are_graded_and_infrastructure_failures_labelled() {
     let failed = report(&out, "demo__cachekit-102");
     assert_eq!(failed["patch_successfully_applied"], false);
     assert_eq!(failed["resolved"], false);
+    assert_eq!(failed["error"]["kind"], "patch_apply_failed");
     let infra = report(&out, "demo__cachekit-99");
     assert_eq!(infra["error"]["kind"], "environment_missing");
     assert!(
@@ -225,4 +249,140 @@ fn predictions_are_graded_and_infrastructure_failures_labelled() {
             .contains("version 9.9"),
         "{infra:#}"
     );
+}
+
+#[test]
+fn a_prediction_for_an_instance_the_task_file_lacks_is_refused() {
+    let dataset = common::root().join("datasets/demo/tasks.jsonl");
+    let dir = tempfile::tempdir().unwrap();
+    let predictions = dir.path().join("predictions.jsonl");
+    std::fs::write(
+        &predictions,
+        [
+            r#"{"instance_id": "demo__cachekit-1", "model_patch": ""}"#,
+            r#"{"instance_id": "astropy__astropy-12907", "model_patch": "diff"}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let output = eval_output(
+        &dataset,
+        &out,
+        &["--predictions", predictions.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("predictions for instances not in the task file: astropy__astropy-12907"),
+        "{stderr}"
+    );
+    assert!(!out.join("report.json").exists());
+
+    // `--instance-ids` names tasks of the file, or is refused.
+    let output = eval_output(
+        &dataset,
+        &out,
+        &["--empty", "--instance-ids", "demo__cachekit-1", "demo__nope-7"],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("--instance-ids: not in "), "{stderr}");
+    assert!(stderr.contains(": demo__nope-7"), "{stderr}");
+
+    let two = eval(
+        &dataset,
+        &dir.path().join("two"),
+        &["--gold", "--instance-ids", "demo__cachekit-2", "demo__cachekit-1"],
+    );
+    assert_eq!(two["total_instances"], 2, "{two:#}");
+    assert_eq!(
+        ids(&two, "resolved_ids"),
+        ["demo__cachekit-1", "demo__cachekit-2"]
+    );
+}
+
+/// Serves `body` to one connection on 127.0.0.1; the URL.
+fn serve_once(body: &'static [u8]) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        if let Some(Ok(mut stream)) = listener.incoming().next() {
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(body);
+        }
+    });
+    format!("http://127.0.0.1:{port}/blob.tgz")
+}
+
+/// A spec's `downloads` (matplotlib's qhull and FreeType sources) are
+/// fetched once, kept in the environment, and every task's install, which
+/// runs `pre_install` again with the network off, reads them there.
+#[test]
+fn downloads_reach_each_task_install_offline() {
+    use sha2::Digest;
+    let body: &'static [u8] = b"the sources pre_install unpacks\n";
+    let sha = hex::encode(sha2::Sha256::digest(body));
+    let dir = tempfile::tempdir().unwrap();
+    let specs = dir.path().join("specs");
+    std::fs::create_dir_all(&specs).unwrap();
+    let spec = std::fs::read_to_string(common::root().join("datasets/envs/demo__cachekit.toml"))
+        .unwrap()
+        .replace(
+            "[[env]]\n",
+            &format!(
+                "[[env]]\ndownloads = [{{ url = \"{}\", sha256 = \"{sha}\", file = \"blob.tgz\" }}]\n\
+                 pre_install = [\"echo \\\"{sha}  $PATCHWRIGHT_DOWNLOADS/blob.tgz\\\" | sha256sum -c -\"]\n",
+                serve_once(body)
+            ),
+        );
+    std::fs::write(specs.join("demo__cachekit.toml"), spec).unwrap();
+    let envs = dir.path().join("envs");
+    let sum = eval(
+        &common::root().join("datasets/demo/tasks.jsonl"),
+        &dir.path().join("out"),
+        &[
+            "--gold",
+            "--instance-ids",
+            "demo__cachekit-1",
+            "--specs",
+            specs.to_str().unwrap(),
+            "--envs",
+            envs.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(ids(&sum, "resolved_ids"), ["demo__cachekit-1"], "{sum:#}");
+    let log = std::fs::read_to_string(
+        dir.path()
+            .join("out/logs/demo__cachekit-1/run_instance.log"),
+    )
+    .unwrap();
+    assert!(log.contains("blob.tgz: OK"), "{log}");
+    let kept: Vec<_> = walk(&envs)
+        .into_iter()
+        .filter(|p| p.ends_with("patchwright/downloads/blob.tgz"))
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(std::fs::read(&kept[0]).unwrap(), body);
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

@@ -18,6 +18,14 @@ impl Plan {
         self.meta().join("wheels")
     }
 
+    /// Where the build keeps a copy of the spec's `downloads`, so that
+    /// `pre_install` finds them again, with the network off, when each
+    /// task's commit is installed into its layer (matplotlib's qhull and
+    /// FreeType sources).
+    pub fn kept_downloads(&self) -> PathBuf {
+        self.meta().join("downloads")
+    }
+
     /// Downloads into [`Plan::wheelhouse`] what the repository at `commit`
     /// depends on, when its dependency files differ from the setup
     /// commit's (SWE-bench installs each task's commit with its
