@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use crate::error::SandboxError;
+use crate::preflight::{flag_supported, BwrapVersion};
 
 /// Where bubblewrap is looked for unless the policy says otherwise: the path
 /// Debian's and Ubuntu's `bubblewrap` package installs it at.
@@ -115,6 +116,10 @@ pub const HOSTS_FD: i32 = 5;
 /// See [`PASSWD_FD`]: bubblewrap's JSON status (`--json-status-fd`), used to
 /// tell "the sandbox could not be set up" apart from the command's own exit.
 pub const STATUS_FD: i32 = 6;
+
+/// See [`PASSWD_FD`]: the seccomp filter (`--seccomp`), the program of
+/// [`crate::seccomp_program`].
+pub const SECCOMP_FD: i32 = 7;
 
 /// Host files under /etc that programs need and that hold no secrets: bound
 /// read-only (or recreated as the same symlink) if they exist. Never
@@ -468,11 +473,13 @@ fn push_all(args: &mut Vec<String>, items: &[&str]) {
 }
 
 /// The bubblewrap arguments (without the program name) that run `command`
-/// under `policy`. Pure: the same policy and command always give the same
-/// list. Paths are used as given; [`Policy::validate`] rejects the ones that
-/// would not survive the conversion to strings.
-pub fn bwrap_args(policy: &Policy, command: &[String]) -> Vec<String> {
-    build_args(policy, None, command)
+/// under `policy` with a bubblewrap of `version`: options that version
+/// lacks and the sandbox can do without ([`crate::OPTIONAL_FLAGS`]) are
+/// left out. Pure: the same policy, version and command always give the
+/// same list. Paths are used as given; [`Policy::validate`] rejects the
+/// ones that would not survive the conversion to strings.
+pub fn bwrap_args(policy: &Policy, version: BwrapVersion, command: &[String]) -> Vec<String> {
+    build_args(policy, version, None, command)
 }
 
 /// Where the fast path binds its prepared /etc layer inside the sandbox.
@@ -526,28 +533,37 @@ pub fn etc_layer_unfit(policy: &Policy) -> Option<String> {
 /// of `etc_dir` (a host directory holding copies of exactly those files,
 /// built by the runner) at /etc: one mount instead of about sixteen. Pure;
 /// only meaningful when [`etc_layer_unfit`] is `None`.
-pub fn bwrap_args_with_etc(policy: &Policy, etc_dir: &Path, command: &[String]) -> Vec<String> {
-    build_args(policy, Some(etc_dir), command)
+pub fn bwrap_args_with_etc(
+    policy: &Policy,
+    version: BwrapVersion,
+    etc_dir: &Path,
+    command: &[String],
+) -> Vec<String> {
+    build_args(policy, version, Some(etc_dir), command)
 }
 
-fn build_args(policy: &Policy, etc_dir: Option<&Path>, command: &[String]) -> Vec<String> {
+fn build_args(
+    policy: &Policy,
+    version: BwrapVersion,
+    etc_dir: Option<&Path>,
+    command: &[String],
+) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
     // Namespaces and privileges. --unshare-user is explicit so that
     // --disable-userns (no nested user namespaces) is accepted when root.
+    // Before bubblewrap 0.8 there is no --disable-userns: the seccomp
+    // filter's unshare, clone(CLONE_NEWUSER) and clone3 block stands in.
     push_all(&mut a, &["--unshare-all"]);
     if policy.network {
         push_all(&mut a, &["--share-net"]);
     }
+    push_all(&mut a, &["--unshare-user"]);
+    if flag_supported(version, "--disable-userns") {
+        push_all(&mut a, &["--disable-userns"]);
+    }
     push_all(
         &mut a,
-        &[
-            "--unshare-user",
-            "--disable-userns",
-            "--die-with-parent",
-            "--new-session",
-            "--cap-drop",
-            "ALL",
-        ],
+        &["--die-with-parent", "--new-session", "--cap-drop", "ALL"],
     );
     a.extend([
         "--uid".to_string(),
@@ -609,13 +625,14 @@ fn build_args(policy: &Policy, etc_dir: Option<&Path>, command: &[String]) -> Ve
     }
     push_all(&mut a, &["--dev", "/dev", "--proc", "/proc"]);
     let tmp = policy.limits.tmp_bytes.to_string();
+    // Before bubblewrap 0.7 a tmpfs has no --size: it is then bounded by
+    // the memory cap alone (its pages are charged to the cgroup).
+    let sized = flag_supported(version, "--size");
     for dir in ["/tmp", "/dev/shm"] {
-        a.extend([
-            "--size".to_string(),
-            tmp.clone(),
-            "--tmpfs".to_string(),
-            dir.to_string(),
-        ]);
+        if sized {
+            a.extend(["--size".to_string(), tmp.clone()]);
+        }
+        a.extend(["--tmpfs".to_string(), dir.to_string()]);
     }
     for p in &policy.extra_ro_binds {
         a.extend(["--ro-bind".to_string(), s(p), s(p)]);
@@ -636,6 +653,8 @@ fn build_args(policy: &Policy, etc_dir: Option<&Path>, command: &[String]) -> Ve
     push_all(&mut a, &["--remount-ro", "/"]);
     a.extend(["--chdir".to_string(), wt]);
     a.extend(["--json-status-fd".to_string(), STATUS_FD.to_string()]);
+    // The seccomp filter, installed by bubblewrap just before the exec.
+    a.extend(["--seccomp".to_string(), SECCOMP_FD.to_string()]);
     a.push("--".to_string());
     a.extend(command.iter().cloned());
     a

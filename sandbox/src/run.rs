@@ -17,8 +17,9 @@ use crate::outcome::{Enforced, LimitsInForce, Mechanism, Outcome, SignalInfo};
 use crate::output::HeadTail;
 use crate::policy::{
     bwrap_args, bwrap_args_with_etc, etc_layer_unfit, Policy, CORE_DUMP_BYTES, GROUP_CONTENT,
-    GROUP_FD, HOSTS_FD, PASSWD_CONTENT, PASSWD_FD, STATUS_FD,
+    GROUP_FD, HOSTS_FD, PASSWD_CONTENT, PASSWD_FD, SECCOMP_FD, STATUS_FD,
 };
+use crate::preflight::{bwrap_version, PreflightError, MINIMUM_BWRAP};
 use crate::prepared;
 use crate::spawner::{delta, Spawner};
 
@@ -131,10 +132,15 @@ fn set_nonblocking(fd: &OwnedFd, what: &str) -> Result<(), SandboxError> {
 
 /// A pipe whose read end yields `content` then EOF.
 fn data_pipe(content: &str, what: &str) -> Result<OwnedFd, SandboxError> {
+    bytes_pipe(content.as_bytes(), what)
+}
+
+/// A pipe holding `content` (at most a pipe's capacity, 64 KiB: written
+/// before the reader starts), read end parked.
+fn bytes_pipe(content: &[u8], what: &str) -> Result<OwnedFd, SandboxError> {
     let (r, w) = pipe(what)?;
     let mut file = std::fs::File::from(w);
-    std::io::Write::write_all(&mut file, content.as_bytes())
-        .map_err(|e| SandboxError::io(what, e))?;
+    std::io::Write::write_all(&mut file, content).map_err(|e| SandboxError::io(what, e))?;
     drop(file);
     park(r, what)
 }
@@ -246,6 +252,24 @@ pub fn run_with(
     }
     policy.validate()?;
     check_bwrap_binary(&policy.bwrap)?;
+    let version = bwrap_version(&policy.bwrap).map_err(|e| match e {
+        PreflightError::Missing { path } => SandboxError::BwrapNotFound { path },
+        other => SandboxError::BwrapUnusable {
+            path: policy.bwrap.clone(),
+            message: other.to_string(),
+        },
+    })?;
+    if version < MINIMUM_BWRAP {
+        return Err(SandboxError::BwrapUnusable {
+            path: policy.bwrap.clone(),
+            message: format!(
+                "it is bubblewrap {version}, and the sandbox supports {MINIMUM_BWRAP} and \
+                 later: install a newer bubblewrap (`apt-get install bubblewrap`, a backport, \
+                 or a build from https://github.com/containers/bubblewrap)"
+            ),
+        });
+    }
+    let seccomp = crate::seccomp::seccomp_program()?;
     if !policy.worktree.is_dir() {
         return Err(SandboxError::Worktree {
             path: policy.worktree.clone(),
@@ -396,6 +420,7 @@ pub fn run_with(
     } else {
         Vec::new()
     };
+    let seccomp_fd = bytes_pipe(&seccomp, "creating the seccomp filter pipe")?;
     let (status_r, status_w) = pipe("creating the status pipe")?;
     let status_w = park(status_w, "creating the status pipe")?;
     let (out_r, out_w) = pipe("creating the output pipe")?;
@@ -408,6 +433,7 @@ pub fn run_with(
     let mut moves: Vec<(RawFd, RawFd)> =
         data.iter().map(|(fd, to)| (fd.as_raw_fd(), *to)).collect();
     moves.push((status_w.as_raw_fd(), STATUS_FD));
+    moves.push((seccomp_fd.as_raw_fd(), SECCOMP_FD));
     // Only a per-run cgroup is joined in the child; a spawner's children
     // are born in its cgroup.
     let procs_fds: Vec<RawFd> = match &limiter {
@@ -415,8 +441,8 @@ pub fn run_with(
         _ => Vec::new(),
     };
     let args = match &etc_layer {
-        Some(dir) => bwrap_args_with_etc(policy, dir, command),
-        None => bwrap_args(policy, command),
+        Some(dir) => bwrap_args_with_etc(policy, version, dir, command),
+        None => bwrap_args(policy, version, command),
     };
 
     let mut cmd = Command::new(&policy.bwrap);
@@ -485,7 +511,7 @@ pub fn run_with(
             spawned
         }
     };
-    drop((data, status_w));
+    drop((data, status_w, seccomp_fd));
     let mut child = spawned.map_err(|e| SandboxError::Io {
         what: format!(
             "starting {} (joining the cgroup, setting rlimits)",
