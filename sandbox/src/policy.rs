@@ -247,6 +247,15 @@ pub struct Policy {
     /// Extra host paths bound read-only at the same path, e.g. a pyenv
     /// version directory holding the task's Python.
     pub extra_ro_binds: Vec<PathBuf>,
+    /// Paths inside home directories that binds may use: a bind source
+    /// that is, contains or lies inside a home ([`host_homes`]) is refused
+    /// unless it lies inside one of these. Filled by the caller with what
+    /// the user named explicitly (a `--ro-bind`, the configured venv) and
+    /// the directories the program itself owns (its caches, environments,
+    /// models, a pyenv interpreter prefix); the worktree is always in it
+    /// ([`Policy::new`]). Empty in older serialized policies.
+    #[serde(default)]
+    pub allowed_in_home: Vec<PathBuf>,
     /// Extra host directories bound read-write at the same path, besides the
     /// worktree: an environment being built, a task's install layer, a
     /// package cache. Empty by default.
@@ -276,9 +285,11 @@ impl Policy {
         env.insert("PATH".to_string(), DEFAULT_PATH.to_string());
         env.insert("HOME".to_string(), "/tmp".to_string());
         env.insert("LANG".to_string(), "C.UTF-8".to_string());
+        let worktree: PathBuf = worktree.into();
         Policy {
             bwrap: PathBuf::from(DEFAULT_BWRAP),
-            worktree: worktree.into(),
+            allowed_in_home: vec![worktree.clone()],
+            worktree,
             protected: DEFAULT_PROTECTED.iter().map(PathBuf::from).collect(),
             system_mounts,
             extra_ro_binds: Vec::new(),
@@ -336,6 +347,11 @@ impl Policy {
     }
 
     pub fn validate(&self) -> Result<(), SandboxError> {
+        self.validate_with_homes(&host_homes())
+    }
+
+    /// [`Policy::validate`] with the home directories given (pure).
+    pub fn validate_with_homes(&self, homes: &[PathBuf]) -> Result<(), SandboxError> {
         for h in &self.local_hosts {
             if h.is_empty()
                 || !h
@@ -384,6 +400,7 @@ impl Policy {
         }
         for src in binds {
             check_path("bind source", src)?;
+            check_home(src, homes, &self.allowed_in_home)?;
             for secret in ["/etc/shadow", "/etc/gshadow", "/root", "/home"] {
                 if Path::new(secret).starts_with(src) {
                     return Err(SandboxError::invalid(format!(
@@ -404,6 +421,103 @@ impl Policy {
         }
         Ok(())
     }
+}
+
+/// Home directories that are not bound unless named ([`host_homes`]):
+/// these always, whether /etc/passwd lists them or not.
+pub const FIXED_HOMES: &[&str] = &["/root"];
+
+/// The directory whose entries are all home directories.
+pub const HOMES_DIR: &str = "/home";
+
+/// The first uid of an ordinary user (Debian's and Fedora's `UID_MIN`):
+/// users from here on, and root (uid 0), have homes worth protecting;
+/// system accounts below it (daemon, www-data) do not.
+pub const FIRST_USER_UID: u32 = 1000;
+
+/// The uid of `nobody`, whose home (`/nonexistent`) is not a home.
+pub const NOBODY_UID: u32 = 65534;
+
+/// The home directories in an /etc/passwd text: the `pw_dir` of uid 0 and
+/// of every uid >= [`FIRST_USER_UID`] (except [`NOBODY_UID`]), other than
+/// `/` and relative paths, in file order without repeats. Pure.
+pub fn homes_from_passwd(text: &str) -> Vec<PathBuf> {
+    let mut homes: Vec<PathBuf> = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(':').collect();
+        let (Some(uid), Some(dir)) = (fields.get(2), fields.get(5)) else {
+            continue;
+        };
+        let Ok(uid) = uid.trim().parse::<u32>() else {
+            continue;
+        };
+        if uid != 0 && (uid < FIRST_USER_UID || uid == NOBODY_UID) {
+            continue;
+        }
+        let dir = Path::new(dir.trim());
+        if !dir.is_absolute() || dir == Path::new("/") {
+            continue;
+        }
+        let dir = dir.to_path_buf();
+        if !homes.contains(&dir) {
+            homes.push(dir);
+        }
+    }
+    homes
+}
+
+/// This host's home directories: [`FIXED_HOMES`], every entry of
+/// [`HOMES_DIR`], and [`homes_from_passwd`] of /etc/passwd, the last two
+/// only where they exist (symbolic links resolved, so /home on another
+/// disk is still recognised).
+pub fn host_homes() -> Vec<PathBuf> {
+    let mut homes: Vec<PathBuf> = FIXED_HOMES.iter().map(PathBuf::from).collect();
+    if let Ok(entries) = std::fs::read_dir(HOMES_DIR) {
+        for e in entries.flatten() {
+            homes.push(e.path());
+        }
+    }
+    if let Ok(text) = std::fs::read_to_string("/etc/passwd") {
+        homes.extend(homes_from_passwd(&text).into_iter().filter(|h| h.exists()));
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for h in homes {
+        let real = std::fs::canonicalize(&h).ok();
+        for p in std::iter::once(h).chain(real) {
+            if p != Path::new("/") && !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Refuses `src` when it is, contains or lies inside one of `homes`,
+/// unless it lies inside (or is) an `allowed` path. Pure.
+pub fn check_home(src: &Path, homes: &[PathBuf], allowed: &[PathBuf]) -> Result<(), SandboxError> {
+    if allowed.iter().any(|a| src.starts_with(a)) {
+        return Ok(());
+    }
+    for home in homes {
+        let relation = if src == home {
+            "is the home directory"
+        } else if src.starts_with(home) {
+            "lies inside the home directory"
+        } else if home.starts_with(src) {
+            "contains the home directory"
+        } else {
+            continue;
+        };
+        return Err(SandboxError::invalid(format!(
+            "bind source {} {relation} {}: homes hold keys and tokens and are not bound unless \
+             named; bind a narrower directory, or name it explicitly (`patchwright sandbox \
+             --ro-bind {}`, or add it to Policy.allowed_in_home)",
+            src.display(),
+            home.display(),
+            src.display()
+        )));
+    }
+    Ok(())
 }
 
 fn to_str<'a>(what: &str, p: &'a Path) -> Result<&'a str, SandboxError> {

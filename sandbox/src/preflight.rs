@@ -873,7 +873,12 @@ mod tests {
     #[test]
     fn the_hosts_bubblewrap_passes() {
         let wt = tempfile::tempdir().unwrap();
-        let policy = Policy::for_worktree(wt.path()).unwrap();
+        let mut policy = Policy::for_worktree(wt.path()).unwrap();
+        // The integration tests' PW_SANDBOX_BWRAP (tests/common) applies
+        // here too, so an older bubblewrap can be checked the same way.
+        if let Some(b) = std::env::var_os("PW_SANDBOX_BWRAP") {
+            policy.bwrap = b.into();
+        }
         let report = preflight(&policy).unwrap();
         assert_eq!(report.bwrap, policy.bwrap);
         assert!(report.version >= minimum_version(), "{}", report.version);

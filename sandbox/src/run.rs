@@ -19,7 +19,7 @@ use crate::policy::{
     bwrap_args, bwrap_args_with_etc, etc_layer_unfit, Policy, CORE_DUMP_BYTES, GROUP_CONTENT,
     GROUP_FD, HOSTS_FD, PASSWD_CONTENT, PASSWD_FD, SECCOMP_FD, STATUS_FD,
 };
-use crate::preflight::{bwrap_version, PreflightError, MINIMUM_BWRAP};
+use crate::preflight::{bwrap_version, flag_supported, PreflightError, MINIMUM_BWRAP};
 use crate::prepared;
 use crate::spawner::{delta, Spawner};
 
@@ -47,6 +47,26 @@ const FIRST_NON_STDIO_FD: RawFd = 3;
 
 /// The highest fd the fallback (no close_range) marks close-on-exec.
 const FALLBACK_MAX_FD: RawFd = 65_536;
+
+/// A tmpfs mounted without `size=` may grow to half the host's memory (the
+/// kernel's default): /tmp's cap under a bubblewrap without `--size` and
+/// without a cgroup.
+const TMPFS_DEFAULT_DIVISOR: u64 = 2;
+
+/// The host's physical memory in bytes (0 when sysconf cannot tell).
+fn host_memory_bytes() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages <= 0 || size <= 0 {
+        return 0;
+    }
+    (pages as u64).saturating_mul(size as u64)
+}
 
 /// Which way [`run_with`] starts bubblewrap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -378,16 +398,34 @@ pub fn run_with(
             (Some(rl(limits.memory_bytes)), procs)
         }
     };
+    // /tmp's cap: the tmpfs size where bubblewrap has --size (0.7+);
+    // before, the tmpfs is unsized and its pages only count against the
+    // cgroup's memory cap (without a cgroup, the kernel's tmpfs default of
+    // half the host's memory applies).
+    let tmp_in_force = if flag_supported(version, "--size") {
+        Enforced {
+            value: limits.tmp_bytes,
+            mechanism: Mechanism::Tmpfs,
+        }
+    } else {
+        match cgroup {
+            Some(cg) => Enforced {
+                value: limits.memory_bytes,
+                mechanism: cg.mechanism,
+            },
+            None => Enforced {
+                value: host_memory_bytes() / TMPFS_DEFAULT_DIVISOR,
+                mechanism: Mechanism::Tmpfs,
+            },
+        }
+    };
     let in_force = LimitsInForce {
         memory_bytes: memory_in_force,
         max_processes: procs_in_force,
         file_size_bytes: rl(limits.file_size_bytes),
         open_files: rl(open_files),
         core_dump_bytes: rl(CORE_DUMP_BYTES),
-        tmp_bytes: Enforced {
-            value: limits.tmp_bytes,
-            mechanism: Mechanism::Tmpfs,
-        },
+        tmp_bytes: tmp_in_force,
         timeout_ms: Enforced {
             value: limits.timeout_ms,
             mechanism: Mechanism::Runner,
