@@ -36,6 +36,37 @@ pub fn set_host_bwrap(path: impl Into<PathBuf>) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// Directories this program owns (caches, environments, models), added by
+/// [`allow_program_dir`] to every host policy's
+/// [`Policy::allowed_in_home`].
+static PROGRAM_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Declares `dir` a directory the program itself owns (its cache,
+/// environments or models root): binds inside it are allowed even when it
+/// lies in a home directory, in every policy [`Policy::for_worktree`]
+/// builds from now on. Its canonical form is added too, when it exists.
+pub fn allow_program_dir(dir: impl Into<PathBuf>) {
+    let dir = dir.into();
+    let real = std::fs::canonicalize(&dir).ok();
+    let mut dirs = match PROGRAM_DIRS.lock() {
+        Ok(d) => d,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    for d in std::iter::once(dir).chain(real) {
+        if !dirs.contains(&d) {
+            dirs.push(d);
+        }
+    }
+}
+
+/// The directories [`allow_program_dir`] declared, in order.
+pub fn program_dirs() -> Vec<PathBuf> {
+    match PROGRAM_DIRS.lock() {
+        Ok(d) => d.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    }
+}
+
 /// The bubblewrap binary of this process's host policies: the one
 /// [`set_host_bwrap`] set, else [`DEFAULT_BWRAP`].
 pub fn host_bwrap() -> PathBuf {
@@ -304,7 +335,9 @@ impl Policy {
 
     /// The default policy for a worktree on this host: the directory is made
     /// absolute (symlinks resolved), the base layer is taken from how this
-    /// host lays out /usr, /bin, /lib, and bubblewrap is [`host_bwrap`].
+    /// host lays out /usr, /bin, /lib, bubblewrap is [`host_bwrap`], and
+    /// binds may use the worktree and the [`program_dirs`] even inside a
+    /// home directory.
     pub fn for_worktree(dir: impl AsRef<Path>) -> Result<Policy, SandboxError> {
         let dir = dir.as_ref();
         let canonical = std::fs::canonicalize(dir).map_err(|e| SandboxError::Worktree {
@@ -319,6 +352,7 @@ impl Policy {
         }
         let mut policy = Policy::new(canonical, detect_system_mounts());
         policy.bwrap = host_bwrap();
+        policy.allowed_in_home.extend(program_dirs());
         Ok(policy)
     }
 
@@ -796,5 +830,119 @@ mod tests {
         let dir = std::env::temp_dir();
         let policy = Policy::for_worktree(&dir).unwrap();
         assert_eq!(policy.bwrap, PathBuf::from(DEFAULT_BWRAP));
+    }
+}
+
+#[cfg(test)]
+mod home_tests {
+    use super::*;
+
+    fn homes() -> Vec<PathBuf> {
+        ["/root", "/home/alice", "/srv/bob"]
+            .iter()
+            .map(PathBuf::from)
+            .collect()
+    }
+
+    #[test]
+    fn binds_in_contained_by_or_of_a_home_are_refused_unless_allowed() {
+        let allowed: Vec<PathBuf> = ["/root/.pyenv/versions/3.11.7", "/home/alice/venvs/flask"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        // (bind source, the refusal's relation and home, or None)
+        let cases: &[(&str, Option<&str>)] = &[
+            ("/root", Some("is the home directory /root")),
+            ("/home/alice", Some("is the home directory /home/alice")),
+            ("/root/.ssh", Some("lies inside the home directory /root")),
+            ("/root/.pyenv", Some("lies inside the home directory /root")),
+            (
+                "/srv/bob/bin",
+                Some("lies inside the home directory /srv/bob"),
+            ),
+            ("/srv", Some("contains the home directory /srv/bob")),
+            ("/home", Some("contains the home directory /home/alice")),
+            ("/", Some("contains the home directory /root")),
+            // An allowed prefix, and anything inside it.
+            ("/root/.pyenv/versions/3.11.7", None),
+            ("/root/.pyenv/versions/3.11.7/lib", None),
+            ("/home/alice/venvs/flask", None),
+            // Beside an allowed prefix is still refused.
+            (
+                "/root/.pyenv/versions/3.12.0",
+                Some("lies inside the home directory /root"),
+            ),
+            // Not a home at all.
+            ("/usr", None),
+            ("/opt/python", None),
+            ("/rootfs", None),
+            ("/home2/x", None),
+        ];
+        for (src, want) in cases {
+            let got = check_home(Path::new(src), &homes(), &allowed);
+            match (want, got) {
+                (None, Ok(())) => {}
+                (Some(rel), Err(SandboxError::InvalidPolicy { reason })) => {
+                    assert_eq!(
+                        reason,
+                        format!(
+                            "bind source {src} {rel}: homes hold keys and tokens and are not \
+                             bound unless named; bind a narrower directory, or name it \
+                             explicitly (`patchwright sandbox --ro-bind {src}`, or add it to \
+                             Policy.allowed_in_home)"
+                        )
+                    );
+                }
+                (want, got) => panic!("{src}: want {want:?}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn homes_are_read_from_passwd_text() {
+        let text = "root:x:0:0:root:/root:/bin/bash\n\
+                    daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n\
+                    www-data:x:33:33:www-data:/var/www:/usr/sbin/nologin\n\
+                    alice:x:1000:1000:Alice:/home/alice:/bin/bash\n\
+                    bob:x:1001:1001::/srv/bob:/bin/sh\n\
+                    carol:x:1002:1002::/:/bin/sh\n\
+                    dave:x:1003:1003::relative:/bin/sh\n\
+                    nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n\
+                    broken line\n\
+                    eve:x:notanumber:1:x:/home/eve:/bin/sh\n\
+                    alice2:x:1004:1004::/home/alice:/bin/bash\n";
+        assert_eq!(
+            homes_from_passwd(text),
+            vec![
+                PathBuf::from("/root"),
+                PathBuf::from("/home/alice"),
+                PathBuf::from("/srv/bob"),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_worktree_is_always_allowed_and_other_binds_are_checked() {
+        let mut p = Policy::new("/root/.cache/patchwright/wt-1", Vec::new());
+        assert_eq!(
+            p.validate_with_homes(&homes()).map_err(|e| e.to_string()),
+            Ok(())
+        );
+        p.extra_ro_binds.push("/root/bin".into());
+        let e = p.validate_with_homes(&homes()).unwrap_err().to_string();
+        assert!(
+            e.contains("bind source /root/bin lies inside the home directory /root"),
+            "{e}"
+        );
+        p.allowed_in_home.push("/root/bin".into());
+        assert_eq!(
+            p.validate_with_homes(&homes()).map_err(|e| e.to_string()),
+            Ok(())
+        );
+        // An older serialized policy (no allowed_in_home) still reads.
+        let mut json = serde_json::to_value(&p).unwrap();
+        json.as_object_mut().unwrap().remove("allowed_in_home");
+        let back: Policy = serde_json::from_value(json).unwrap();
+        assert_eq!(back.allowed_in_home, Vec::<PathBuf>::new());
     }
 }
