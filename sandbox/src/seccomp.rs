@@ -110,7 +110,7 @@ pub const NATIVE_AUDIT_ARCH: Option<u32> = if cfg!(target_arch = "x86_64") {
 
 /// kexec_file_load's number (libc lacks it on some aarch64 targets):
 /// 320 on x86_64, 294 on aarch64.
-const SYS_KEXEC_FILE_LOAD: i64 = if cfg!(target_arch = "x86_64") {
+const SYS_KEXEC_FILE_LOAD: libc::c_long = if cfg!(target_arch = "x86_64") {
     320
 } else {
     294
@@ -148,7 +148,7 @@ pub struct Blocked {
     /// The call's name.
     pub name: &'static str,
     /// Its number on this architecture.
-    pub nr: i64,
+    pub nr: libc::c_long,
     /// When and how it is refused.
     pub rule: Rule,
     /// Why a sandboxed command must not make it.
@@ -158,7 +158,7 @@ pub struct Blocked {
 const fn always(name: &'static str, nr: libc::c_long, reason: &'static str) -> Blocked {
     Blocked {
         name,
-        nr: nr as i64,
+        nr,
         rule: Rule::Always(BLOCKED_ERRNO),
         reason,
     }
@@ -198,7 +198,7 @@ pub const BLOCKED_SYSCALLS: &[Blocked] = &[
     always("setns", libc::SYS_setns, NAMESPACES),
     Blocked {
         name: "clone",
-        nr: libc::SYS_clone as i64,
+        nr: libc::SYS_clone,
         rule: Rule::ArgMask {
             arg: 0,
             mask: CLONE_NEW_FLAGS,
@@ -208,7 +208,7 @@ pub const BLOCKED_SYSCALLS: &[Blocked] = &[
     },
     Blocked {
         name: "clone3",
-        nr: libc::SYS_clone3 as i64,
+        nr: libc::SYS_clone3,
         rule: Rule::Always(CLONE3_ERRNO),
         reason: "its flags are in memory the filter cannot read; ENOSYS makes glibc use clone",
     },
@@ -227,7 +227,7 @@ pub const BLOCKED_SYSCALLS: &[Blocked] = &[
     always("reboot", libc::SYS_reboot, HOST_ADMIN),
     Blocked {
         name: "personality",
-        nr: libc::SYS_personality as i64,
+        nr: libc::SYS_personality,
         rule: Rule::ArgMask {
             arg: 0,
             mask: ADDR_NO_RANDOMIZE,
@@ -237,7 +237,7 @@ pub const BLOCKED_SYSCALLS: &[Blocked] = &[
     },
     Blocked {
         name: "ioctl",
-        nr: libc::SYS_ioctl as i64,
+        nr: libc::SYS_ioctl,
         rule: Rule::ArgEquals {
             arg: 1,
             values: &[TIOCSTI, TIOCLINUX],
