@@ -17,6 +17,16 @@ pub enum SandboxError {
         path: PathBuf,
     },
 
+    /// The bubblewrap binary is unsupported: too old, or its version
+    /// cannot be read (see [`crate::PreflightError`] for each reason).
+    #[error("bubblewrap at {path} cannot be used: {message}")]
+    BwrapUnusable {
+        /// The binary.
+        path: PathBuf,
+        /// Why, with what to install.
+        message: String,
+    },
+
     /// bubblewrap started but could not build the sandbox (namespaces,
     /// mounts); the command never ran.
     #[error(

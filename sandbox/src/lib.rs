@@ -27,6 +27,7 @@ mod policy;
 mod preflight;
 mod prepared;
 mod run;
+mod seccomp;
 mod spawner;
 
 pub use error::SandboxError;
@@ -39,4 +40,10 @@ pub use policy::*;
 pub use preflight::*;
 pub use prepared::{LAYER_BASE_PREFIX, MAX_PREPARED_LAYERS};
 pub use run::{check_available, run, run_with, SpawnPath};
+pub use seccomp::{
+    build_program, describe_seccomp, evaluate, program_bytes, seccomp_program, Blocked, Insn, Rule,
+    ADDR_NO_RANDOMIZE, AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64, BLOCKED_ERRNO, BLOCKED_SYSCALLS,
+    CLONE3_ERRNO, CLONE_NEW_FLAGS, NATIVE_AUDIT_ARCH, PERSONALITY_QUERY, RET_ALLOW, RET_ERRNO,
+    RET_KILL_PROCESS, TIOCLINUX, TIOCSTI, X32_SYSCALL_BIT,
+};
 pub use spawner::{release_spawners, MAX_IDLE_SPAWNERS, SPAWNER_IDLE_TIMEOUT, SPAWNER_TASKS};

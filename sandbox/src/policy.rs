@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use crate::error::SandboxError;
+use crate::preflight::{flag_supported, BwrapVersion};
 
 /// Where bubblewrap is looked for unless the policy says otherwise: the path
 /// Debian's and Ubuntu's `bubblewrap` package installs it at.
@@ -33,6 +34,37 @@ pub fn set_host_bwrap(path: impl Into<PathBuf>) -> Result<(), SandboxError> {
         )));
     }
     Ok(())
+}
+
+/// Directories this program owns (caches, environments, models), added by
+/// [`allow_program_dir`] to every host policy's
+/// [`Policy::allowed_in_home`].
+static PROGRAM_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Declares `dir` a directory the program itself owns (its cache,
+/// environments or models root): binds inside it are allowed even when it
+/// lies in a home directory, in every policy [`Policy::for_worktree`]
+/// builds from now on. Its canonical form is added too, when it exists.
+pub fn allow_program_dir(dir: impl Into<PathBuf>) {
+    let dir = dir.into();
+    let real = std::fs::canonicalize(&dir).ok();
+    let mut dirs = match PROGRAM_DIRS.lock() {
+        Ok(d) => d,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    for d in std::iter::once(dir).chain(real) {
+        if !dirs.contains(&d) {
+            dirs.push(d);
+        }
+    }
+}
+
+/// The directories [`allow_program_dir`] declared, in order.
+pub fn program_dirs() -> Vec<PathBuf> {
+    match PROGRAM_DIRS.lock() {
+        Ok(d) => d.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    }
 }
 
 /// The bubblewrap binary of this process's host policies: the one
@@ -115,6 +147,10 @@ pub const HOSTS_FD: i32 = 5;
 /// See [`PASSWD_FD`]: bubblewrap's JSON status (`--json-status-fd`), used to
 /// tell "the sandbox could not be set up" apart from the command's own exit.
 pub const STATUS_FD: i32 = 6;
+
+/// See [`PASSWD_FD`]: the seccomp filter (`--seccomp`), the program of
+/// [`crate::seccomp_program`].
+pub const SECCOMP_FD: i32 = 7;
 
 /// Host files under /etc that programs need and that hold no secrets: bound
 /// read-only (or recreated as the same symlink) if they exist. Never
@@ -242,6 +278,15 @@ pub struct Policy {
     /// Extra host paths bound read-only at the same path, e.g. a pyenv
     /// version directory holding the task's Python.
     pub extra_ro_binds: Vec<PathBuf>,
+    /// Paths inside home directories that binds may use: a bind source
+    /// that is, contains or lies inside a home ([`host_homes`]) is refused
+    /// unless it lies inside one of these. Filled by the caller with what
+    /// the user named explicitly (a `--ro-bind`, the configured venv) and
+    /// the directories the program itself owns (its caches, environments,
+    /// models, a pyenv interpreter prefix); the worktree is always in it
+    /// ([`Policy::new`]). Empty in older serialized policies.
+    #[serde(default)]
+    pub allowed_in_home: Vec<PathBuf>,
     /// Extra host directories bound read-write at the same path, besides the
     /// worktree: an environment being built, a task's install layer, a
     /// package cache. Empty by default.
@@ -271,9 +316,11 @@ impl Policy {
         env.insert("PATH".to_string(), DEFAULT_PATH.to_string());
         env.insert("HOME".to_string(), "/tmp".to_string());
         env.insert("LANG".to_string(), "C.UTF-8".to_string());
+        let worktree: PathBuf = worktree.into();
         Policy {
             bwrap: PathBuf::from(DEFAULT_BWRAP),
-            worktree: worktree.into(),
+            allowed_in_home: vec![worktree.clone()],
+            worktree,
             protected: DEFAULT_PROTECTED.iter().map(PathBuf::from).collect(),
             system_mounts,
             extra_ro_binds: Vec::new(),
@@ -288,7 +335,9 @@ impl Policy {
 
     /// The default policy for a worktree on this host: the directory is made
     /// absolute (symlinks resolved), the base layer is taken from how this
-    /// host lays out /usr, /bin, /lib, and bubblewrap is [`host_bwrap`].
+    /// host lays out /usr, /bin, /lib, bubblewrap is [`host_bwrap`], and
+    /// binds may use the worktree and the [`program_dirs`] even inside a
+    /// home directory.
     pub fn for_worktree(dir: impl AsRef<Path>) -> Result<Policy, SandboxError> {
         let dir = dir.as_ref();
         let canonical = std::fs::canonicalize(dir).map_err(|e| SandboxError::Worktree {
@@ -303,6 +352,7 @@ impl Policy {
         }
         let mut policy = Policy::new(canonical, detect_system_mounts());
         policy.bwrap = host_bwrap();
+        policy.allowed_in_home.extend(program_dirs());
         Ok(policy)
     }
 
@@ -331,6 +381,11 @@ impl Policy {
     }
 
     pub fn validate(&self) -> Result<(), SandboxError> {
+        self.validate_with_homes(&host_homes())
+    }
+
+    /// [`Policy::validate`] with the home directories given (pure).
+    pub fn validate_with_homes(&self, homes: &[PathBuf]) -> Result<(), SandboxError> {
         for h in &self.local_hosts {
             if h.is_empty()
                 || !h
@@ -379,6 +434,7 @@ impl Policy {
         }
         for src in binds {
             check_path("bind source", src)?;
+            check_home(src, homes, &self.allowed_in_home)?;
             for secret in ["/etc/shadow", "/etc/gshadow", "/root", "/home"] {
                 if Path::new(secret).starts_with(src) {
                     return Err(SandboxError::invalid(format!(
@@ -399,6 +455,103 @@ impl Policy {
         }
         Ok(())
     }
+}
+
+/// Home directories that are not bound unless named ([`host_homes`]):
+/// these always, whether /etc/passwd lists them or not.
+pub const FIXED_HOMES: &[&str] = &["/root"];
+
+/// The directory whose entries are all home directories.
+pub const HOMES_DIR: &str = "/home";
+
+/// The first uid of an ordinary user (Debian's and Fedora's `UID_MIN`):
+/// users from here on, and root (uid 0), have homes worth protecting;
+/// system accounts below it (daemon, www-data) do not.
+pub const FIRST_USER_UID: u32 = 1000;
+
+/// The uid of `nobody`, whose home (`/nonexistent`) is not a home.
+pub const NOBODY_UID: u32 = 65534;
+
+/// The home directories in an /etc/passwd text: the `pw_dir` of uid 0 and
+/// of every uid >= [`FIRST_USER_UID`] (except [`NOBODY_UID`]), other than
+/// `/` and relative paths, in file order without repeats. Pure.
+pub fn homes_from_passwd(text: &str) -> Vec<PathBuf> {
+    let mut homes: Vec<PathBuf> = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(':').collect();
+        let (Some(uid), Some(dir)) = (fields.get(2), fields.get(5)) else {
+            continue;
+        };
+        let Ok(uid) = uid.trim().parse::<u32>() else {
+            continue;
+        };
+        if uid != 0 && (uid < FIRST_USER_UID || uid == NOBODY_UID) {
+            continue;
+        }
+        let dir = Path::new(dir.trim());
+        if !dir.is_absolute() || dir == Path::new("/") {
+            continue;
+        }
+        let dir = dir.to_path_buf();
+        if !homes.contains(&dir) {
+            homes.push(dir);
+        }
+    }
+    homes
+}
+
+/// This host's home directories: [`FIXED_HOMES`], every entry of
+/// [`HOMES_DIR`], and [`homes_from_passwd`] of /etc/passwd, the last two
+/// only where they exist (symbolic links resolved, so /home on another
+/// disk is still recognised).
+pub fn host_homes() -> Vec<PathBuf> {
+    let mut homes: Vec<PathBuf> = FIXED_HOMES.iter().map(PathBuf::from).collect();
+    if let Ok(entries) = std::fs::read_dir(HOMES_DIR) {
+        for e in entries.flatten() {
+            homes.push(e.path());
+        }
+    }
+    if let Ok(text) = std::fs::read_to_string("/etc/passwd") {
+        homes.extend(homes_from_passwd(&text).into_iter().filter(|h| h.exists()));
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for h in homes {
+        let real = std::fs::canonicalize(&h).ok();
+        for p in std::iter::once(h).chain(real) {
+            if p != Path::new("/") && !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Refuses `src` when it is, contains or lies inside one of `homes`,
+/// unless it lies inside (or is) an `allowed` path. Pure.
+pub fn check_home(src: &Path, homes: &[PathBuf], allowed: &[PathBuf]) -> Result<(), SandboxError> {
+    if allowed.iter().any(|a| src.starts_with(a)) {
+        return Ok(());
+    }
+    for home in homes {
+        let relation = if src == home {
+            "is the home directory"
+        } else if src.starts_with(home) {
+            "lies inside the home directory"
+        } else if home.starts_with(src) {
+            "contains the home directory"
+        } else {
+            continue;
+        };
+        return Err(SandboxError::invalid(format!(
+            "bind source {} {relation} {}: homes hold keys and tokens and are not bound unless \
+             named; bind a narrower directory, or name it explicitly (`patchwright sandbox \
+             --ro-bind {}`, or add it to Policy.allowed_in_home)",
+            src.display(),
+            home.display(),
+            src.display()
+        )));
+    }
+    Ok(())
 }
 
 fn to_str<'a>(what: &str, p: &'a Path) -> Result<&'a str, SandboxError> {
@@ -468,11 +621,13 @@ fn push_all(args: &mut Vec<String>, items: &[&str]) {
 }
 
 /// The bubblewrap arguments (without the program name) that run `command`
-/// under `policy`. Pure: the same policy and command always give the same
-/// list. Paths are used as given; [`Policy::validate`] rejects the ones that
-/// would not survive the conversion to strings.
-pub fn bwrap_args(policy: &Policy, command: &[String]) -> Vec<String> {
-    build_args(policy, None, command)
+/// under `policy` with a bubblewrap of `version`: options that version
+/// lacks and the sandbox can do without ([`crate::OPTIONAL_FLAGS`]) are
+/// left out. Pure: the same policy, version and command always give the
+/// same list. Paths are used as given; [`Policy::validate`] rejects the
+/// ones that would not survive the conversion to strings.
+pub fn bwrap_args(policy: &Policy, version: BwrapVersion, command: &[String]) -> Vec<String> {
+    build_args(policy, version, None, command)
 }
 
 /// Where the fast path binds its prepared /etc layer inside the sandbox.
@@ -526,28 +681,37 @@ pub fn etc_layer_unfit(policy: &Policy) -> Option<String> {
 /// of `etc_dir` (a host directory holding copies of exactly those files,
 /// built by the runner) at /etc: one mount instead of about sixteen. Pure;
 /// only meaningful when [`etc_layer_unfit`] is `None`.
-pub fn bwrap_args_with_etc(policy: &Policy, etc_dir: &Path, command: &[String]) -> Vec<String> {
-    build_args(policy, Some(etc_dir), command)
+pub fn bwrap_args_with_etc(
+    policy: &Policy,
+    version: BwrapVersion,
+    etc_dir: &Path,
+    command: &[String],
+) -> Vec<String> {
+    build_args(policy, version, Some(etc_dir), command)
 }
 
-fn build_args(policy: &Policy, etc_dir: Option<&Path>, command: &[String]) -> Vec<String> {
+fn build_args(
+    policy: &Policy,
+    version: BwrapVersion,
+    etc_dir: Option<&Path>,
+    command: &[String],
+) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
     // Namespaces and privileges. --unshare-user is explicit so that
     // --disable-userns (no nested user namespaces) is accepted when root.
+    // Before bubblewrap 0.8 there is no --disable-userns: the seccomp
+    // filter's unshare, clone(CLONE_NEWUSER) and clone3 block stands in.
     push_all(&mut a, &["--unshare-all"]);
     if policy.network {
         push_all(&mut a, &["--share-net"]);
     }
+    push_all(&mut a, &["--unshare-user"]);
+    if flag_supported(version, "--disable-userns") {
+        push_all(&mut a, &["--disable-userns"]);
+    }
     push_all(
         &mut a,
-        &[
-            "--unshare-user",
-            "--disable-userns",
-            "--die-with-parent",
-            "--new-session",
-            "--cap-drop",
-            "ALL",
-        ],
+        &["--die-with-parent", "--new-session", "--cap-drop", "ALL"],
     );
     a.extend([
         "--uid".to_string(),
@@ -609,13 +773,14 @@ fn build_args(policy: &Policy, etc_dir: Option<&Path>, command: &[String]) -> Ve
     }
     push_all(&mut a, &["--dev", "/dev", "--proc", "/proc"]);
     let tmp = policy.limits.tmp_bytes.to_string();
+    // Before bubblewrap 0.7 a tmpfs has no --size: it is then bounded by
+    // the memory cap alone (its pages are charged to the cgroup).
+    let sized = flag_supported(version, "--size");
     for dir in ["/tmp", "/dev/shm"] {
-        a.extend([
-            "--size".to_string(),
-            tmp.clone(),
-            "--tmpfs".to_string(),
-            dir.to_string(),
-        ]);
+        if sized {
+            a.extend(["--size".to_string(), tmp.clone()]);
+        }
+        a.extend(["--tmpfs".to_string(), dir.to_string()]);
     }
     for p in &policy.extra_ro_binds {
         a.extend(["--ro-bind".to_string(), s(p), s(p)]);
@@ -636,6 +801,8 @@ fn build_args(policy: &Policy, etc_dir: Option<&Path>, command: &[String]) -> Ve
     push_all(&mut a, &["--remount-ro", "/"]);
     a.extend(["--chdir".to_string(), wt]);
     a.extend(["--json-status-fd".to_string(), STATUS_FD.to_string()]);
+    // The seccomp filter, installed by bubblewrap just before the exec.
+    a.extend(["--seccomp".to_string(), SECCOMP_FD.to_string()]);
     a.push("--".to_string());
     a.extend(command.iter().cloned());
     a
@@ -663,5 +830,119 @@ mod tests {
         let dir = std::env::temp_dir();
         let policy = Policy::for_worktree(&dir).unwrap();
         assert_eq!(policy.bwrap, PathBuf::from(DEFAULT_BWRAP));
+    }
+}
+
+#[cfg(test)]
+mod home_tests {
+    use super::*;
+
+    fn homes() -> Vec<PathBuf> {
+        ["/root", "/home/alice", "/srv/bob"]
+            .iter()
+            .map(PathBuf::from)
+            .collect()
+    }
+
+    #[test]
+    fn binds_in_contained_by_or_of_a_home_are_refused_unless_allowed() {
+        let allowed: Vec<PathBuf> = ["/root/.pyenv/versions/3.11.7", "/home/alice/venvs/flask"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        // (bind source, the refusal's relation and home, or None)
+        let cases: &[(&str, Option<&str>)] = &[
+            ("/root", Some("is the home directory /root")),
+            ("/home/alice", Some("is the home directory /home/alice")),
+            ("/root/.ssh", Some("lies inside the home directory /root")),
+            ("/root/.pyenv", Some("lies inside the home directory /root")),
+            (
+                "/srv/bob/bin",
+                Some("lies inside the home directory /srv/bob"),
+            ),
+            ("/srv", Some("contains the home directory /srv/bob")),
+            ("/home", Some("contains the home directory /home/alice")),
+            ("/", Some("contains the home directory /root")),
+            // An allowed prefix, and anything inside it.
+            ("/root/.pyenv/versions/3.11.7", None),
+            ("/root/.pyenv/versions/3.11.7/lib", None),
+            ("/home/alice/venvs/flask", None),
+            // Beside an allowed prefix is still refused.
+            (
+                "/root/.pyenv/versions/3.12.0",
+                Some("lies inside the home directory /root"),
+            ),
+            // Not a home at all.
+            ("/usr", None),
+            ("/opt/python", None),
+            ("/rootfs", None),
+            ("/home2/x", None),
+        ];
+        for (src, want) in cases {
+            let got = check_home(Path::new(src), &homes(), &allowed);
+            match (want, got) {
+                (None, Ok(())) => {}
+                (Some(rel), Err(SandboxError::InvalidPolicy { reason })) => {
+                    assert_eq!(
+                        reason,
+                        format!(
+                            "bind source {src} {rel}: homes hold keys and tokens and are not \
+                             bound unless named; bind a narrower directory, or name it \
+                             explicitly (`patchwright sandbox --ro-bind {src}`, or add it to \
+                             Policy.allowed_in_home)"
+                        )
+                    );
+                }
+                (want, got) => panic!("{src}: want {want:?}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn homes_are_read_from_passwd_text() {
+        let text = "root:x:0:0:root:/root:/bin/bash\n\
+                    daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n\
+                    www-data:x:33:33:www-data:/var/www:/usr/sbin/nologin\n\
+                    alice:x:1000:1000:Alice:/home/alice:/bin/bash\n\
+                    bob:x:1001:1001::/srv/bob:/bin/sh\n\
+                    carol:x:1002:1002::/:/bin/sh\n\
+                    dave:x:1003:1003::relative:/bin/sh\n\
+                    nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n\
+                    broken line\n\
+                    eve:x:notanumber:1:x:/home/eve:/bin/sh\n\
+                    alice2:x:1004:1004::/home/alice:/bin/bash\n";
+        assert_eq!(
+            homes_from_passwd(text),
+            vec![
+                PathBuf::from("/root"),
+                PathBuf::from("/home/alice"),
+                PathBuf::from("/srv/bob"),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_worktree_is_always_allowed_and_other_binds_are_checked() {
+        let mut p = Policy::new("/root/.cache/patchwright/wt-1", Vec::new());
+        assert_eq!(
+            p.validate_with_homes(&homes()).map_err(|e| e.to_string()),
+            Ok(())
+        );
+        p.extra_ro_binds.push("/root/bin".into());
+        let e = p.validate_with_homes(&homes()).unwrap_err().to_string();
+        assert!(
+            e.contains("bind source /root/bin lies inside the home directory /root"),
+            "{e}"
+        );
+        p.allowed_in_home.push("/root/bin".into());
+        assert_eq!(
+            p.validate_with_homes(&homes()).map_err(|e| e.to_string()),
+            Ok(())
+        );
+        // An older serialized policy (no allowed_in_home) still reads.
+        let mut json = serde_json::to_value(&p).unwrap();
+        json.as_object_mut().unwrap().remove("allowed_in_home");
+        let back: Policy = serde_json::from_value(json).unwrap();
+        assert_eq!(back.allowed_in_home, Vec::<PathBuf>::new());
     }
 }

@@ -117,7 +117,34 @@ pub const BWRAP_FLAGS: &[BwrapFlag] = &[
     flag("--remount-ro", 1, (0, 1, 2)),
     flag("--chdir", 1, (0, 1, 0)),
     flag("--json-status-fd", 1, (0, 3, 2)),
+    flag("--seccomp", 1, (0, 1, 0)),
 ];
+
+/// The oldest bubblewrap the sandbox supports: 0.6.0 (Ubuntu 22.04 ships
+/// 0.6.1, RHEL 9 0.6.3). The argument list is checked against a 0.6.3
+/// built from source; older releases are refused with [`install_hint`].
+pub const MINIMUM_BWRAP: BwrapVersion = BwrapVersion::new(0, 6, 0);
+
+/// Options [`bwrap_args`] leaves out for a bubblewrap that lacks them,
+/// because the sandbox holds without them: `--disable-userns` (0.8; the
+/// seccomp filter's unshare/clone(CLONE_NEWUSER)/clone3 block stands in)
+/// and `--size` (0.7; /tmp and /dev/shm are then bounded by the memory cap
+/// only). Every other option is required and came before [`MINIMUM_BWRAP`].
+pub const OPTIONAL_FLAGS: &[&str] = &["--disable-userns", "--size"];
+
+/// Whether [`bwrap_args`] passes `name` to a bubblewrap of `version`: a
+/// required option always, an [`OPTIONAL_FLAGS`] one when `version` has it
+/// (an option missing from [`BWRAP_FLAGS`] always, so the table test
+/// catches it). Pure.
+pub fn flag_supported(version: BwrapVersion, name: &str) -> bool {
+    if !OPTIONAL_FLAGS.contains(&name) {
+        return true;
+    }
+    BWRAP_FLAGS
+        .iter()
+        .find(|f| f.name == name)
+        .is_none_or(|f| f.since <= version)
+}
 
 /// How long `bwrap --version` may take: it prints one line and exits, so
 /// ten seconds only bounds a binary that hangs.
@@ -183,14 +210,9 @@ pub struct SysctlReading {
     pub value: Option<String>,
 }
 
-/// The oldest bubblewrap the default policy works with: the newest `since`
-/// in [`BWRAP_FLAGS`] (`--disable-userns`, 0.8.0).
+/// The oldest bubblewrap the sandbox works with: [`MINIMUM_BWRAP`].
 pub fn minimum_version() -> BwrapVersion {
-    BWRAP_FLAGS
-        .iter()
-        .map(|f| f.since)
-        .max()
-        .unwrap_or(BwrapVersion::new(0, 0, 0))
+    MINIMUM_BWRAP
 }
 
 /// What to install, for messages: the version needed and where to get it.
@@ -244,10 +266,11 @@ pub enum PreflightError {
         output: String,
     },
 
-    /// The installed bubblewrap predates flags the policy uses.
+    /// The installed bubblewrap is older than [`MINIMUM_BWRAP`] or lacks
+    /// flags the policy requires.
     #[error(
-        "bubblewrap {found} at {path} is too old: the sandbox uses {}; {}",
-        describe_flags(.flags),
+        "bubblewrap {found} at {path} is too old: the sandbox supports bubblewrap >= {needs}{}; {}",
+        lacks(.flags),
         install_hint(.needs)
     )]
     TooOld {
@@ -309,6 +332,14 @@ pub enum PreflightError {
         #[source]
         source: SandboxError,
     },
+}
+
+/// `, and it lacks --flag (bubblewrap >= X.Y.Z), ...`, or nothing. Pure.
+fn lacks(flags: &[BwrapFlag]) -> String {
+    if flags.is_empty() {
+        return String::new();
+    }
+    format!(", and it lacks {}", describe_flags(flags))
 }
 
 /// `--flag (bubblewrap >= X.Y.Z)` for each flag, comma-separated. Pure.
@@ -421,18 +452,17 @@ pub fn preflight(policy: &Policy) -> Result<HostReport, PreflightError> {
         }
         Ok(_) => {}
     }
-    let output = version_output(path)?;
-    let version = BwrapVersion::parse(&output).ok_or_else(|| PreflightError::Unparsable {
-        path: path.clone(),
-        output: output.trim().to_string(),
-    })?;
-    let flags = flags_in(&bwrap_args(policy, &[PROBE_COMMAND.to_string()]))?;
+    let version = bwrap_version(path)?;
+    let flags = flags_in(&bwrap_args(policy, version, &[PROBE_COMMAND.to_string()]))?;
     let missing = missing_flags(version, &flags);
-    if let Some(newest) = missing.first() {
+    if version < MINIMUM_BWRAP || !missing.is_empty() {
+        let needs = missing
+            .first()
+            .map_or(MINIMUM_BWRAP, |f| f.since.max(MINIMUM_BWRAP));
         return Err(PreflightError::TooOld {
             path: path.clone(),
             found: version,
-            needs: newest.since,
+            needs,
             flags: missing,
         });
     }
@@ -468,6 +498,36 @@ pub fn preflight(policy: &Policy) -> Result<HostReport, PreflightError> {
         cgroup_unavailable: outcome.limits.cgroup_unavailable,
         probe_secs: outcome.wall_time_secs,
     })
+}
+
+/// Versions already read, by binary (path, size, modification time), so
+/// each bubblewrap is asked once per process and a replaced one again.
+type VersionKey = (PathBuf, u64, Option<std::time::SystemTime>);
+static VERSIONS: std::sync::Mutex<Vec<(VersionKey, BwrapVersion)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The version of the bubblewrap at `path` (`bwrap --version`), read once
+/// per process and binary: the runner chooses the argument list by it.
+pub fn bwrap_version(path: &Path) -> Result<BwrapVersion, PreflightError> {
+    let meta = std::fs::metadata(path).map_err(|_| PreflightError::Missing {
+        path: path.to_path_buf(),
+    })?;
+    let key: VersionKey = (path.to_path_buf(), meta.len(), meta.modified().ok());
+    if let Ok(known) = VERSIONS.lock() {
+        if let Some((_, v)) = known.iter().find(|(k, _)| *k == key) {
+            return Ok(*v);
+        }
+    }
+    let output = version_output(path)?;
+    let version = BwrapVersion::parse(&output).ok_or_else(|| PreflightError::Unparsable {
+        path: path.to_path_buf(),
+        output: output.trim().to_string(),
+    })?;
+    if let Ok(mut known) = VERSIONS.lock() {
+        known.retain(|(k, _)| k.0 != key.0);
+        known.push((key, version));
+    }
+    Ok(version)
 }
 
 /// What `bwrap --version` printed (stdout, then stderr), run with an empty
@@ -597,9 +657,12 @@ mod tests {
         flags.iter().map(|f| f.name).collect()
     }
 
+    /// A version with every option.
+    const NEWEST: BwrapVersion = BwrapVersion::new(0, 11, 1);
+
     #[test]
     fn the_table_lists_exactly_the_options_the_policy_emits() {
-        let args = bwrap_args(&full_policy(), &["true".to_string()]);
+        let args = bwrap_args(&full_policy(), NEWEST, &["true".to_string()]);
         let mut used = names(&flags_in(&args).unwrap());
         let mut table = names(BWRAP_FLAGS);
         used.sort_unstable();
@@ -614,6 +677,16 @@ mod tests {
             i += 1 + f.args;
         }
         assert_eq!(i, dashdash);
+        // Only the optional options are newer than the minimum.
+        let mut newer: Vec<&str> = BWRAP_FLAGS
+            .iter()
+            .filter(|f| f.since > MINIMUM_BWRAP)
+            .map(|f| f.name)
+            .collect();
+        newer.sort_unstable();
+        let mut optional = OPTIONAL_FLAGS.to_vec();
+        optional.sort_unstable();
+        assert_eq!(newer, optional);
     }
 
     #[test]
@@ -629,61 +702,72 @@ mod tests {
     }
 
     #[test]
-    fn missing_flags_by_version() {
-        let flags = flags_in(&bwrap_args(&full_policy(), &["true".to_string()])).unwrap();
-        let cases: &[(BwrapVersion, &[&str])] = &[
-            (v(0, 11, 1), &[]),
-            (v(0, 8, 0), &[]),
-            (v(0, 7, 0), &["--disable-userns"]),
-            (v(0, 6, 0), &["--disable-userns", "--size"]),
-            (v(0, 4, 1), &["--disable-userns", "--size", "--clearenv"]),
-            (
-                v(0, 3, 1),
-                &[
-                    "--disable-userns",
-                    "--size",
-                    "--clearenv",
-                    "--json-status-fd",
-                ],
-            ),
+    fn the_argv_for_each_version_uses_only_what_it_has() {
+        // (version, options missing from the argv built for it, optional
+        // options it gets)
+        let cases: &[(BwrapVersion, &[&str], &[&str])] = &[
+            (v(0, 11, 1), &[], &["--disable-userns", "--size"]),
+            (v(0, 8, 0), &[], &["--disable-userns", "--size"]),
+            (v(0, 7, 0), &[], &["--size"]),
+            (v(0, 6, 3), &[], &[]),
+            (v(0, 6, 0), &[], &[]),
+            (v(0, 4, 1), &["--clearenv"], &[]),
+            (v(0, 3, 1), &["--clearenv", "--json-status-fd"], &[]),
             (
                 v(0, 1, 8),
                 &[
-                    "--disable-userns",
-                    "--size",
                     "--clearenv",
                     "--json-status-fd",
                     "--ro-bind-try",
                     "--cap-drop",
                 ],
+                &[],
             ),
         ];
-        for (found, want) in cases {
-            assert_eq!(names(&missing_flags(*found, &flags)), *want, "{found}");
+        for (found, want_missing, want_optional) in cases {
+            let flags =
+                flags_in(&bwrap_args(&full_policy(), *found, &["true".to_string()])).unwrap();
+            assert_eq!(
+                names(&missing_flags(*found, &flags)),
+                *want_missing,
+                "{found}"
+            );
+            let optional: Vec<&str> = names(&flags)
+                .into_iter()
+                .filter(|n| OPTIONAL_FLAGS.contains(n))
+                .collect();
+            assert_eq!(optional, *want_optional, "{found}");
         }
-        assert_eq!(minimum_version(), v(0, 8, 0));
+        assert_eq!(minimum_version(), v(0, 6, 0));
     }
 
     #[test]
     fn too_old_names_the_version_the_flags_and_what_to_install() {
-        let found = v(0, 6, 0);
-        let flags = flags_in(&bwrap_args(&full_policy(), &["true".to_string()])).unwrap();
-        let missing = missing_flags(found, &flags);
-        let e = PreflightError::TooOld {
-            path: "/usr/bin/bwrap".into(),
-            found,
-            needs: missing[0].since,
-            flags: missing,
-        };
-        let text = e.to_string();
-        assert!(
-            text.starts_with(
-                "bubblewrap 0.6.0 at /usr/bin/bwrap is too old: the sandbox uses \
-                 --disable-userns (bubblewrap >= 0.8.0), --size (bubblewrap >= 0.7.0); \
-                 install bubblewrap >= 0.8.0 ("
+        let cases: &[(BwrapVersion, &str)] = &[
+            (
+                v(0, 5, 0),
+                "bubblewrap 0.5.0 at /usr/bin/bwrap is too old: the sandbox supports \
+                 bubblewrap >= 0.6.0; install bubblewrap >= 0.6.0 (",
             ),
-            "{text}"
-        );
+            (
+                v(0, 4, 1),
+                "bubblewrap 0.4.1 at /usr/bin/bwrap is too old: the sandbox supports \
+                 bubblewrap >= 0.6.0, and it lacks --clearenv (bubblewrap >= 0.5.0); \
+                 install bubblewrap >= 0.6.0 (",
+            ),
+        ];
+        for (found, want) in cases {
+            let flags =
+                flags_in(&bwrap_args(&full_policy(), *found, &["true".to_string()])).unwrap();
+            let e = PreflightError::TooOld {
+                path: "/usr/bin/bwrap".into(),
+                found: *found,
+                needs: MINIMUM_BWRAP,
+                flags: missing_flags(*found, &flags),
+            };
+            let text = e.to_string();
+            assert!(text.starts_with(want), "{text}");
+        }
     }
 
     #[test]
@@ -748,7 +832,7 @@ mod tests {
             (missing.clone(), "Missing"),
             (plain.clone(), "NotExecutable"),
             (dir.path().to_path_buf(), "NotExecutable"),
-            (fake("echo bubblewrap 0.6.0", "exit 0"), "TooOld"),
+            (fake("echo bubblewrap 0.5.0", "exit 0"), "TooOld"),
             (fake("echo nonsense", "exit 0"), "Unparsable"),
             (fake("exit 3", "exit 0"), "VersionFailed"),
             (
@@ -789,13 +873,18 @@ mod tests {
     #[test]
     fn the_hosts_bubblewrap_passes() {
         let wt = tempfile::tempdir().unwrap();
-        let policy = Policy::for_worktree(wt.path()).unwrap();
+        let mut policy = Policy::for_worktree(wt.path()).unwrap();
+        // The integration tests' PW_SANDBOX_BWRAP (tests/common) applies
+        // here too, so an older bubblewrap can be checked the same way.
+        if let Some(b) = std::env::var_os("PW_SANDBOX_BWRAP") {
+            policy.bwrap = b.into();
+        }
         let report = preflight(&policy).unwrap();
         assert_eq!(report.bwrap, policy.bwrap);
         assert!(report.version >= minimum_version(), "{}", report.version);
         assert_eq!(
             names(&report.flags),
-            names(&flags_in(&bwrap_args(&policy, &["true".to_string()])).unwrap())
+            names(&flags_in(&bwrap_args(&policy, report.version, &["true".to_string()])).unwrap())
         );
     }
 }

@@ -17,8 +17,9 @@ use crate::outcome::{Enforced, LimitsInForce, Mechanism, Outcome, SignalInfo};
 use crate::output::HeadTail;
 use crate::policy::{
     bwrap_args, bwrap_args_with_etc, etc_layer_unfit, Policy, CORE_DUMP_BYTES, GROUP_CONTENT,
-    GROUP_FD, HOSTS_FD, PASSWD_CONTENT, PASSWD_FD, STATUS_FD,
+    GROUP_FD, HOSTS_FD, PASSWD_CONTENT, PASSWD_FD, SECCOMP_FD, STATUS_FD,
 };
+use crate::preflight::{bwrap_version, flag_supported, PreflightError, MINIMUM_BWRAP};
 use crate::prepared;
 use crate::spawner::{delta, Spawner};
 
@@ -46,6 +47,26 @@ const FIRST_NON_STDIO_FD: RawFd = 3;
 
 /// The highest fd the fallback (no close_range) marks close-on-exec.
 const FALLBACK_MAX_FD: RawFd = 65_536;
+
+/// A tmpfs mounted without `size=` may grow to half the host's memory (the
+/// kernel's default): /tmp's cap under a bubblewrap without `--size` and
+/// without a cgroup.
+const TMPFS_DEFAULT_DIVISOR: u64 = 2;
+
+/// The host's physical memory in bytes (0 when sysconf cannot tell).
+fn host_memory_bytes() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages <= 0 || size <= 0 {
+        return 0;
+    }
+    (pages as u64).saturating_mul(size as u64)
+}
 
 /// Which way [`run_with`] starts bubblewrap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,10 +152,15 @@ fn set_nonblocking(fd: &OwnedFd, what: &str) -> Result<(), SandboxError> {
 
 /// A pipe whose read end yields `content` then EOF.
 fn data_pipe(content: &str, what: &str) -> Result<OwnedFd, SandboxError> {
+    bytes_pipe(content.as_bytes(), what)
+}
+
+/// A pipe holding `content` (at most a pipe's capacity, 64 KiB: written
+/// before the reader starts), read end parked.
+fn bytes_pipe(content: &[u8], what: &str) -> Result<OwnedFd, SandboxError> {
     let (r, w) = pipe(what)?;
     let mut file = std::fs::File::from(w);
-    std::io::Write::write_all(&mut file, content.as_bytes())
-        .map_err(|e| SandboxError::io(what, e))?;
+    std::io::Write::write_all(&mut file, content).map_err(|e| SandboxError::io(what, e))?;
     drop(file);
     park(r, what)
 }
@@ -246,6 +272,24 @@ pub fn run_with(
     }
     policy.validate()?;
     check_bwrap_binary(&policy.bwrap)?;
+    let version = bwrap_version(&policy.bwrap).map_err(|e| match e {
+        PreflightError::Missing { path } => SandboxError::BwrapNotFound { path },
+        other => SandboxError::BwrapUnusable {
+            path: policy.bwrap.clone(),
+            message: other.to_string(),
+        },
+    })?;
+    if version < MINIMUM_BWRAP {
+        return Err(SandboxError::BwrapUnusable {
+            path: policy.bwrap.clone(),
+            message: format!(
+                "it is bubblewrap {version}, and the sandbox supports {MINIMUM_BWRAP} and \
+                 later: install a newer bubblewrap (`apt-get install bubblewrap`, a backport, \
+                 or a build from https://github.com/containers/bubblewrap)"
+            ),
+        });
+    }
+    let seccomp = crate::seccomp::seccomp_program()?;
     if !policy.worktree.is_dir() {
         return Err(SandboxError::Worktree {
             path: policy.worktree.clone(),
@@ -354,16 +398,34 @@ pub fn run_with(
             (Some(rl(limits.memory_bytes)), procs)
         }
     };
+    // /tmp's cap: the tmpfs size where bubblewrap has --size (0.7+);
+    // before, the tmpfs is unsized and its pages only count against the
+    // cgroup's memory cap (without a cgroup, the kernel's tmpfs default of
+    // half the host's memory applies).
+    let tmp_in_force = if flag_supported(version, "--size") {
+        Enforced {
+            value: limits.tmp_bytes,
+            mechanism: Mechanism::Tmpfs,
+        }
+    } else {
+        match cgroup {
+            Some(cg) => Enforced {
+                value: limits.memory_bytes,
+                mechanism: cg.mechanism,
+            },
+            None => Enforced {
+                value: host_memory_bytes() / TMPFS_DEFAULT_DIVISOR,
+                mechanism: Mechanism::Tmpfs,
+            },
+        }
+    };
     let in_force = LimitsInForce {
         memory_bytes: memory_in_force,
         max_processes: procs_in_force,
         file_size_bytes: rl(limits.file_size_bytes),
         open_files: rl(open_files),
         core_dump_bytes: rl(CORE_DUMP_BYTES),
-        tmp_bytes: Enforced {
-            value: limits.tmp_bytes,
-            mechanism: Mechanism::Tmpfs,
-        },
+        tmp_bytes: tmp_in_force,
         timeout_ms: Enforced {
             value: limits.timeout_ms,
             mechanism: Mechanism::Runner,
@@ -396,6 +458,7 @@ pub fn run_with(
     } else {
         Vec::new()
     };
+    let seccomp_fd = bytes_pipe(&seccomp, "creating the seccomp filter pipe")?;
     let (status_r, status_w) = pipe("creating the status pipe")?;
     let status_w = park(status_w, "creating the status pipe")?;
     let (out_r, out_w) = pipe("creating the output pipe")?;
@@ -408,6 +471,7 @@ pub fn run_with(
     let mut moves: Vec<(RawFd, RawFd)> =
         data.iter().map(|(fd, to)| (fd.as_raw_fd(), *to)).collect();
     moves.push((status_w.as_raw_fd(), STATUS_FD));
+    moves.push((seccomp_fd.as_raw_fd(), SECCOMP_FD));
     // Only a per-run cgroup is joined in the child; a spawner's children
     // are born in its cgroup.
     let procs_fds: Vec<RawFd> = match &limiter {
@@ -415,8 +479,8 @@ pub fn run_with(
         _ => Vec::new(),
     };
     let args = match &etc_layer {
-        Some(dir) => bwrap_args_with_etc(policy, dir, command),
-        None => bwrap_args(policy, command),
+        Some(dir) => bwrap_args_with_etc(policy, version, dir, command),
+        None => bwrap_args(policy, version, command),
     };
 
     let mut cmd = Command::new(&policy.bwrap);
@@ -485,7 +549,7 @@ pub fn run_with(
             spawned
         }
     };
-    drop((data, status_w));
+    drop((data, status_w, seccomp_fd));
     let mut child = spawned.map_err(|e| SandboxError::Io {
         what: format!(
             "starting {} (joining the cgroup, setting rlimits)",

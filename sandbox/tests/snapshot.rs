@@ -8,8 +8,14 @@
 use std::path::{Path, PathBuf};
 
 use patchwright_sandbox::{
-    bwrap_args, bwrap_args_with_etc, etc_layer_unfit, etc_mounts, flags_in, Mount, Policy,
+    bwrap_args, bwrap_args_with_etc, etc_layer_unfit, etc_mounts, flags_in, missing_flags,
+    BwrapVersion, Mount, Policy, MINIMUM_BWRAP,
 };
+
+/// A bubblewrap 0.8 host (Debian 12): every option the sandbox can use.
+const V08: BwrapVersion = BwrapVersion::new(0, 8, 0);
+/// A bubblewrap 0.6 host (Ubuntu 22.04's 0.6.1).
+const V061: BwrapVersion = BwrapVersion::new(0, 6, 1);
 
 fn deterministic_policy() -> Policy {
     // The layout of a merged-/usr Debian 12 host.
@@ -43,6 +49,7 @@ fn deterministic_policy() -> Policy {
 fn default_policy_argv_matches_snapshot() {
     let argv = bwrap_args(
         &deterministic_policy(),
+        V08,
         &["python".to_string(), "-m".to_string(), "pytest".to_string()],
     );
     let actual = argv.join("\n") + "\n";
@@ -60,6 +67,53 @@ fn default_policy_argv_matches_snapshot() {
     );
 }
 
+/// The argv chosen for a bubblewrap 0.6 host: the 0.8 one without
+/// `--disable-userns` (0.8) and `--size` (0.7), the seccomp filter still
+/// passed; every option it keeps is in 0.6.0 already.
+#[test]
+fn bwrap06_argv_matches_snapshot() {
+    let policy = deterministic_policy();
+    let cmd = ["python".to_string(), "-m".to_string(), "pytest".to_string()];
+    let argv = bwrap_args(&policy, V061, &cmd);
+    let actual = argv.join("\n") + "\n";
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/bwrap06_policy.argv");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &actual).expect("write snapshot");
+    }
+    let expected = std::fs::read_to_string(&path).expect("snapshot file exists");
+    assert_eq!(
+        actual,
+        expected,
+        "bwrap argv changed; see {}",
+        path.display()
+    );
+    let flags = flags_in(&argv).expect("known options");
+    assert_eq!(missing_flags(MINIMUM_BWRAP, &flags), vec![]);
+    let new = bwrap_args(&policy, V08, &cmd);
+    let mut want = new.clone();
+    want.retain(|a| a != "--disable-userns");
+    // Drop each `--size N` pair.
+    let mut i = 0;
+    while i < want.len() {
+        if want[i] == "--size" {
+            want.drain(i..i + 2);
+        } else {
+            i += 1;
+        }
+    }
+    assert_eq!(argv, want);
+    assert_eq!(new.len() - argv.len(), 1 + 2 * 2);
+    for a in [&argv, &new] {
+        let at = a.iter().position(|x| x == "--seccomp").expect("--seccomp");
+        assert_eq!(a[at + 1], "7");
+    }
+    // 0.7 has --size but not --disable-userns.
+    let v07 = bwrap_args(&policy, BwrapVersion::new(0, 7, 0), &cmd);
+    assert!(v07.iter().any(|x| x == "--size"));
+    assert!(!v07.iter().any(|x| x == "--disable-userns"));
+}
+
 /// The fast path's argv: the same as the default one except that the
 /// thirteen /etc binds and the three generated-file binds are one
 /// read-only bind of the prepared layer at /etc (see
@@ -70,6 +124,7 @@ fn prepared_etc_argv_matches_snapshot() {
     assert_eq!(etc_layer_unfit(&policy), None);
     let argv = bwrap_args_with_etc(
         &policy,
+        V08,
         Path::new("/tmp/patchwright-sandbox-0/etc-1-0"),
         &["python".to_string(), "-m".to_string(), "pytest".to_string()],
     );
@@ -90,6 +145,7 @@ fn prepared_etc_argv_matches_snapshot() {
     assert!(flags_in(&argv).is_ok());
     let classic = bwrap_args(
         &policy,
+        V08,
         &["python".to_string(), "-m".to_string(), "pytest".to_string()],
     );
     let strip = |a: &[String]| -> Vec<String> {
@@ -157,8 +213,8 @@ fn the_etc_layer_is_refused_where_a_bind_needs_a_mount_point_in_etc() {
 fn argv_is_deterministic_and_never_binds_root_or_secrets() {
     let policy = deterministic_policy();
     let cmd = ["true".to_string()];
-    let a = bwrap_args(&policy, &cmd);
-    assert_eq!(a, bwrap_args(&policy, &cmd));
+    let a = bwrap_args(&policy, V08, &cmd);
+    assert_eq!(a, bwrap_args(&policy, V08, &cmd));
     let pairs: Vec<(&str, &str)> = a
         .windows(2)
         .map(|w| (w[0].as_str(), w[1].as_str()))
@@ -211,11 +267,11 @@ fn validate_rejects_exposing_the_host() {
 #[test]
 fn network_and_writable_binds_are_opt_in() {
     let mut policy = deterministic_policy();
-    let a = bwrap_args(&policy, &["true".to_string()]);
+    let a = bwrap_args(&policy, V08, &["true".to_string()]);
     assert!(!a.iter().any(|x| x == "--share-net"));
     policy.network = true;
     policy.writable.push("/envs/flask".into());
-    let a = bwrap_args(&policy, &["true".to_string()]);
+    let a = bwrap_args(&policy, V08, &["true".to_string()]);
     let unshare = a
         .iter()
         .position(|x| x == "--unshare-all")

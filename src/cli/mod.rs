@@ -41,6 +41,7 @@ pub const EXIT_NO_SANDBOX: u8 = 2;
 /// Makes `$PATCHWRIGHT_BWRAP` (made absolute; unset or empty: the default)
 /// the bubblewrap of every sandbox policy this process builds.
 pub fn use_bwrap_from_env() -> Result<()> {
+    allow_program_dirs();
     let Some(value) = std::env::var_os(BWRAP_ENV).filter(|v| !v.is_empty()) else {
         return Ok(());
     };
@@ -48,6 +49,24 @@ pub fn use_bwrap_from_env() -> Result<()> {
         .with_context(|| format!("{BWRAP_ENV}={}: not a usable path", value.to_string_lossy()))?;
     sandbox::set_host_bwrap(path)?;
     Ok(())
+}
+
+/// Declares the program's own directories (cache, environments, models)
+/// to the sandbox, so binds inside them pass its home-directory check
+/// (`sandbox::allow_program_dir`): `$PATCHWRIGHT_CACHE_DIR`,
+/// `~/.cache/patchwright` (the default root of caches and environments),
+/// the environments root and the models directory.
+pub fn allow_program_dirs() {
+    if let Some(d) = std::env::var_os("PATCHWRIGHT_CACHE_DIR") {
+        sandbox::allow_program_dir(PathBuf::from(d));
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        sandbox::allow_program_dir(PathBuf::from(home).join(".cache/patchwright"));
+    }
+    sandbox::allow_program_dir(EnvSettings::default_envs_root());
+    if let Ok(models) = patchwright::models::models_dir() {
+        sandbox::allow_program_dir(models);
+    }
 }
 
 /// The sandbox cannot work on this host: the preflight's finding, with
@@ -903,6 +922,8 @@ impl ExecArgs {
         for path in &self.ro_bind {
             let p = std::path::absolute(path)
                 .map_err(|e| format!("--ro-bind {}: {e}", path.display()))?;
+            // Named explicitly: allowed even inside a home directory.
+            policy.allowed_in_home.push(p.clone());
             policy.extra_ro_binds.push(p);
         }
         Ok(policy)

@@ -294,6 +294,7 @@ impl Plan {
 
         let mut policy = sandbox::Policy::for_worktree(worktree)?;
         policy.extra_ro_binds.push(self.interpreter.prefix.clone());
+        super::allow_python_prefix(&mut policy, &self.interpreter.prefix);
         policy.writable.push(self.dir.clone());
         // pip's options as its environment variables: they reach every pip
         // the build runs, including the one inside `install`.

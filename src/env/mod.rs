@@ -69,6 +69,11 @@ pub fn apply(policy: &mut sandbox::Policy, env: Option<&Environment>) {
                 policy.extra_ro_binds.push(p.clone());
             }
         }
+        // The configured venv was named by the user; its base prefix only
+        // when it is a real Python installation (a pyenv version), not a
+        // home directory itself (a venv made from `~/bin/python`).
+        policy.allowed_in_home.push(env.venv.clone());
+        allow_python_prefix(policy, &env.base_prefix);
         let path = format!(
             "{}:{}",
             env.venv.join("bin").display(),
@@ -82,6 +87,27 @@ pub fn apply(policy: &mut sandbox::Policy, env: Option<&Environment>) {
     policy
         .env
         .insert("PYTHONDONTWRITEBYTECODE".into(), "1".into());
+}
+
+/// Allows binds of `prefix` inside a home directory when it is a real
+/// Python installation (it has `bin/python3` and a `lib/python3.*`) and
+/// not a home directory itself: pyenv's `~/.pyenv/versions/X.Y.Z`. A
+/// prefix that is a home stays refused by the sandbox's bind check.
+pub fn allow_python_prefix(policy: &mut sandbox::Policy, prefix: &Path) {
+    let homes = sandbox::host_homes();
+    if homes.iter().any(|h| h == prefix) {
+        return;
+    }
+    let has_lib = std::fs::read_dir(prefix.join("lib"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("python3"))
+        })
+        .unwrap_or(false);
+    if prefix.join("bin/python3").exists() && has_lib {
+        policy.allowed_in_home.push(prefix.to_path_buf());
+    }
 }
 
 /// The default policy for `worktree` with `env` applied.

@@ -197,6 +197,7 @@ offline() { PIP_NO_INDEX=1 PIP_FIND_LINKS="$H" pip "$@"; }
         std::fs::create_dir_all(cache).map_err(io("create", cache))?;
         let mut policy = sandbox::Policy::for_worktree(worktree)?;
         policy.extra_ro_binds.push(self.interpreter.prefix.clone());
+        crate::env::allow_python_prefix(&mut policy, &self.interpreter.prefix);
         policy.extra_ro_binds.extend(inputs.iter().cloned());
         policy.writable.push(house.to_path_buf());
         policy.writable.push(cache.to_path_buf());
