@@ -474,15 +474,32 @@ impl EnvOptions {
         let jobs = self.jobs.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
         });
+        let envs_root =
+            std::fs::canonicalize(&envs_root).map_err(|source| ConfigError::EnvsDir {
+                path: envs_root.clone(),
+                source,
+            })?;
+        // Named by the user (or the program's own default): the sandbox's
+        // home-directory check lets binds inside them through.
+        patchwright_sandbox::allow_program_dir(&envs_root);
+        match &index {
+            Index::Wheels(dir) | Index::Bundle(dir) => {
+                patchwright_sandbox::allow_program_dir(dir);
+                if let Some(root) = dir.parent().filter(|_| self.bundle.is_some()) {
+                    patchwright_sandbox::allow_program_dir(root);
+                }
+            }
+            Index::Online => {}
+        }
+        for prefix in &self.pythons {
+            if let Ok(prefix) = std::path::absolute(prefix) {
+                patchwright_sandbox::allow_program_dir(prefix);
+            }
+        }
         Ok(EnvSettings {
             specs,
             pythons,
-            envs_root: std::fs::canonicalize(&envs_root).map_err(|source| {
-                ConfigError::EnvsDir {
-                    path: envs_root.clone(),
-                    source,
-                }
-            })?,
+            envs_root,
             index,
             jobs,
             test_timeout_s: self.test_timeout_s,

@@ -47,6 +47,9 @@ static PROGRAM_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec:
 /// builds from now on. Its canonical form is added too, when it exists.
 pub fn allow_program_dir(dir: impl Into<PathBuf>) {
     let dir = dir.into();
+    // Relative names (`PATCHWRIGHT_CACHE_DIR=target/cache`) are compared
+    // with absolute bind sources.
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
     let real = std::fs::canonicalize(&dir).ok();
     let mut dirs = match PROGRAM_DIRS.lock() {
         Ok(d) => d,

@@ -90,22 +90,23 @@ pub fn apply(policy: &mut sandbox::Policy, env: Option<&Environment>) {
 }
 
 /// Allows binds of `prefix` inside a home directory when it is a real
-/// Python installation (it has `bin/python3` and a `lib/python3.*`) and
-/// not a home directory itself: pyenv's `~/.pyenv/versions/X.Y.Z`. A
-/// prefix that is a home stays refused by the sandbox's bind check.
+/// Python installation (a `bin/python*` and a `lib/python*`: pyenv's
+/// `~/.pyenv/versions/X.Y.Z`, 2.7 included) and not a home directory
+/// itself. A prefix that is a home (a venv made from `~/bin/python`) stays
+/// refused by the sandbox's bind check.
 pub fn allow_python_prefix(policy: &mut sandbox::Policy, prefix: &Path) {
     let homes = sandbox::host_homes();
     if homes.iter().any(|h| h == prefix) {
         return;
     }
-    let has_lib = std::fs::read_dir(prefix.join("lib"))
-        .map(|entries| {
+    let has = |dir: &str| {
+        std::fs::read_dir(prefix.join(dir)).is_ok_and(|entries| {
             entries
                 .flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with("python3"))
+                .any(|e| e.file_name().to_string_lossy().starts_with("python"))
         })
-        .unwrap_or(false);
-    if prefix.join("bin/python3").exists() && has_lib {
+    };
+    if has("bin") && has("lib") {
         policy.allowed_in_home.push(prefix.to_path_buf());
     }
 }

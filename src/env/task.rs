@@ -193,6 +193,8 @@ impl TaskEnv {
         let env = &self.setup.env;
         let mut policy = super::policy(worktree, Some(env))?;
         if let Some(layer) = &self.layer {
+            // Created by the program for this worktree.
+            policy.allowed_in_home.push(layer.clone());
             policy.writable.push(layer.clone());
             policy.env.insert(
                 "PATH".into(),

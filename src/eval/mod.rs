@@ -406,6 +406,8 @@ impl TaskRun<'_> {
         let mut policy = task_env
             .policy(ws.path())
             .map_err(infra(ErrorKind::Sandbox))?;
+        // Created by the program for this task.
+        policy.allowed_in_home.push(inputs.clone());
         policy.extra_ro_binds.push(inputs.clone());
         let run = |cmd: String, timeout_s: u64| -> Result<sandbox::Outcome, InfraError> {
             let mut p = policy.clone();
