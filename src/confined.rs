@@ -180,7 +180,12 @@ impl Root {
         let c = CString::new(path.as_os_str().as_bytes())
             .map_err(|_| open(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
         // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
         let fd = owned(fd).map_err(open)?;
         Ok(Root {
             path: path.to_path_buf(),
@@ -208,6 +213,28 @@ impl Root {
             Ok(st) => Ok(Some(meta_of(&st))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(self.io(action, rel, source)),
+        }
+    }
+
+    /// Refuses `rel` when any component of it, the last included, is a
+    /// symbolic link (the error names the link, its target and whether it
+    /// leads out of the worktree); a path that does not exist yet passes.
+    pub fn check(&self, rel: impl AsRef<Path>) -> Result<(), ConfinedError> {
+        let rel = rel.as_ref();
+        let action = "reach";
+        let (parent, split) = match self.parent(action, rel) {
+            Ok(p) => p,
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        match stat_at(&parent, &split.name) {
+            Ok(st) if meta_of(&st).kind == Kind::Symlink => {
+                let mut all = split.dirs.clone();
+                all.push(split.name.clone());
+                let loop_error = std::io::Error::from_raw_os_error(libc::ELOOP);
+                Err(self.diagnose(action, rel, &parent, &all, loop_error))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -242,7 +269,11 @@ impl Root {
     /// Writes `bytes` to `rel`, creating or truncating a regular file; its
     /// directory must exist. A link at `rel` is refused, never written
     /// through.
-    pub fn write(&self, rel: impl AsRef<Path>, bytes: impl AsRef<[u8]>) -> Result<(), ConfinedError> {
+    pub fn write(
+        &self,
+        rel: impl AsRef<Path>,
+        bytes: impl AsRef<[u8]>,
+    ) -> Result<(), ConfinedError> {
         let rel = rel.as_ref();
         let action = "write";
         let mut file = self.open_file(
@@ -274,7 +305,8 @@ impl Root {
                             return Err(self.io(action, rel, e));
                         }
                     }
-                    open_dir_at(&dir, name).map_err(|e| self.diagnose(action, rel, &dir, &names[..=i], e))?
+                    open_dir_at(&dir, name)
+                        .map_err(|e| self.diagnose(action, rel, &dir, &names[..=i], e))?
                 }
                 Err(e) => return Err(self.diagnose(action, rel, &dir, &names[..=i], e)),
             };
@@ -302,7 +334,11 @@ impl Root {
 
     /// Renames `from` to `to` (both relative to the worktree); a link is
     /// moved as a link.
-    pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), ConfinedError> {
+    pub fn rename(
+        &self,
+        from: impl AsRef<Path>,
+        to: impl AsRef<Path>,
+    ) -> Result<(), ConfinedError> {
         let (from, to) = (from.as_ref(), to.as_ref());
         let action = "rename";
         let (from_dir, from_split) = self.parent(action, from)?;
@@ -549,8 +585,7 @@ impl Root {
 /// above the worktree. Only the error's wording depends on it.
 fn leads_inside(root: &Path, link: &Path, target: &Path) -> bool {
     if target.is_absolute() {
-        return target.starts_with(root)
-            && !target.components().any(|c| c == Component::ParentDir);
+        return target.starts_with(root) && !target.components().any(|c| c == Component::ParentDir);
     }
     let mut depth: usize = link.components().count().saturating_sub(1);
     for c in target.components() {
@@ -594,7 +629,14 @@ fn stat_at(dir: &OwnedFd, name: &CStr) -> std::io::Result<libc::stat> {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `dir` is open, `name` NUL-terminated, `st` a valid
     // destination the kernel fills.
-    let r = unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+    let r = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
     if r != 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -664,7 +706,11 @@ fn list_dir(dir: &OwnedFd) -> std::io::Result<Vec<CString>> {
         let entry = unsafe { libc::readdir(stream) };
         if entry.is_null() {
             let e = std::io::Error::last_os_error();
-            break if e.raw_os_error() == Some(0) { Ok(()) } else { Err(e) };
+            break if e.raw_os_error() == Some(0) {
+                Ok(())
+            } else {
+                Err(e)
+            };
         }
         // SAFETY: `entry` points to a dirent whose `d_name` is
         // NUL-terminated, valid until the next `readdir` on `stream`.
@@ -681,6 +727,268 @@ fn list_dir(dir: &OwnedFd) -> std::io::Result<Vec<CString>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::symlink;
+    use std::os::unix::fs::MetadataExt;
+
+    /// What an operation came to.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Got {
+        Ok,
+        Bad,
+        LeadsOut(&'static str),
+        Inside(&'static str),
+        NotFound,
+        Other,
+    }
+
+    fn got(r: Result<(), ConfinedError>) -> String {
+        match r {
+            Ok(()) => "ok".into(),
+            Err(ConfinedError::BadPath { .. }) => "bad".into(),
+            Err(ConfinedError::LeadsOut { link, .. }) => format!("out:{}", link.display()),
+            Err(ConfinedError::Symlink { link, .. }) => format!("in:{}", link.display()),
+            Err(e) if e.is_not_found() => "missing".into(),
+            Err(e) => format!("other:{e}"),
+        }
+    }
+
+    fn expect(g: &Got) -> String {
+        match g {
+            Got::Ok => "ok".into(),
+            Got::Bad => "bad".into(),
+            Got::LeadsOut(l) => format!("out:{l}"),
+            Got::Inside(l) => format!("in:{l}"),
+            Got::NotFound => "missing".into(),
+            Got::Other => "other".into(),
+        }
+    }
+
+    type Op = fn(&Root, &Path) -> Result<(), ConfinedError>;
+
+    /// The outside directory's files: name, bytes, mtime.
+    fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>, i64)> {
+        let mut out: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let meta = e.metadata().unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                    meta.mtime_nsec() + meta.mtime() * 1_000_000_000,
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Every operation on every kind of path, with `openat2` and with the
+    /// component walk.
+    fn table() {
+        let base = tempfile::tempdir().unwrap();
+        let wt = base.path().join("wt");
+        let outside = base.path().join("outside");
+        std::fs::create_dir_all(wt.join("pkg/sub")).unwrap();
+        std::fs::create_dir_all(wt.join("tree/inner")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret"), "TOP SECRET\n").unwrap();
+        std::fs::write(wt.join("pkg/a.py"), "a = 1\n").unwrap();
+        std::fs::write(wt.join("pkg/sub/b.py"), "b = 1\n").unwrap();
+        std::fs::write(wt.join("tree/inner/c.py"), "c = 1\n").unwrap();
+        symlink("../outside", wt.join("out")).unwrap();
+        symlink(outside.join("secret"), wt.join("f_out")).unwrap();
+        symlink("pkg", wt.join("inlink")).unwrap();
+        symlink("nowhere", wt.join("dangling")).unwrap();
+        symlink("../../../outside", wt.join("tree/inner/l")).unwrap();
+        let before = snapshot(&outside);
+        let root = Root::open(&wt).unwrap();
+        let abs = outside.join("secret");
+        let abs: &'static str = Box::leak(abs.to_string_lossy().into_owned().into_boxed_str());
+        let write: Op = |r, p| r.write(p, "pwned\n");
+        let read: Op = |r, p| r.read(p).map(|_| ());
+        let remove: Op = |r, p| r.remove_file(p);
+        let remove_all: Op = |r, p| r.remove_dir_all(p);
+        let mkdirs: Op = |r, p| r.create_dir_all(p);
+        let meta: Op = |r, p| r.metadata(p).map(|_| ());
+        let check: Op = |r, p| r.check(p);
+        let rename_to_top: Op = |r, p| r.rename(p, "renamed");
+        let cases: &[(&str, Op, &str, Got)] = &[
+            ("write a new file", write, "new.py", Got::Ok),
+            ("write an existing file", write, "pkg/a.py", Got::Ok),
+            ("read a plain file", read, "pkg/sub/b.py", Got::Ok),
+            ("read with ./", read, "./pkg/./a.py", Got::Ok),
+            ("nested directories", mkdirs, "x/y/z", Got::Ok),
+            ("write in them", write, "x/y/z/f.py", Got::Ok),
+            ("existing directories", mkdirs, "pkg/sub", Got::Ok),
+            ("read a missing file", read, "pkg/none.py", Got::NotFound),
+            (
+                "write in a missing directory",
+                write,
+                "none/f.py",
+                Got::NotFound,
+            ),
+            ("read a directory", read, "pkg", Got::Other),
+            (
+                "remove a directory as a file",
+                remove,
+                "pkg/sub",
+                Got::Other,
+            ),
+            (".. to outside", write, "../outside/secret", Got::Bad),
+            (".. inside", read, "pkg/../pkg/a.py", Got::Bad),
+            ("absolute", write, abs, Got::Bad),
+            ("empty", write, "", Got::Bad),
+            ("only .", remove_all, ".", Got::Bad),
+            (
+                "parent a link out: write",
+                write,
+                "out/secret",
+                Got::LeadsOut("out"),
+            ),
+            (
+                "parent a link out: read",
+                read,
+                "out/secret",
+                Got::LeadsOut("out"),
+            ),
+            (
+                "parent a link out: remove",
+                remove,
+                "out/secret",
+                Got::LeadsOut("out"),
+            ),
+            (
+                "parent a link out: remove all",
+                remove_all,
+                "out/secret",
+                Got::LeadsOut("out"),
+            ),
+            (
+                "parent a link out: mkdir",
+                mkdirs,
+                "out/new",
+                Got::LeadsOut("out"),
+            ),
+            (
+                "parent a link out: metadata",
+                meta,
+                "out/secret",
+                Got::LeadsOut("out"),
+            ),
+            (
+                "parent a link out: rename",
+                rename_to_top,
+                "out/secret",
+                Got::LeadsOut("out"),
+            ),
+            (
+                "last a link out: read",
+                read,
+                "f_out",
+                Got::LeadsOut("f_out"),
+            ),
+            (
+                "last a link out: write",
+                write,
+                "f_out",
+                Got::LeadsOut("f_out"),
+            ),
+            (
+                "last a link out: check",
+                check,
+                "f_out",
+                Got::LeadsOut("f_out"),
+            ),
+            (
+                "parent a link inside: read",
+                read,
+                "inlink/a.py",
+                Got::Inside("inlink"),
+            ),
+            (
+                "parent a link inside: write",
+                write,
+                "inlink/a.py",
+                Got::Inside("inlink"),
+            ),
+            (
+                "last a dangling link: write",
+                write,
+                "dangling",
+                Got::Inside("dangling"),
+            ),
+            ("last a dangling link: metadata", meta, "dangling", Got::Ok),
+            ("last a dangling link: remove", remove, "dangling", Got::Ok),
+            (
+                "last a link out: removed as a link",
+                remove,
+                "f_out",
+                Got::Ok,
+            ),
+            ("a tree holding a link out", remove_all, "tree", Got::Ok),
+            ("the link out itself", remove_all, "out", Got::Ok),
+            ("rename a file", rename_to_top, "pkg/sub/b.py", Got::Ok),
+            ("a plain path passes the check", check, "pkg/a.py", Got::Ok),
+            (
+                "a missing path passes the check",
+                check,
+                "no/such/file",
+                Got::Ok,
+            ),
+        ];
+        for (name, op, path, want) in cases {
+            let result = got(op(&root, Path::new(path)));
+            let want = expect(want);
+            let same = if want == "other" {
+                result.starts_with("other:")
+            } else {
+                result == want
+            };
+            assert!(same, "{name} ({path}): got {result}, want {want}");
+        }
+        assert_eq!(std::fs::read(wt.join("new.py")).unwrap(), b"pwned\n");
+        assert_eq!(std::fs::read(wt.join("x/y/z/f.py")).unwrap(), b"pwned\n");
+        assert_eq!(std::fs::read(wt.join("renamed")).unwrap(), b"b = 1\n");
+        for gone in ["f_out", "dangling", "tree", "out"] {
+            assert!(
+                wt.join(gone).symlink_metadata().is_err(),
+                "{gone} was not removed"
+            );
+        }
+        assert_eq!(snapshot(&outside), before, "the outside directory changed");
+    }
+
+    #[test]
+    fn every_operation_stays_inside_the_worktree() {
+        table();
+    }
+
+    #[test]
+    fn the_component_walk_alone_stays_inside_too() {
+        OPENAT2.store(OPENAT2_NO, Ordering::Relaxed);
+        table();
+        OPENAT2.store(OPENAT2_UNKNOWN, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn errors_name_the_worktree_the_path_and_the_link() {
+        let base = tempfile::tempdir().unwrap();
+        let wt = base.path().join("wt");
+        std::fs::create_dir_all(&wt).unwrap();
+        symlink("/etc", wt.join("tests")).unwrap();
+        let root = Root::open(&wt).unwrap();
+        let e = root.remove_file("tests/new_test.py").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot remove `tests/new_test.py` in the worktree {}: `tests` is a symbolic link \
+                 to `/etc`, which leads out of the worktree; refused (nothing outside a worktree \
+                 is read, written or removed)",
+                wt.display()
+            )
+        );
+    }
 
     #[test]
     fn links_are_judged_inside_or_out_by_their_text() {

@@ -115,7 +115,10 @@ fn write_in(root: &Path, path: &str, text: &str, create_dirs: bool) -> Result<()
     resolve(root, path)?;
     let confined = crate::confined::Root::open(root)?;
     if create_dirs {
-        if let Some(parent) = Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
+        if let Some(parent) = Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
             confined.create_dir_all(parent)?;
         }
     }
@@ -219,7 +222,12 @@ pub fn resolve(root: &Path, path: &str) -> Result<PathBuf, EditError> {
             current.push(name);
             match std::fs::symlink_metadata(&current) {
                 Ok(meta) if meta.file_type().is_symlink() => {
-                    return Err(EditError::Symlink(path.into()))
+                    // The confined walk names the link and where it leads.
+                    let checked = crate::confined::Root::open(root).and_then(|r| r.check(p));
+                    return Err(match checked {
+                        Err(e) if e.is_symlink() => EditError::Confined(e.to_string()),
+                        _ => EditError::Symlink(path.into()),
+                    });
                 }
                 Ok(_) => {}
                 Err(_) => break,
@@ -839,9 +847,22 @@ mod tests {
             block("d/new.py", ""),
         ];
         for b in cases {
+            let link = b.path.split('/').next().unwrap_or_default();
             assert_eq!(
                 apply_block(dir.path(), &b),
-                Err(EditError::Symlink(b.path.clone()))
+                Err(EditError::Confined(format!(
+                    "cannot reach `{}` in the worktree {}: `{link}` is a symbolic link to `{}`, \
+                     which leads out of the worktree; refused (nothing outside a worktree is \
+                     read, written or removed)",
+                    b.path,
+                    dir.path().display(),
+                    if link == "d" {
+                        outside.path()
+                    } else {
+                        target.as_path()
+                    }
+                    .display()
+                )))
             );
         }
         assert!(!target.exists());

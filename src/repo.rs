@@ -446,7 +446,10 @@ pub fn diff_against(dir: &Path, base: &str) -> Result<String, RepoError> {
 /// those, and removing them would make every later test run import a
 /// broken package.
 pub fn reset_worktree(dir: &Path) -> Result<(), RepoError> {
-    git(dir, &["checkout", "--quiet", "--force", "--", "."].map(AsRef::as_ref))?;
+    git(
+        dir,
+        &["checkout", "--quiet", "--force", "--", "."].map(AsRef::as_ref),
+    )?;
     let mut args: Vec<String> = ["clean", "-ffdxq"].map(String::from).to_vec();
     for pattern in kept_patterns(dir)? {
         args.push("-e".into());

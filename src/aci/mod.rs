@@ -193,7 +193,10 @@ impl SubmittedTest {
         let root = crate::confined::Root::open(dir)?;
         for (path, text) in all {
             crate::edit::resolve(dir, path)?;
-            if let Some(parent) = Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
+            if let Some(parent) = Path::new(path)
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+            {
                 root.create_dir_all(parent)?;
             }
             root.write(path, text)?;
@@ -608,8 +611,12 @@ impl Aci {
             let shown = self.open(path, None);
             return format!("Error: File '{path}' already exists.\n{shown}");
         }
-        if let Some(parent) = Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
-            let made = crate::confined::Root::open(&self.root).and_then(|r| r.create_dir_all(parent));
+        if let Some(parent) = Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            let made =
+                crate::confined::Root::open(&self.root).and_then(|r| r.create_dir_all(parent));
             if let Err(e) = made {
                 return format!("Error: {e}");
             }

@@ -24,8 +24,8 @@ use std::path::Path;
 use rayon::prelude::*;
 use tree_sitter::Node;
 
-use super::symbols::parse_tree;
 use super::is_test_file;
+use super::symbols::parse_tree;
 
 /// Regression test files the Ranker runs per candidate. They run once on
 /// the base commit and once per candidate; three files of the closest
