@@ -52,7 +52,14 @@ pub enum RepoError {
     /// A confined access to a worktree's file was refused or failed (a
     /// symbolic link leading out of it, a missing directory).
     #[error(transparent)]
-    Confined(#[from] crate::confined::ConfinedError),
+    Confined(Box<crate::confined::ConfinedError>),
+}
+
+impl From<crate::confined::ConfinedError> for RepoError {
+    fn from(e: crate::confined::ConfinedError) -> Self {
+        // Boxed: the error's paths would make every `RepoError` large.
+        RepoError::Confined(Box::new(e))
+    }
 }
 
 /// `owner/name` → `owner__name`, SWE-bench's convention for instance ids.
