@@ -124,6 +124,12 @@ impl ConfinedError {
             if source.kind() == std::io::ErrorKind::NotFound)
     }
 
+    /// Whether a directory on the way is not a directory (`ENOTDIR`).
+    pub fn is_not_a_directory(&self) -> bool {
+        matches!(self, ConfinedError::Io { source, .. }
+            if source.raw_os_error() == Some(libc::ENOTDIR))
+    }
+
     /// Whether a symbolic link was refused (leading out or not).
     pub fn is_symlink(&self) -> bool {
         matches!(
@@ -738,6 +744,7 @@ mod tests {
         LeadsOut(&'static str),
         Inside(&'static str),
         NotFound,
+        NotADirectory,
         Other,
     }
 
@@ -748,6 +755,7 @@ mod tests {
             Err(ConfinedError::LeadsOut { link, .. }) => format!("out:{}", link.display()),
             Err(ConfinedError::Symlink { link, .. }) => format!("in:{}", link.display()),
             Err(e) if e.is_not_found() => "missing".into(),
+            Err(e) if e.is_not_a_directory() => "not a directory".into(),
             Err(e) => format!("other:{e}"),
         }
     }
@@ -759,6 +767,7 @@ mod tests {
             Got::LeadsOut(l) => format!("out:{l}"),
             Got::Inside(l) => format!("in:{l}"),
             Got::NotFound => "missing".into(),
+            Got::NotADirectory => "not a directory".into(),
             Got::Other => "other".into(),
         }
     }
@@ -828,6 +837,7 @@ mod tests {
                 "none/f.py",
                 Got::NotFound,
             ),
+            ("a file on the way", read, "pkg/a.py/x", Got::NotADirectory),
             ("read a directory", read, "pkg", Got::Other),
             (
                 "remove a directory as a file",

@@ -516,7 +516,9 @@ fn kept_patterns(dir: &Path) -> Result<Vec<String>, RepoError> {
     let root = crate::confined::Root::open(dir)?;
     let text = match root.read_to_string(EXCLUDE_FILE) {
         Ok(t) => t,
-        Err(e) if e.is_not_found() => return Ok(Vec::new()),
+        // No list, or `.git` a file (a `git worktree` someone made): no
+        // install of patchwright's ran here.
+        Err(e) if e.is_not_found() || e.is_not_a_directory() => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };
     let mut kept = Vec::new();
