@@ -50,11 +50,6 @@ pub enum AciError {
     NotRegular(String),
     #[error("Error: {path} is {size} bytes, too large to show (the limit is {MAX_VIEW_BYTES}).")]
     TooLarge { path: String, size: u64 },
-    #[error("Error: cannot read {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
     #[error("Error: {0} is a binary file.")]
     Binary(String),
     #[error("Error: {0} is not UTF-8 text.")]

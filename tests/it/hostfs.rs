@@ -307,3 +307,69 @@ fn the_reset_removes_all_but_the_base_commit_and_the_install() -> Result<()> {
     assert_eq!(snapshot(&host)?, before, "a host file was changed");
     Ok(())
 }
+
+const NEW_TEST_FILE: &str = "diff --git a/tests/new_test.py b/tests/new_test.py
+new file mode 100644
+--- /dev/null
++++ b/tests/new_test.py
+@@ -0,0 +1 @@
++def test_new(): pass
+";
+
+/// The whole grading path (`patchwright eval`, the sandbox, the test patch's
+/// restore) on a demo task whose test patch adds `tests/new_test.py`, with
+/// a prediction that also makes `tests` a link to a host directory holding
+/// a `new_test.py`: the host directory is left as it was, byte for byte.
+#[test]
+fn grading_a_patch_that_links_the_tests_to_the_host_touches_no_host_file() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let host = host_dir(dir.path())?;
+    let before = snapshot(&host)?;
+    let mut task = crate::common::demo_task("demo__cachekit-1");
+    task.test_patch = format!("{}{NEW_TEST_FILE}", task.test_patch);
+    // The prediction: the gold patch, and `tests` a link to the host.
+    let repos = repo::Repos::new(&crate::common::root().join("datasets/demo/repos"))?;
+    let ws = repo::Workspace::create(
+        &repos.locate(&task.repo)?,
+        &task.base_commit,
+        &dir.path().join("ws"),
+    )?;
+    repo::apply_patch(ws.path(), &task.patch)?;
+    std::fs::remove_dir_all(ws.path().join("tests"))?;
+    symlink(&host, ws.path().join("tests"))?;
+    let prediction = ws.diff()?;
+    assert!(prediction.contains("new file mode 120000"), "{prediction}");
+
+    let dataset = dir.path().join("tasks.jsonl");
+    std::fs::write(&dataset, serde_json::to_string(&task)?)?;
+    let predictions = dir.path().join("predictions.jsonl");
+    let line = serde_json::json!({
+        "instance_id": task.instance_id,
+        "model_name_or_path": "test",
+        "model_patch": prediction,
+    });
+    std::fs::write(&predictions, line.to_string())?;
+    let out = dir.path().join("out");
+    let output = Process::new(env!("CARGO_BIN_EXE_patchwright"))
+        .args(["eval", "--json", "--jobs", "1", "--dataset"])
+        .arg(&dataset)
+        .arg("--repos")
+        .arg(crate::common::root().join("datasets/demo/repos"))
+        .arg("--envs")
+        .arg(crate::common::envs_dir())
+        .arg("--out")
+        .arg(&out)
+        .arg("--predictions")
+        .arg(&predictions)
+        .output()?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "eval failed: {stderr}");
+    let report = std::fs::read_to_string(
+        out.join("logs")
+            .join(&task.instance_id)
+            .join("run_instance.log"),
+    )?;
+    assert!(report.contains("apply the test patch"), "{report}");
+    assert_eq!(snapshot(&host)?, before, "a host file was changed");
+    Ok(())
+}
