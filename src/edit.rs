@@ -88,6 +88,41 @@ pub enum EditError {
         path: String,
         message: String,
     },
+    /// A read or write through [`crate::confined`] refused (a symbolic
+    /// link planted since the path was checked) or failed.
+    /// (The message of the [`crate::confined::ConfinedError`], which names
+    /// the worktree, the path and the link.)
+    #[error("{0}")]
+    Confined(String),
+}
+
+impl From<crate::confined::ConfinedError> for EditError {
+    fn from(e: crate::confined::ConfinedError) -> Self {
+        EditError::Confined(e.to_string())
+    }
+}
+
+/// The text of `path` in the repository at `root`, read through
+/// [`crate::confined`]: no symbolic link is followed.
+fn read_in(root: &Path, path: &str) -> Result<String, EditError> {
+    resolve(root, path)?;
+    Ok(crate::confined::Root::open(root)?.read_to_string(path)?)
+}
+
+/// Writes `text` to `path` in the repository at `root` through
+/// [`crate::confined`], creating its directory first when `create_dirs`.
+fn write_in(root: &Path, path: &str, text: &str, create_dirs: bool) -> Result<(), EditError> {
+    resolve(root, path)?;
+    let confined = crate::confined::Root::open(root)?;
+    if create_dirs {
+        if let Some(parent) = Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            confined.create_dir_all(parent)?;
+        }
+    }
+    Ok(confined.write(path, text)?)
 }
 
 /// The result of parsing a reply: complete blocks, and how many block
@@ -187,7 +222,12 @@ pub fn resolve(root: &Path, path: &str) -> Result<PathBuf, EditError> {
             current.push(name);
             match std::fs::symlink_metadata(&current) {
                 Ok(meta) if meta.file_type().is_symlink() => {
-                    return Err(EditError::Symlink(path.into()))
+                    // The confined walk names the link and where it leads.
+                    let checked = crate::confined::Root::open(root).and_then(|r| r.check(p));
+                    return Err(match checked {
+                        Err(e) if e.is_symlink() => EditError::Confined(e.to_string()),
+                        _ => EditError::Symlink(path.into()),
+                    });
                 }
                 Ok(_) => {}
                 Err(_) => break,
@@ -203,27 +243,19 @@ pub fn apply_block(root: &Path, block: &Block) -> Result<Matched, EditError> {
     if block.search == block.replace {
         return Err(EditError::NoChange);
     }
-    let io = |action: &'static str, e: std::io::Error| EditError::Io {
-        action,
-        path: block.path.clone(),
-        message: e.to_string(),
-    };
     if block.search.trim().is_empty() {
-        if full.exists() {
+        if full.symlink_metadata().is_ok() {
             return Err(EditError::EmptySearch(block.path.clone()));
         }
-        if let Some(parent) = full.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| io("create the directory of", e))?;
-        }
-        std::fs::write(&full, &block.replace).map_err(|e| io("write", e))?;
+        write_in(root, &block.path, &block.replace, true)?;
         return Ok(Matched::NewFile);
     }
     if !full.is_file() {
         return Err(EditError::NoSuchFile(block.path.clone()));
     }
-    let content = std::fs::read_to_string(&full).map_err(|e| io("read", e))?;
+    let content = read_in(root, &block.path)?;
     let (new, matched) = replace(&content, &block.search, &block.replace, &block.path)?;
-    std::fs::write(&full, new).map_err(|e| io("write", e))?;
+    write_in(root, &block.path, &new, false)?;
     Ok(matched)
 }
 
@@ -243,9 +275,8 @@ pub fn apply_block_lenient(
     let matching: Vec<&String> = shown
         .iter()
         .filter(|path| {
-            resolve(root, path)
+            read_in(root, path)
                 .ok()
-                .and_then(|full| std::fs::read_to_string(full).ok())
                 .is_some_and(|text| replace(&text, &block.search, &block.replace, path).is_ok())
         })
         .collect();
@@ -436,13 +467,7 @@ pub fn apply_definition(
 ) -> Result<String, EditError> {
     let mut found = Vec::new();
     for path in shown {
-        let Ok(text) = resolve(root, path).and_then(|full| {
-            std::fs::read_to_string(full).map_err(|e| EditError::Io {
-                action: "read",
-                path: path.clone(),
-                message: e.to_string(),
-            })
-        }) else {
+        let Ok(text) = read_in(root, path) else {
             continue;
         };
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
@@ -498,12 +523,7 @@ pub fn apply_definition(
         new,
         lines[end..].concat()
     );
-    let full = resolve(root, &path)?;
-    std::fs::write(&full, out).map_err(|e| EditError::Io {
-        action: "write",
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
+    write_in(root, &path, &out, false)?;
     Ok(path)
 }
 
@@ -563,11 +583,7 @@ pub fn apply_line_edits(root: &Path, edits: &[LineEdit]) -> Result<Vec<String>, 
         if !full.is_file() {
             return Err(EditError::NoSuchFile(path.to_string()));
         }
-        let content = std::fs::read_to_string(&full).map_err(|e| EditError::Io {
-            action: "read",
-            path: path.to_string(),
-            message: e.to_string(),
-        })?;
+        let content = read_in(root, path)?;
         let lines: Vec<&str> = content.split_inclusive('\n').collect();
         let mut mine: Vec<&LineEdit> = edits.iter().filter(|e| e.path == *path).collect();
         mine.sort_by_key(|e| (e.start, e.end));
@@ -601,16 +617,12 @@ pub fn apply_line_edits(root: &Path, edits: &[LineEdit]) -> Result<Vec<String>, 
             let new: Vec<String> = text.split_inclusive('\n').map(str::to_string).collect();
             out.splice(e.start - 1..e.end, new);
         }
-        outputs.push((full, path.to_string(), out.concat()));
+        outputs.push((path.to_string(), out.concat()));
     }
-    for (full, path, text) in &outputs {
-        std::fs::write(full, text).map_err(|e| EditError::Io {
-            action: "write",
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
+    for (path, text) in &outputs {
+        write_in(root, path, text, false)?;
     }
-    Ok(outputs.into_iter().map(|(_, p, _)| p).collect())
+    Ok(outputs.into_iter().map(|(p, _)| p).collect())
 }
 
 /// The line that starts the new text of a `lines` edit: `replace lines
@@ -835,9 +847,22 @@ mod tests {
             block("d/new.py", ""),
         ];
         for b in cases {
+            let link = b.path.split('/').next().unwrap_or_default();
             assert_eq!(
                 apply_block(dir.path(), &b),
-                Err(EditError::Symlink(b.path.clone()))
+                Err(EditError::Confined(format!(
+                    "cannot reach `{}` in the worktree {}: `{link}` is a symbolic link to `{}`, \
+                     which leads out of the worktree; refused (nothing outside a worktree is \
+                     read, written or removed)",
+                    b.path,
+                    dir.path().display(),
+                    if link == "d" {
+                        outside.path()
+                    } else {
+                        target.as_path()
+                    }
+                    .display()
+                )))
             );
         }
         assert!(!target.exists());

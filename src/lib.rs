@@ -6,6 +6,7 @@ pub mod agents;
 pub mod batch;
 pub mod bundle;
 pub mod config;
+pub mod confined;
 pub mod dataset;
 pub mod edit;
 pub mod engine;

@@ -49,6 +49,17 @@ pub enum RepoError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A confined access to a worktree's file was refused or failed (a
+    /// symbolic link leading out of it, a missing directory).
+    #[error(transparent)]
+    Confined(Box<crate::confined::ConfinedError>),
+}
+
+impl From<crate::confined::ConfinedError> for RepoError {
+    fn from(e: crate::confined::ConfinedError) -> Self {
+        // Boxed: the error's paths would make every `RepoError` large.
+        RepoError::Confined(Box::new(e))
+    }
 }
 
 /// `owner/name` → `owner__name`, SWE-bench's convention for instance ids.
@@ -433,12 +444,107 @@ pub fn diff_against(dir: &Path, base: &str) -> Result<String, RepoError> {
 }
 
 /// Puts the working tree of the repository at `dir` back to its HEAD:
-/// changes to tracked files undone, untracked files removed (ignored ones
-/// are kept).
+/// changes to tracked files undone, and everything HEAD does not have
+/// removed — untracked and ignored files, nested repositories (a directory
+/// with a `.git` directory or file), links (as links: `git clean` never
+/// follows one) — except the products of the repository's install that
+/// [`keep_install_products`] listed: an editable install's `*.egg-info`,
+/// compiled extensions built in place, `build/`. The environment needs
+/// those, and removing them would make every later test run import a
+/// broken package.
 pub fn reset_worktree(dir: &Path) -> Result<(), RepoError> {
-    git(dir, &["checkout", "--quiet", "--", "."].map(AsRef::as_ref))?;
-    git(dir, &["clean", "-fdq"].map(AsRef::as_ref))?;
+    git(
+        dir,
+        &["checkout", "--quiet", "--force", "--", "."].map(AsRef::as_ref),
+    )?;
+    let mut args: Vec<String> = ["clean", "-ffdxq"].map(String::from).to_vec();
+    for pattern in kept_patterns(dir)? {
+        args.push("-e".into());
+        args.push(pattern);
+    }
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(AsRef::as_ref).collect();
+    git(dir, &args)?;
     Ok(())
+}
+
+/// The heading in `.git/info/exclude` under which [`keep_install_products`]
+/// lists what the install left in the worktree.
+pub const INSTALL_PRODUCTS_HEADING: &str = "# left by patchwright's install of the repository";
+
+/// Where the list of install products lives, relative to the worktree:
+/// git's own exclude file, so `git status`, `git add --all` and the patch
+/// (`diff_against`) leave them out too.
+const EXCLUDE_FILE: &str = ".git/info/exclude";
+
+/// Lists in `.git/info/exclude` everything the repository's install left
+/// in the worktree at `dir` (untracked and ignored files; whole untracked
+/// directories as one entry), so [`reset_worktree`] keeps them and the
+/// patch leaves them out. Written through [`crate::confined`]: the install
+/// ran repository code that could have planted links.
+pub fn keep_install_products(dir: &Path) -> Result<(), RepoError> {
+    let out = git(
+        dir,
+        &["ls-files", "--others", "--directory", "-z"].map(AsRef::as_ref),
+    )?;
+    let listed: Vec<&str> = out.split('\0').filter(|p| !p.is_empty()).collect();
+    if listed.is_empty() {
+        return Ok(());
+    }
+    let root = crate::confined::Root::open(dir)?;
+    let mut text = match root.read_to_string(EXCLUDE_FILE) {
+        Ok(t) => t,
+        Err(e) if e.is_not_found() => String::new(),
+        Err(e) => return Err(e.into()),
+    };
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(INSTALL_PRODUCTS_HEADING);
+    text.push('\n');
+    for path in listed {
+        text.push_str(&exclude_pattern(path));
+        text.push('\n');
+    }
+    root.create_dir_all(".git/info")?;
+    root.write(EXCLUDE_FILE, text)?;
+    Ok(())
+}
+
+/// The patterns listed under [`INSTALL_PRODUCTS_HEADING`] in the worktree's
+/// exclude file (none when it has none).
+fn kept_patterns(dir: &Path) -> Result<Vec<String>, RepoError> {
+    let root = crate::confined::Root::open(dir)?;
+    let text = match root.read_to_string(EXCLUDE_FILE) {
+        Ok(t) => t,
+        // No list, or `.git` a file (a `git worktree` someone made): no
+        // install of patchwright's ran here.
+        Err(e) if e.is_not_found() || e.is_not_a_directory() => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut kept = Vec::new();
+    let mut inside = false;
+    for line in text.lines() {
+        if line.starts_with('#') {
+            inside = line == INSTALL_PRODUCTS_HEADING;
+        } else if inside && !line.trim().is_empty() {
+            kept.push(line.to_string());
+        }
+    }
+    Ok(kept)
+}
+
+/// A gitignore pattern matching exactly the repository path `path`
+/// (anchored at the root; wildcards, backslashes and trailing spaces
+/// escaped).
+fn exclude_pattern(path: &str) -> String {
+    let mut out = String::from("/");
+    for c in path.chars() {
+        if matches!(c, '*' | '?' | '[' | '\\' | ' ') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The untracked files of the working tree at `dir` (ignored ones not
@@ -479,8 +585,12 @@ pub fn commit_all(dir: &Path, message: &str) -> Result<(), RepoError> {
 }
 
 /// Puts `paths` (relative to the worktree at `dir`) back as they are at
-/// HEAD; a path HEAD does not have is removed.
+/// HEAD; a path HEAD does not have is removed (a link as a link). The
+/// removal goes through [`crate::confined`]: when a model's patch made a
+/// directory on the way a symbolic link, nothing is followed and the
+/// error names the link.
 pub fn restore_paths(dir: &Path, paths: &[String]) -> Result<(), RepoError> {
+    let root = crate::confined::Root::open(dir)?;
     for p in paths {
         let at_head = git_command()
             .current_dir(dir)
@@ -493,13 +603,10 @@ pub fn restore_paths(dir: &Path, paths: &[String]) -> Result<(), RepoError> {
                 &["checkout", "--quiet", "HEAD", "--", p].map(AsRef::as_ref),
             )?;
         } else {
-            let full = dir.join(p);
-            if full.is_file() || full.is_symlink() {
-                std::fs::remove_file(&full).map_err(|source| RepoError::Io {
-                    action: "remove",
-                    path: full.clone(),
-                    source,
-                })?;
+            match root.remove_dir_all(p) {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
             }
         }
     }

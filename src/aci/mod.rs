@@ -9,8 +9,10 @@
 //! to the agent in that command's observation.
 //!
 //! Files are read and written by the runner, outside the sandbox, so every
-//! path goes through [`crate::edit::resolve`]: nothing outside the
-//! repository, nothing under `.git`, no symbolic link is ever followed.
+//! path goes through [`crate::edit::resolve`] (nothing outside the
+//! repository, nothing under `.git`) and every read and write through
+//! [`crate::confined`]: no symbolic link is ever followed, not even one
+//! planted between the check and the access.
 
 pub mod check;
 pub mod command;
@@ -36,6 +38,8 @@ use crate::index::symbols::{self, CodeIndex};
 pub enum AciError {
     #[error("Error: {0}")]
     Path(#[from] EditError),
+    #[error("Error: {0}")]
+    Confined(#[from] crate::confined::ConfinedError),
     #[error("Error: File {0} not found")]
     NotFound(String),
     #[error("Error: Directory {0} not found")]
@@ -46,11 +50,6 @@ pub enum AciError {
     NotRegular(String),
     #[error("Error: {path} is {size} bytes, too large to show (the limit is {MAX_VIEW_BYTES}).")]
     TooLarge { path: String, size: u64 },
-    #[error("Error: cannot read {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
     #[error("Error: {0} is a binary file.")]
     Binary(String),
     #[error("Error: {0} is not UTF-8 text.")]
@@ -186,19 +185,16 @@ impl SubmittedTest {
                 .iter()
                 .map(|f| (f.path.as_str(), f.text.as_str())),
         );
+        let root = crate::confined::Root::open(dir)?;
         for (path, text) in all {
-            let full = crate::edit::resolve(dir, path)?;
-            let io = |action: &'static str| {
-                move |e: std::io::Error| EditError::Io {
-                    action,
-                    path: path.to_string(),
-                    message: e.to_string(),
-                }
-            };
-            if let Some(parent) = full.parent() {
-                std::fs::create_dir_all(parent).map_err(io("create the directory of"))?;
+            crate::edit::resolve(dir, path)?;
+            if let Some(parent) = Path::new(path)
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+            {
+                root.create_dir_all(parent)?;
             }
-            std::fs::write(&full, text).map_err(io("write"))?;
+            root.write(path, text)?;
         }
         Ok(())
     }
@@ -479,12 +475,11 @@ impl Aci {
                 return self.refused(path, old, new, line, &after);
             }
         }
-        let full = match crate::edit::resolve(&self.root, path) {
-            Ok(p) => p,
-            Err(e) => return format!("Error: {e}"),
-        };
-        if let Err(e) = write_file(&full, new) {
-            return format!("Error: cannot write {path}: {e}");
+        if let Err(e) = crate::edit::resolve(&self.root, path) {
+            return format!("Error: {e}");
+        }
+        if let Err(e) = write_file(&self.root, path, new) {
+            return format!("Error: {e}");
         }
         self.index.update_file(&self.root, path);
         let lines: Vec<&str> = new.lines().collect();
@@ -611,13 +606,18 @@ impl Aci {
             let shown = self.open(path, None);
             return format!("Error: File '{path}' already exists.\n{shown}");
         }
-        if let Some(parent) = full.parent() {
-            if let Err(e) = std::fs::create_dir_all(parent) {
-                return format!("Error: cannot create the directory of {path}: {e}");
+        if let Some(parent) = Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            let made =
+                crate::confined::Root::open(&self.root).and_then(|r| r.create_dir_all(parent));
+            if let Err(e) = made {
+                return format!("Error: {e}");
             }
         }
-        if let Err(e) = write_file(&full, "\n") {
-            return format!("Error: cannot create {path}: {e}");
+        if let Err(e) = write_file(&self.root, path, "\n") {
+            return format!("Error: {e}");
         }
         self.index.update_file(&self.root, path);
         self.show(path, &[""], 1)
@@ -756,10 +756,14 @@ impl Aci {
             .into_iter()
             .filter(|p| p != except)
             .filter(|p| {
-                crate::edit::resolve(&self.root, p)
-                    .ok()
-                    .and_then(|f| std::fs::symlink_metadata(f).ok())
-                    .is_some_and(|m| m.is_file() && m.len() <= MAX_TEST_FILE_BYTES)
+                crate::edit::resolve(&self.root, p).is_ok()
+                    && crate::confined::Root::open(&self.root)
+                        .and_then(|r| r.metadata(p))
+                        .ok()
+                        .flatten()
+                        .is_some_and(|m| {
+                            m.kind == crate::confined::Kind::File && m.len <= MAX_TEST_FILE_BYTES
+                        })
             })
             .filter_map(|p| {
                 let text = read_text(&self.root, &p).ok()?;
@@ -842,40 +846,49 @@ fn clamp_first(first: usize, total: usize, size: usize) -> usize {
 
 /// A text file of the repository, or the message to show instead.
 pub(crate) fn read_text(root: &Path, path: &str) -> Result<String, AciError> {
-    let full = crate::edit::resolve(root, path)?;
-    let meta = match std::fs::symlink_metadata(&full) {
-        Ok(m) => m,
-        Err(_) => return Err(AciError::NotFound(path.to_string())),
+    crate::edit::resolve(root, path)?;
+    let confined = crate::confined::Root::open(root)?;
+    let meta = match confined.metadata(path)? {
+        Some(m) => m,
+        None => return Err(AciError::NotFound(path.to_string())),
     };
-    if meta.is_dir() {
-        return Err(AciError::IsDirectory(path.to_string()));
+    match meta.kind {
+        crate::confined::Kind::File => {}
+        crate::confined::Kind::Dir => return Err(AciError::IsDirectory(path.to_string())),
+        // A link planted since `resolve` looked: read through confinement
+        // anyway, so the refusal names the link and where it leads.
+        crate::confined::Kind::Symlink => {
+            confined.read(path)?;
+            return Err(AciError::NotRegular(path.to_string()));
+        }
+        crate::confined::Kind::Other => return Err(AciError::NotRegular(path.to_string())),
     }
-    if !meta.is_file() {
-        return Err(AciError::NotRegular(path.to_string()));
-    }
-    if meta.len() > MAX_VIEW_BYTES {
+    if meta.len > MAX_VIEW_BYTES {
         return Err(AciError::TooLarge {
             path: path.to_string(),
-            size: meta.len(),
+            size: meta.len,
         });
     }
-    let bytes = std::fs::read(&full).map_err(|source| AciError::Read {
-        path: path.to_string(),
-        source,
-    })?;
+    let bytes = confined.read(path)?;
     if bytes.contains(&0) {
         return Err(AciError::Binary(path.to_string()));
     }
     String::from_utf8(bytes).map_err(|_| AciError::NotUtf8(path.to_string()))
 }
 
-/// Writes a file without following a symbolic link at its path: a link
-/// planted by sandboxed code is replaced, never written through.
-fn write_file(full: &Path, text: &str) -> std::io::Result<()> {
-    if std::fs::symlink_metadata(full).is_ok_and(|m| m.file_type().is_symlink()) {
-        std::fs::remove_file(full)?;
+/// Writes `path` of the repository at `root` through
+/// [`crate::confined`]: a link planted by sandboxed code as the file
+/// itself is replaced (removed as a link), never written through; a link
+/// on the way is refused.
+fn write_file(root: &Path, path: &str, text: &str) -> Result<(), crate::confined::ConfinedError> {
+    let confined = crate::confined::Root::open(root)?;
+    if confined
+        .metadata(path)?
+        .is_some_and(|m| m.kind == crate::confined::Kind::Symlink)
+    {
+        confined.remove_file(path)?;
     }
-    std::fs::write(full, text)
+    confined.write(path, text)
 }
 
 /// The files and directories under `root/dir` (paths relative to `root`),

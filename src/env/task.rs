@@ -46,6 +46,8 @@ pub enum InstallError {
         tail: String,
         outcome: Box<sandbox::Outcome>,
     },
+    #[error("the repository installed, but its products in the worktree cannot be listed: {0}")]
+    Products(#[from] crate::repo::RepoError),
 }
 
 /// What a task's worktrees are prepared from: an environment and, when it
@@ -146,37 +148,14 @@ impl Setup {
                 outcome: Box::new(outcome),
             });
         }
-        exclude_untracked(worktree);
+        // Kept by every workspace reset, left out of every patch.
+        crate::repo::keep_install_products(worktree)?;
         Ok(Installed {
             task,
             command: Some(install),
             outcome: Some(outcome),
         })
     }
-}
-
-/// Adds the worktree's untracked files to its `.git/info/exclude` (only
-/// repositories patchwright created get here). Best effort: a failure
-/// leaves build outputs visible to `git status`, nothing worse.
-fn exclude_untracked(worktree: &Path) {
-    let Ok(listed) = crate::repo::untracked_files(worktree) else {
-        return;
-    };
-    if listed.is_empty() {
-        return;
-    }
-    let exclude = worktree.join(".git/info/exclude");
-    if let Some(parent) = exclude.parent() {
-        let _ = std::fs::create_dir_all(parent);
-    }
-    let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
-    text.push_str("# left by patchwright's install of the repository\n");
-    for path in listed {
-        text.push('/');
-        text.push_str(&path);
-        text.push('\n');
-    }
-    let _ = std::fs::write(&exclude, text);
 }
 
 impl TaskEnv {

@@ -24,8 +24,8 @@ use std::path::Path;
 use rayon::prelude::*;
 use tree_sitter::Node;
 
+use super::is_test_file;
 use super::symbols::parse_tree;
-use super::{is_test_file, MAX_FILE_BYTES};
 
 /// Regression test files the Ranker runs per candidate. They run once on
 /// the base commit and once per candidate; three files of the closest
@@ -324,16 +324,12 @@ impl Modules {
 }
 
 /// The imports of one file; none when it cannot be read as UTF-8 text or is
-/// larger than [`MAX_FILE_BYTES`].
+/// larger than [`super::MAX_FILE_BYTES`].
 fn read_imports(root: &Path, path: &str) -> Vec<Import> {
-    let full = root.join(path);
-    let small = std::fs::metadata(&full).is_ok_and(|m| m.is_file() && m.len() <= MAX_FILE_BYTES);
-    if !small {
-        return Vec::new();
-    }
-    match std::fs::read_to_string(&full) {
-        Ok(text) => parse_imports(&text),
-        Err(_) => Vec::new(),
+    // No link followed (see `symbols::read_source`).
+    match super::symbols::read_source(root, path) {
+        Some(text) => parse_imports(&text),
+        None => Vec::new(),
     }
 }
 

@@ -77,13 +77,9 @@ pub fn is_test_file(path: &str) -> bool {
 pub fn rank_files(root: &Path, query: &str) -> Result<Vec<RankedFile>, IndexError> {
     let mut files = Vec::new();
     for path in python_files(root)?.into_iter().filter(|p| !is_test_file(p)) {
-        let full = root.join(&path);
-        let small =
-            std::fs::metadata(&full).is_ok_and(|m| m.is_file() && m.len() <= MAX_FILE_BYTES);
-        if !small {
-            continue;
-        }
-        if let Ok(text) = std::fs::read_to_string(&full) {
+        // No link followed: a model can make a tracked file a link to a
+        // host file, and the ranked text goes into a prompt.
+        if let Some(text) = symbols::read_source(root, &path) {
             files.push((path, text));
         }
     }

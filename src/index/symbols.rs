@@ -742,17 +742,16 @@ pub(crate) fn canonical_root(root: &Path) -> Result<PathBuf, IndexError> {
 
 /// The text of `root/path` if it can be indexed: a regular file reached
 /// through no symlink (the file itself or a directory on the way), at most
-/// [`MAX_FILE_BYTES`], UTF-8. `root` must be canonical.
+/// [`MAX_FILE_BYTES`], UTF-8.
 pub(crate) fn read_source(root: &Path, path: &str) -> Option<String> {
-    let full = root.join(path);
-    let meta = std::fs::symlink_metadata(&full).ok()?;
-    if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
+    // Read through `confined`: a link planted between a look and the read
+    // is refused, not followed.
+    let confined = crate::confined::Root::open(root).ok()?;
+    let meta = confined.metadata(path).ok()??;
+    if meta.kind != crate::confined::Kind::File || meta.len > MAX_FILE_BYTES {
         return None;
     }
-    if full.canonicalize().ok()? != full {
-        return None;
-    }
-    String::from_utf8(std::fs::read(&full).ok()?).ok()
+    String::from_utf8(confined.read(path).ok()?).ok()
 }
 
 #[cfg(test)]

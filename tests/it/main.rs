@@ -13,6 +13,7 @@ mod engine;
 mod eval;
 mod gbnf;
 mod generate_cli;
+mod hostfs;
 mod http_backend;
 mod install;
 mod localize;
