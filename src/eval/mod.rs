@@ -481,7 +481,7 @@ impl TaskRun<'_> {
 
         // 4. The test files as the test patch expects them, then the test patch.
         let files = patch_files(&task.test_patch);
-        repo::restore_paths(ws.path(), &files).map_err(infra(ErrorKind::Sandbox))?;
+        repo::restore_paths(ws.path(), &files).map_err(infra(ErrorKind::TestPatchFailed))?;
         let test_patch = write_input("test.diff", &task.test_patch)?;
         log.step("apply the test patch");
         let o = run(
