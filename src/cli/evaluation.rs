@@ -83,6 +83,9 @@ pub fn eval(args: EvalArgs) -> Result<i32> {
     let patches = eval::choose_patches(&tasks, &in_file, source)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
+    // Sandbox binds (each task's layer and inputs) must be absolute.
+    let out = std::fs::canonicalize(&args.out)
+        .with_context(|| format!("cannot resolve {}", args.out.display()))?;
     let repos = Repos::new(&sources.repos)?;
     let bar = ProgressBar::new(patches.len() as u64);
     bar.set_style(
@@ -90,7 +93,7 @@ pub fn eval(args: EvalArgs) -> Result<i32> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let resolved = AtomicUsize::new(0);
-    let summary = eval::evaluate_all(&tasks, &patches, &settings, &repos, &args.out, &|r| {
+    let summary = eval::evaluate_all(&tasks, &patches, &settings, &repos, &out, &|r| {
         if r.resolved {
             resolved.fetch_add(1, Ordering::SeqCst);
         }
@@ -114,7 +117,7 @@ pub fn eval(args: EvalArgs) -> Result<i32> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        println!("{}", args.out.join("report.json").display());
+        println!("{}", out.join("report.json").display());
     }
     eprintln!(
         "{} tasks: {} resolved, {} unresolved, {} empty patches, {} errors",
