@@ -98,12 +98,10 @@ fn excluded(rel: &Path) -> bool {
 /// permissions kept, each passed through `fix` first), and symbolic links
 /// as they are (pyenv's and CPython's own `make install` links are
 /// relative, so they stay inside the copy).
-fn copy_tree(
-    src: &Path,
-    dest: &Path,
-    rel: &Path,
-    fix: &mut dyn FnMut(&Path, &mut Vec<u8>) -> Result<(), BundleError>,
-) -> Result<(), BundleError> {
+/// What [`copy_tree`] passes each file's path and bytes through.
+type Fix<'a> = dyn FnMut(&Path, &mut Vec<u8>) -> Result<(), BundleError> + 'a;
+
+fn copy_tree(src: &Path, dest: &Path, rel: &Path, fix: &mut Fix<'_>) -> Result<(), BundleError> {
     std::fs::create_dir_all(dest).map_err(super::io("create", dest))?;
     let mut entries: Vec<_> = std::fs::read_dir(src)
         .map_err(super::io("read", src))?

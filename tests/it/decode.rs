@@ -59,8 +59,6 @@ fn copy_messages() -> Vec<Message> {
 }
 
 /// Candidate 0 greedy, the others sampled, as the Fixer asks them.
-
-/// Candidate 0 greedy, the others sampled, as the Fixer asks them.
 fn fixer_request<'a>(messages: &'a [Message], grammar: Option<&'a str>) -> Request<'a> {
     Request {
         messages,
@@ -97,9 +95,12 @@ fn texts(g: &Generation) -> Vec<(Vec<i32>, String)> {
         .collect()
 }
 
+/// A prompt and the grammar its reply must follow.
+type Case = (Vec<Message>, Option<String>);
+
 /// Prompts whose replies copy some of the prompt, with and without the
 /// Fixer's SEARCH/REPLACE grammar, and a choice among paths.
-fn greedy_cases() -> Result<Vec<(Vec<Message>, Option<String>)>, Error> {
+fn greedy_cases() -> Result<Vec<Case>, Error> {
     let sr = grammar::search_replace(&["semver/parse.py"])?;
     let choice = grammar::choice(&["semver/parse.py", "semver/format.py", "tests/test_parse.py"])?;
     let copy = vec![

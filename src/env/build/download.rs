@@ -48,7 +48,7 @@ impl Plan {
             checkout.path(),
             house,
             downloads,
-            &[inputs.clone()],
+            std::slice::from_ref(&inputs),
             cache,
             s,
             "setup",
@@ -183,6 +183,8 @@ offline() { PIP_NO_INDEX=1 PIP_FIND_LINKS="$H" pip "$@"; }
         s
     }
 
+    // The directories of one download step, each bound differently.
+    #[allow(clippy::too_many_arguments)]
     fn run_download(
         &self,
         worktree: &Path,
