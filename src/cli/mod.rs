@@ -680,7 +680,8 @@ impl TaskArgs {
     /// The selected tasks and where they come from; none, or no
     /// repository directory, is an error.
     pub fn tasks(&self, env: &EnvArgs) -> Result<(Vec<dataset::Task>, Sources)> {
-        self.tasks_of_file(env).map(|(tasks, _, sources)| (tasks, sources))
+        self.tasks_of_file(env)
+            .map(|(tasks, _, sources)| (tasks, sources))
     }
 
     /// The selected tasks, the instance ids of the whole task file, and

@@ -260,9 +260,10 @@ pub fn compute(
             None => {}
             // Applied in the worktree, not on a fresh checkout: it resolves
             // nothing, and says nothing about the others.
-            Some(e) if e.kind == ErrorKind::PatchApplyFailed => m
-                .notes
-                .push(format!("candidate {i}: did not apply when graded: {}", e.message)),
+            Some(e) if e.kind == ErrorKind::PatchApplyFailed => m.notes.push(format!(
+                "candidate {i}: did not apply when graded: {}",
+                e.message
+            )),
             Some(e) => {
                 m.notes.push(format!(
                     "candidate {i}: not gradable ({:?}): {}",

@@ -343,7 +343,10 @@ mod tests {
         let total = ["x__y-1", "x__y-2", "x__y-3"].map(String::from);
         let sum = Summary::new(&total, &[now, before, empty]);
         assert_eq!(sum.error_ids, ["x__y-1", "x__y-2"]);
-        assert_eq!(sum.errors_by_kind["patch_apply_failed"], ["x__y-1", "x__y-2"]);
+        assert_eq!(
+            sum.errors_by_kind["patch_apply_failed"],
+            ["x__y-1", "x__y-2"]
+        );
         assert_eq!(sum.empty_patch_ids, ["x__y-3"]);
         assert!(sum.completed_ids.is_empty() && sum.unresolved_ids.is_empty());
         assert!(sum.incomplete_ids.is_empty(), "{sum:?}");

@@ -283,7 +283,12 @@ fn a_prediction_for_an_instance_the_task_file_lacks_is_refused() {
     let output = eval_output(
         &dataset,
         &out,
-        &["--empty", "--instance-ids", "demo__cachekit-1", "demo__nope-7"],
+        &[
+            "--empty",
+            "--instance-ids",
+            "demo__cachekit-1",
+            "demo__nope-7",
+        ],
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
@@ -293,7 +298,12 @@ fn a_prediction_for_an_instance_the_task_file_lacks_is_refused() {
     let two = eval(
         &dataset,
         &dir.path().join("two"),
-        &["--gold", "--instance-ids", "demo__cachekit-2", "demo__cachekit-1"],
+        &[
+            "--gold",
+            "--instance-ids",
+            "demo__cachekit-2",
+            "demo__cachekit-1",
+        ],
     );
     assert_eq!(two["total_instances"], 2, "{two:#}");
     assert_eq!(
