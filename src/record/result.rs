@@ -231,6 +231,12 @@ pub fn write_predictions(path: &Path, predictions: &[Prediction]) -> Result<(), 
 /// the line, index or key.
 pub fn load_predictions(path: &Path) -> Result<BTreeMap<String, String>, RecordError> {
     let text = std::fs::read_to_string(path).map_err(RecordError::io("read predictions", path))?;
+    parse_predictions(path, &text)
+}
+
+/// Parses the text of a predictions file as [`load_predictions`] does after
+/// reading it; `path` names the file in errors.
+pub fn parse_predictions(path: &Path, text: &str) -> Result<BTreeMap<String, String>, RecordError> {
     let invalid = |problem: String| RecordError::Invalid {
         path: path.to_path_buf(),
         problem,
