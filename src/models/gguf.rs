@@ -487,6 +487,20 @@ pub(crate) mod tests {
             ("no block_count", vec![
                 ("general.architecture", Str("qwen2")), ("qwen2.attention.head_count", U32(14)),
             ], None),
+            // Forged headers (found by fuzzing): billions of layers, products
+            // past i64. None, at once, not a hang or an overflow.
+            ("layers past MAX_LAYERS", vec![
+                ("general.architecture", Str("x")), ("x.block_count", U32(u32::MAX)),
+                ("x.attention.head_count", U32(1)), ("x.attention.key_length", U32(1)),
+            ], None),
+            ("head size times heads past i64", vec![
+                ("general.architecture", Str("x")), ("x.block_count", U32(1)),
+                ("x.attention.head_count", U32(u32::MAX)), ("x.attention.key_length", U32(u32::MAX)),
+            ], None),
+            ("layers at MAX_LAYERS", vec![
+                ("general.architecture", Str("x")), ("x.block_count", U32(MAX_LAYERS)),
+                ("x.attention.head_count", U32(2)), ("x.attention.key_length", U32(3)),
+            ], Some(KvShape { layers: MAX_LAYERS, k_elements: 6 * u64::from(MAX_LAYERS), v_elements: 6 * u64::from(MAX_LAYERS) })),
         ];
         for (name, entries, want) in cases {
             write_values(&path, &entries);
@@ -513,5 +527,22 @@ pub(crate) mod tests {
         std::fs::write(&path, b"GGUF\x03\x00\x00\x00\x00").unwrap();
         let err = read_header(&path).unwrap_err().to_string();
         assert!(err.contains("cannot read"), "{err}");
+    }
+
+    #[test]
+    fn a_string_longer_than_the_file_is_an_error_not_an_allocation() {
+        let mut b = Vec::new();
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&3u32.to_le_bytes());
+        b.extend_from_slice(&0u64.to_le_bytes());
+        b.extend_from_slice(&1u64.to_le_bytes());
+        // A key claiming MAX_LEN bytes, followed by three.
+        b.extend_from_slice(&MAX_LEN.to_le_bytes());
+        b.extend_from_slice(b"abc");
+        let err = parse_header(&b[..], "forged.gguf").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("cannot read forged.gguf: a string of {MAX_LEN} bytes ends after 3")
+        );
     }
 }
