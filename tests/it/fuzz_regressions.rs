@@ -50,7 +50,11 @@ fn saved_crashes_and_seeds_do_not_panic() -> Result<(), Box<dyn std::error::Erro
         failed.extend(replay(*target, &seeds)?);
         failed.extend(replay(*target, &crashes)?);
     }
-    assert!(failed.is_empty(), "inputs that panic:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "inputs that panic:\n{}",
+        failed.join("\n")
+    );
     Ok(())
 }
 
@@ -65,5 +69,21 @@ fn every_target_has_a_fuzz_target_file() -> Result<(), Box<dyn std::error::Error
     let mut expected: Vec<String> = TARGETS.iter().map(|(n, _)| n.to_string()).collect();
     expected.sort();
     assert_eq!(names, expected);
+    Ok(())
+}
+
+/// The replay must report an input that panics (else the test above
+/// could not fail): a target that panics on inputs starting with `!`.
+#[test]
+fn replay_reports_a_panicking_input() -> Result<(), Box<dyn std::error::Error>> {
+    fn target(data: &[u8]) {
+        assert!(!data.starts_with(b"!"), "injected panic");
+    }
+    let dir = tempfile::tempdir()?;
+    let (bad, good) = (dir.path().join("bad"), dir.path().join("good"));
+    std::fs::write(&bad, "!boom")?;
+    std::fs::write(&good, "fine")?;
+    let failed = replay(target, &inputs(dir.path())?)?;
+    assert_eq!(failed, vec![format!("{}: injected panic", bad.display())]);
     Ok(())
 }
