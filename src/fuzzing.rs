@@ -15,9 +15,12 @@ use std::sync::Arc;
 
 use crate::env::spec::LogFormat;
 
+/// A target's body: one input, no result (a panic is a finding).
+pub type Target = fn(&[u8]);
+
 /// The targets, by name: what `fuzz/fuzz_targets/` and
 /// `fuzz/regressions/<name>/` are named after.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("dataset", dataset),
     ("predictions", predictions),
     ("search_replace", search_replace),

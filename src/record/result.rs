@@ -243,7 +243,7 @@ pub fn parse_predictions(path: &Path, text: &str) -> Result<BTreeMap<String, Str
     };
     let entries: Vec<(String, serde_json::Value)> = if text.trim_start().starts_with('[') {
         let list: Vec<serde_json::Value> =
-            serde_json::from_str(&text).map_err(|source| RecordError::Json {
+            serde_json::from_str(text).map_err(|source| RecordError::Json {
                 path: path.to_path_buf(),
                 source,
             })?;
@@ -252,7 +252,7 @@ pub fn parse_predictions(path: &Path, text: &str) -> Result<BTreeMap<String, Str
             .map(|(i, v)| (format!("index {i}"), v))
             .collect()
     } else {
-        match serde_json::from_str::<serde_json::Value>(&text) {
+        match serde_json::from_str::<serde_json::Value>(text) {
             // One JSON object that is not itself a prediction: SWE-agent's
             // dict of predictions by instance id.
             Ok(serde_json::Value::Object(dict)) if !dict.contains_key("instance_id") => dict
