@@ -289,7 +289,9 @@ impl Settings {
         })
     }
 
-    fn with_toml(base: &Settings, text: &str) -> Result<Settings, SettingsError> {
+    /// `base` overridden by the TOML text of a configuration file (its
+    /// `[sweep]` table, a sweep's grid, left out).
+    pub fn with_toml(base: &Settings, text: &str) -> Result<Settings, SettingsError> {
         let mut overrides: toml::Table = toml::from_str(text)?;
         // A sweep's grid (`[sweep.grid]`) lives in the same file; it is not
         // a setting of one run.

@@ -186,6 +186,13 @@ pub fn load(path: &Path) -> Result<Vec<Task>, DatasetError> {
         path: path.to_path_buf(),
         source,
     })?;
+    parse(path, &text)
+}
+
+/// Parses and validates the text of a `.jsonl` or `.json` task file, as
+/// [`load`] does after reading it: `path`'s extension picks the form and
+/// `path` names the file in errors.
+pub fn parse(path: &Path, text: &str) -> Result<Vec<Task>, DatasetError> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     let records: Vec<(Location, &str)> = match ext {
         "jsonl" => text
@@ -194,7 +201,7 @@ pub fn load(path: &Path) -> Result<Vec<Task>, DatasetError> {
             .filter(|(_, line)| !line.trim().is_empty())
             .map(|(i, line)| (Location::Line(i + 1), line))
             .collect(),
-        "json" => return load_list(path, &text),
+        "json" => return load_list(path, text),
         _ => {
             return Err(DatasetError::Extension {
                 path: path.to_path_buf(),

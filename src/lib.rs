@@ -12,6 +12,8 @@ pub mod edit;
 pub mod engine;
 pub mod env;
 pub mod eval;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod index;
 pub mod models;
 pub mod pipeline;

@@ -229,7 +229,9 @@ impl Specs {
 
     /// Parses spec files given as `(path, text)`; `path` names the file in
     /// errors. A repository specified twice is an error.
-    fn from_texts(texts: impl IntoIterator<Item = (PathBuf, String)>) -> Result<Specs, SpecError> {
+    pub fn from_texts(
+        texts: impl IntoIterator<Item = (PathBuf, String)>,
+    ) -> Result<Specs, SpecError> {
         let mut specs = Specs::default();
         for (path, text) in texts {
             let file = parse(&path, &text)?;

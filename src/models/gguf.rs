@@ -9,9 +9,17 @@ use std::path::Path;
 /// The four bytes every GGUF file starts with.
 pub const MAGIC: &[u8; 4] = b"GGUF";
 
-/// Strings and arrays longer than this are not GGUF metadata we can trust
-/// (the largest real ones, tokenizer vocabularies, hold ~250k entries).
-const MAX_LEN: u64 = 1 << 26;
+/// Strings and arrays longer than this, and headers with more metadata
+/// entries, are not GGUF metadata we can trust (the largest real ones,
+/// tokenizer vocabularies, hold ~250k entries). A string's bytes are read
+/// as they arrive, never allocated from its length field up front, so a
+/// forged length costs no memory beyond the file's own bytes.
+pub const MAX_LEN: u64 = 1 << 26;
+
+/// A `block_count` above this is not a real model's (the largest have a
+/// few hundred layers): [`Header::kv_shape`] gives `None` rather than
+/// looping over billions of layers of a forged header.
+pub const MAX_LAYERS: u32 = 1 << 16;
 
 /// Integer arrays up to this long keep their values ([`Value::Ints`]):
 /// per-layer hyperparameters (`head_count_kv` of a model whose layers
@@ -140,6 +148,9 @@ impl Header {
     /// head counts.
     pub fn kv_shape(&self) -> Option<KvShape> {
         let layers = u32::try_from(self.arch_layer_int("block_count", 0)?).ok()?;
+        if layers > MAX_LAYERS {
+            return None;
+        }
         let mla_rank = self.arch_layer_int("attention.kv_lora_rank", 0);
         let mla =
             mla_rank.is_some() && self.arch_layer_int("attention.key_length_mla", 0).is_some();
@@ -151,8 +162,8 @@ impl Header {
         if mla {
             let rank = mla_rank.unwrap_or(0);
             let rope = self.arch_layer_int("rope.dimension_count", 0)?;
-            let per_layer = u64::try_from(rank + rope).ok()?;
-            shape.k_elements = per_layer * u64::from(layers);
+            let per_layer = u64::try_from(rank.checked_add(rope)?).ok()?;
+            shape.k_elements = per_layer.checked_mul(u64::from(layers))?;
             return Some(shape);
         }
         for layer in 0..layers as usize {
@@ -168,8 +179,10 @@ impl Header {
                 .or(fallback);
             let value = self.arch_layer_int("attention.value_length", layer).or(key);
             let (key, value) = (key?, value?);
-            shape.k_elements += u64::try_from(key * kv_heads).ok()?;
-            shape.v_elements += u64::try_from(value * kv_heads).ok()?;
+            let k = u64::try_from(key.checked_mul(kv_heads)?).ok()?;
+            let v = u64::try_from(value.checked_mul(kv_heads)?).ok()?;
+            shape.k_elements = shape.k_elements.checked_add(k)?;
+            shape.v_elements = shape.v_elements.checked_add(v)?;
         }
         Some(shape)
     }
@@ -182,9 +195,15 @@ pub fn read_header(path: &Path) -> Result<Header, GgufError> {
         path: name.clone(),
         source,
     })?;
+    parse_header(BufReader::new(file), &name)
+}
+
+/// Reads a GGUF header from `reader` (the start of a GGUF file); `name`
+/// names the file in errors.
+pub fn parse_header<R: Read>(reader: R, name: &str) -> Result<Header, GgufError> {
     let mut r = Reader {
-        inner: BufReader::new(file),
-        path: name,
+        inner: reader,
+        path: name.to_string(),
     };
     let mut magic = [0u8; 4];
     r.fill(&mut magic)?;
@@ -259,8 +278,25 @@ impl<R: Read> Reader<R> {
         if len > MAX_LEN {
             return Err(self.malformed(format!("string of {len} bytes")));
         }
-        let mut buf = vec![0u8; len as usize];
-        self.fill(&mut buf)?;
+        // Read what is there (at most `len` bytes) rather than allocating
+        // `len` bytes a truncated file does not have.
+        let mut buf = Vec::new();
+        let read = (&mut self.inner)
+            .take(len)
+            .read_to_end(&mut buf)
+            .map_err(|source| GgufError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        if (read as u64) < len {
+            return Err(GgufError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("a string of {len} bytes ends after {read}"),
+                ),
+            });
+        }
         Ok(String::from_utf8_lossy(&buf).into_owned())
     }
 
@@ -284,7 +320,9 @@ impl<R: Read> Reader<R> {
                 let integers = matches!(item, 0..=5 | 10 | 11) && len <= MAX_KEPT_INTS;
                 let mut ints = Vec::new();
                 for _ in 0..len {
-                    if let Value::Int(n) = self.value(item)? {
+                    // Only a kept array's values are stored: a long one
+                    // is counted, not held in memory.
+                    if let (Value::Int(n), true) = (self.value(item)?, integers) {
                         ints.push(n);
                     }
                 }
@@ -449,6 +487,20 @@ pub(crate) mod tests {
             ("no block_count", vec![
                 ("general.architecture", Str("qwen2")), ("qwen2.attention.head_count", U32(14)),
             ], None),
+            // Forged headers (found by fuzzing): billions of layers, products
+            // past i64. None, at once, not a hang or an overflow.
+            ("layers past MAX_LAYERS", vec![
+                ("general.architecture", Str("x")), ("x.block_count", U32(u32::MAX)),
+                ("x.attention.head_count", U32(1)), ("x.attention.key_length", U32(1)),
+            ], None),
+            ("head size times heads past i64", vec![
+                ("general.architecture", Str("x")), ("x.block_count", U32(1)),
+                ("x.attention.head_count", U32(u32::MAX)), ("x.attention.key_length", U32(u32::MAX)),
+            ], None),
+            ("layers at MAX_LAYERS", vec![
+                ("general.architecture", Str("x")), ("x.block_count", U32(MAX_LAYERS)),
+                ("x.attention.head_count", U32(2)), ("x.attention.key_length", U32(3)),
+            ], Some(KvShape { layers: MAX_LAYERS, k_elements: 6 * u64::from(MAX_LAYERS), v_elements: 6 * u64::from(MAX_LAYERS) })),
         ];
         for (name, entries, want) in cases {
             write_values(&path, &entries);
@@ -475,5 +527,22 @@ pub(crate) mod tests {
         std::fs::write(&path, b"GGUF\x03\x00\x00\x00\x00").unwrap();
         let err = read_header(&path).unwrap_err().to_string();
         assert!(err.contains("cannot read"), "{err}");
+    }
+
+    #[test]
+    fn a_string_longer_than_the_file_is_an_error_not_an_allocation() {
+        let mut b = Vec::new();
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&3u32.to_le_bytes());
+        b.extend_from_slice(&0u64.to_le_bytes());
+        b.extend_from_slice(&1u64.to_le_bytes());
+        // A key claiming MAX_LEN bytes, followed by three.
+        b.extend_from_slice(&MAX_LEN.to_le_bytes());
+        b.extend_from_slice(b"abc");
+        let err = parse_header(&b[..], "forged.gguf").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("cannot read forged.gguf: a string of {MAX_LEN} bytes ends after 3")
+        );
     }
 }

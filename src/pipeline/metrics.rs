@@ -67,14 +67,15 @@ pub fn changed_lines(patch: &str) -> Vec<(String, BTreeSet<usize>)> {
                 continue;
             }
             match line.chars().next() {
+                // Saturating: a hunk header may claim any start line.
                 Some('-') => {
                     lines.insert(old_line);
-                    old_line += 1;
+                    old_line = old_line.saturating_add(1);
                 }
                 Some('+') => {
                     lines.insert(old_line.saturating_sub(1).max(1));
                 }
-                Some(' ') => old_line += 1,
+                Some(' ') => old_line = old_line.saturating_add(1),
                 _ => {}
             }
         }

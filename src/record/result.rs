@@ -231,13 +231,19 @@ pub fn write_predictions(path: &Path, predictions: &[Prediction]) -> Result<(), 
 /// the line, index or key.
 pub fn load_predictions(path: &Path) -> Result<BTreeMap<String, String>, RecordError> {
     let text = std::fs::read_to_string(path).map_err(RecordError::io("read predictions", path))?;
+    parse_predictions(path, &text)
+}
+
+/// Parses the text of a predictions file as [`load_predictions`] does after
+/// reading it; `path` names the file in errors.
+pub fn parse_predictions(path: &Path, text: &str) -> Result<BTreeMap<String, String>, RecordError> {
     let invalid = |problem: String| RecordError::Invalid {
         path: path.to_path_buf(),
         problem,
     };
     let entries: Vec<(String, serde_json::Value)> = if text.trim_start().starts_with('[') {
         let list: Vec<serde_json::Value> =
-            serde_json::from_str(&text).map_err(|source| RecordError::Json {
+            serde_json::from_str(text).map_err(|source| RecordError::Json {
                 path: path.to_path_buf(),
                 source,
             })?;
@@ -246,7 +252,7 @@ pub fn load_predictions(path: &Path) -> Result<BTreeMap<String, String>, RecordE
             .map(|(i, v)| (format!("index {i}"), v))
             .collect()
     } else {
-        match serde_json::from_str::<serde_json::Value>(&text) {
+        match serde_json::from_str::<serde_json::Value>(text) {
             // One JSON object that is not itself a prediction: SWE-agent's
             // dict of predictions by instance id.
             Ok(serde_json::Value::Object(dict)) if !dict.contains_key("instance_id") => dict

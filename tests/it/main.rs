@@ -11,6 +11,7 @@ mod check;
 mod decode;
 mod engine;
 mod eval;
+mod fuzz_regressions;
 mod gbnf;
 mod generate_cli;
 mod hostfs;
