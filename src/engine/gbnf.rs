@@ -31,6 +31,15 @@ const MAX_CODE_POINT: u32 = 0x10FFFF;
 /// The count of an unbounded repetition (`*`, `+`, `{m,}`).
 const UNBOUNDED: u32 = u32::MAX;
 
+/// Most expansion calls one step (or the start) may make. A step on the
+/// grammars `engine::grammar` builds makes a few hundred at most;
+/// repetitions nested in repetitions of nullable rules (`[a-z]*++++...`,
+/// found by fuzzing) need exponentially many. Past this the matcher gives
+/// up ([`Matcher::exhausted`]): it admits nothing more, so jump-forward
+/// stops for that candidate, while llama.cpp's sampler still enforces the
+/// grammar.
+pub const MAX_EXPANSIONS: usize = 100_000;
+
 /// Why a GBNF text could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GbnfError {
@@ -747,6 +756,8 @@ type Stack = Vec<Frame>;
 pub struct Matcher {
     grammar: Arc<Grammar>,
     stacks: Vec<Stack>,
+    /// A step ran past [`MAX_EXPANSIONS`]: the stacks are empty.
+    exhausted: bool,
 }
 
 impl Matcher {
@@ -754,6 +765,7 @@ impl Matcher {
     pub fn new(grammar: Arc<Grammar>) -> Matcher {
         let mut out = Vec::new();
         let mut seen = HashSet::new();
+        let mut budget = MAX_EXPANSIONS;
         for alt in 0..grammar.alt_count(grammar.root) {
             let frame = Frame {
                 rule: grammar.root,
@@ -761,14 +773,25 @@ impl Matcher {
                 pos: 0,
                 count: 0,
             };
-            expand(&grammar, vec![frame], &mut out, &mut seen);
+            expand(&grammar, vec![frame], &mut out, &mut seen, &mut budget);
+        }
+        let exhausted = budget == 0;
+        if exhausted {
+            out.clear();
         }
         out.sort_unstable();
         out.dedup();
         Matcher {
             grammar,
             stacks: out,
+            exhausted,
         }
+    }
+
+    /// Whether the matcher gave up on a step that needed more than
+    /// [`MAX_EXPANSIONS`] expansions; it then admits nothing.
+    pub fn exhausted(&self) -> bool {
+        self.exhausted
     }
 
     /// The grammar this matcher runs.
@@ -784,18 +807,31 @@ impl Matcher {
         let Some(first) = chars.next() else {
             return true;
         };
-        let mut stacks = step(&self.grammar, &self.stacks, first);
+        let mut stacks = match step(&self.grammar, &self.stacks, first) {
+            Some(s) => s,
+            None => return self.give_up(),
+        };
         for c in chars {
             if stacks.is_empty() {
                 return false;
             }
-            stacks = step(&self.grammar, &stacks, c);
+            stacks = match step(&self.grammar, &stacks, c) {
+                Some(s) => s,
+                None => return self.give_up(),
+            };
         }
         if stacks.is_empty() {
             return false;
         }
         self.stacks = stacks;
         true
+    }
+
+    /// Marks the matcher exhausted (see [`MAX_EXPANSIONS`]); false.
+    fn give_up(&mut self) -> bool {
+        self.exhausted = true;
+        self.stacks.clear();
+        false
     }
 
     /// Whether the text accepted so far is a complete match of `root`
@@ -828,10 +864,9 @@ impl Matcher {
             let Some(c) = only_next(&self.grammar, stacks) else {
                 break;
             };
-            let next = step(&self.grammar, stacks, c);
-            if next.is_empty() {
+            let Some(next) = step(&self.grammar, stacks, c).filter(|n| !n.is_empty()) else {
                 break;
-            }
+            };
             out.push(c);
             owned = Some(next);
         }
@@ -869,10 +904,12 @@ fn only_next(grammar: &Grammar, stacks: &[Stack]) -> Option<char> {
     only
 }
 
-/// The stacks after reading `c` from `stacks` (empty: `c` is refused).
-fn step(grammar: &Grammar, stacks: &[Stack], c: char) -> Vec<Stack> {
+/// The stacks after reading `c` from `stacks` (empty: `c` is refused);
+/// `None` when that needs more than [`MAX_EXPANSIONS`] expansions.
+fn step(grammar: &Grammar, stacks: &[Stack], c: char) -> Option<Vec<Stack>> {
     let mut out = Vec::new();
     let mut seen = HashSet::new();
+    let mut budget = MAX_EXPANSIONS;
     for stack in stacks {
         let Some(top) = stack.last() else {
             continue;
@@ -899,18 +936,31 @@ fn step(grammar: &Grammar, stacks: &[Stack], c: char) -> Vec<Stack> {
         if let Some(last) = next.last_mut() {
             *last = advanced;
         }
-        expand(grammar, next, &mut out, &mut seen);
+        expand(grammar, next, &mut out, &mut seen, &mut budget);
+    }
+    if budget == 0 {
+        return None;
     }
     out.sort_unstable();
     out.dedup();
-    out
+    Some(out)
 }
 
 /// Pushes onto `out` every stack reachable from `stack` without reading a
 /// character whose top stands at a character (or which is empty: the
 /// match is complete). `seen` holds the stacks already expanded at a
 /// repetition of a nullable rule, where the expansion could loop.
-fn expand(grammar: &Grammar, mut stack: Stack, out: &mut Vec<Stack>, seen: &mut HashSet<Stack>) {
+fn expand(
+    grammar: &Grammar,
+    mut stack: Stack,
+    out: &mut Vec<Stack>,
+    seen: &mut HashSet<Stack>,
+    budget: &mut usize,
+) {
+    if *budget == 0 {
+        return;
+    }
+    *budget -= 1;
     loop {
         let Some(&top) = stack.last() else {
             out.push(stack);
@@ -979,7 +1029,7 @@ fn expand(grammar: &Grammar, mut stack: Stack, out: &mut Vec<Stack>, seen: &mut 
                         pos: 0,
                         count: 0,
                     });
-                    expand(grammar, s, out, seen);
+                    expand(grammar, s, out, seen, budget);
                 }
                 return;
             }
@@ -994,7 +1044,7 @@ fn expand(grammar: &Grammar, mut stack: Stack, out: &mut Vec<Stack>, seen: &mut 
                         last.pos += 1;
                         last.count = 0;
                     }
-                    expand(grammar, past, out, seen);
+                    expand(grammar, past, out, seen, budget);
                 }
                 if top.count < max {
                     for alt in 0..grammar.alt_count(rule) {
@@ -1005,7 +1055,7 @@ fn expand(grammar: &Grammar, mut stack: Stack, out: &mut Vec<Stack>, seen: &mut 
                             pos: 0,
                             count: 0,
                         });
-                        expand(grammar, s, out, seen);
+                        expand(grammar, s, out, seen, budget);
                     }
                 }
                 return;
@@ -1022,6 +1072,24 @@ mod tests {
     use std::time::Instant;
 
     type TestResult = Result<(), Box<dyn Error>>;
+
+    /// Repetitions nested in repetitions of a nullable rule need
+    /// exponentially many expansions (found by fuzzing: it hung); the
+    /// matcher gives up instead, and admits nothing more. A few levels
+    /// stay within the budget and match as before.
+    #[test]
+    fn nested_nullable_repetitions_exhaust_the_matcher_instead_of_hanging() -> TestResult {
+        let deep = format!("root ::= [a-z]*{}", "+".repeat(64));
+        let mut m = matcher(&deep)?;
+        assert!(!m.accept("ab"));
+        assert!(m.exhausted(), "the deep grammar exhausts the budget");
+        assert!(!m.accept("a"));
+        assert_eq!(m.forced(8), "");
+        let mut shallow = matcher("root ::= [a-z]*++")?;
+        assert!(shallow.accept("ab"));
+        assert!(shallow.can_end() && !shallow.exhausted());
+        Ok(())
+    }
 
     fn matcher(src: &str) -> Result<Matcher, GbnfError> {
         Ok(Matcher::new(Arc::new(Grammar::parse(src)?)))
