@@ -218,9 +218,10 @@ pub fn minimum_version() -> BwrapVersion {
 /// What to install, for messages: the version needed and where to get it.
 fn install_hint(needs: &BwrapVersion) -> String {
     format!(
-        "install bubblewrap >= {needs} (`apt-get install bubblewrap` on Debian 12 or Ubuntu \
-         24.04 and later; older releases: a backport, or a build from \
-         https://github.com/containers/bubblewrap) and point the policy's bwrap path at it"
+        "install bubblewrap >= {needs} (`apt-get install bubblewrap` on Debian 12, Ubuntu \
+         22.04 and later, `dnf install bubblewrap` on RHEL 9; older releases: a backport, or a \
+         build from https://github.com/containers/bubblewrap) and point the policy's bwrap \
+         path at it"
     )
 }
 

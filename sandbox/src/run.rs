@@ -280,13 +280,16 @@ pub fn run_with(
         },
     })?;
     if version < MINIMUM_BWRAP {
+        // The preflight's own words for it.
+        let too_old = PreflightError::TooOld {
+            path: policy.bwrap.clone(),
+            found: version,
+            needs: MINIMUM_BWRAP,
+            flags: Vec::new(),
+        };
         return Err(SandboxError::BwrapUnusable {
             path: policy.bwrap.clone(),
-            message: format!(
-                "it is bubblewrap {version}, and the sandbox supports {MINIMUM_BWRAP} and \
-                 later: install a newer bubblewrap (`apt-get install bubblewrap`, a backport, \
-                 or a build from https://github.com/containers/bubblewrap)"
-            ),
+            message: too_old.to_string(),
         });
     }
     let seccomp = crate::seccomp::seccomp_program()?;

@@ -131,7 +131,7 @@ fn commands(dir: &Path, model: &str) -> Vec<(&'static str, Vec<String>)> {
 #[test]
 fn an_old_bubblewrap_is_refused_before_any_work_with_status_2() {
     let dir = tempfile::tempdir().unwrap();
-    let bwrap = fake_bwrap(dir.path(), "0.6.0", OLD_RUN);
+    let bwrap = fake_bwrap(dir.path(), "0.5.0", OLD_RUN);
     let model = dir.path().join("no-such-model.gguf");
     let model = model.to_str().unwrap();
     for (name, args) in commands(dir.path(), model) {
@@ -141,8 +141,8 @@ fn an_old_bubblewrap_is_refused_before_any_work_with_status_2() {
         assert_eq!(o.status.code(), Some(2), "{name}: {err}");
         assert!(
             err.contains(&format!(
-                "bubblewrap 0.6.0 at {} is too old: the sandbox uses --disable-userns \
-                 (bubblewrap >= 0.8.0), --size (bubblewrap >= 0.7.0); install bubblewrap >= 0.8.0",
+                "bubblewrap 0.5.0 at {} is too old: the sandbox supports bubblewrap >= 0.6.0; \
+                 install bubblewrap >= 0.6.0",
                 bwrap.display()
             )),
             "{name}: {err}"
@@ -197,7 +197,7 @@ fn a_missing_bubblewrap_is_refused_with_status_2() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
         err.contains(&format!(
-            "bubblewrap not found at {}: install bubblewrap >= 0.8.0",
+            "bubblewrap not found at {}: install bubblewrap >= 0.6.0",
             bwrap.display()
         )),
         "{err}"
@@ -235,7 +235,7 @@ fn a_bubblewrap_without_user_namespaces_is_refused_with_status_2() {
 #[test]
 fn sandbox_exec_says_why_the_host_cannot_sandbox() {
     let dir = tempfile::tempdir().unwrap();
-    let bwrap = fake_bwrap(dir.path(), "0.6.0", OLD_RUN);
+    let bwrap = fake_bwrap(dir.path(), "0.5.0", OLD_RUN);
     let work = tempfile::tempdir().unwrap();
     let o = patchwright(
         Some(&bwrap),
@@ -252,7 +252,7 @@ fn sandbox_exec_says_why_the_host_cannot_sandbox() {
     assert_eq!(o.status.code(), Some(125), "{err}");
     assert!(
         err.contains(&format!(
-            "bubblewrap 0.6.0 at {} is too old: the sandbox uses --disable-userns",
+            "bubblewrap 0.5.0 at {} is too old: the sandbox supports bubblewrap >= 0.6.0",
             bwrap.display()
         )),
         "{err}"
