@@ -131,12 +131,13 @@ impl Header {
     /// `<arch>.KEY` for layer `layer`: the value itself, or the layer's
     /// entry when the file stores one per layer.
     fn arch_layer_int(&self, key: &str, layer: usize) -> Option<i64> {
-        let full = format!("{}.{key}", self.architecture()?);
-        match self.metadata.get(&full)? {
-            Value::Int(n) => Some(*n),
-            Value::Ints(v) => v.get(layer).copied(),
-            _ => None,
-        }
+        layer_int(self.arch_value(key), layer)
+    }
+
+    /// `<arch>.KEY`'s value, if the file has it.
+    fn arch_value(&self, key: &str) -> Option<&Value> {
+        self.metadata
+            .get(&format!("{}.{key}", self.architecture()?))
     }
 
     /// The KV cache's shape per token from the file's own keys
@@ -166,18 +167,18 @@ impl Header {
             shape.k_elements = per_layer.checked_mul(u64::from(layers))?;
             return Some(shape);
         }
+        // Each key looked up once, not once per layer.
+        let head_count = self.arch_value("attention.head_count");
+        let head_count_kv = self.arch_value("attention.head_count_kv");
+        let embedding = self.arch_layer_int("embedding_length", 0);
+        let key_length = self.arch_value("attention.key_length");
+        let value_length = self.arch_value("attention.value_length");
         for layer in 0..layers as usize {
-            let heads = self.arch_layer_int("attention.head_count", layer)?;
-            let kv_heads = self
-                .arch_layer_int("attention.head_count_kv", layer)
-                .unwrap_or(heads);
-            let fallback = self
-                .arch_layer_int("embedding_length", 0)
-                .and_then(|e| e.checked_div(heads));
-            let key = self
-                .arch_layer_int("attention.key_length", layer)
-                .or(fallback);
-            let value = self.arch_layer_int("attention.value_length", layer).or(key);
+            let heads = layer_int(head_count, layer)?;
+            let kv_heads = layer_int(head_count_kv, layer).unwrap_or(heads);
+            let fallback = embedding.and_then(|e| e.checked_div(heads));
+            let key = layer_int(key_length, layer).or(fallback);
+            let value = layer_int(value_length, layer).or(key);
             let (key, value) = (key?, value?);
             let k = u64::try_from(key.checked_mul(kv_heads)?).ok()?;
             let v = u64::try_from(value.checked_mul(kv_heads)?).ok()?;
@@ -185,6 +186,16 @@ impl Header {
             shape.v_elements = shape.v_elements.checked_add(v)?;
         }
         Some(shape)
+    }
+}
+
+/// `value` for layer `layer`: the value itself, or the layer's entry when
+/// the file stores one per layer.
+fn layer_int(value: Option<&Value>, layer: usize) -> Option<i64> {
+    match value? {
+        Value::Int(n) => Some(*n),
+        Value::Ints(v) => v.get(layer).copied(),
+        _ => None,
     }
 }
 
