@@ -86,7 +86,11 @@ pub fn dataset(data: &[u8]) {
     let Ok(tasks) = loaded else { return };
     let lines: String = tasks
         .iter()
-        .map(|t| serde_json::to_string(t).unwrap() + "\n")
+        .map(|t| {
+            serde_json::to_string(t)
+                .unwrap_or_else(|e| panic!("a loaded task does not serialise to JSON: {e}"))
+                + "\n"
+        })
         .collect();
     let again = crate::dataset::parse(Path::new("again.jsonl"), &lines)
         .unwrap_or_else(|e| panic!("loaded tasks do not load from their own JSON: {e}"));
@@ -111,9 +115,14 @@ pub fn predictions(data: &[u8]) {
         .collect();
     let lines: String = predictions
         .iter()
-        .map(|p| serde_json::to_string(p).unwrap() + "\n")
+        .map(|p| {
+            serde_json::to_string(p)
+                .unwrap_or_else(|e| panic!("a loaded prediction does not serialise to JSON: {e}"))
+                + "\n"
+        })
         .collect();
-    let list = serde_json::to_string(&predictions).unwrap();
+    let list = serde_json::to_string(&predictions)
+        .unwrap_or_else(|e| panic!("loaded predictions do not serialise to a JSON list: {e}"));
     for text in [lines, list] {
         let again = crate::record::result::parse_predictions(Path::new("again.jsonl"), &text)
             .unwrap_or_else(|e| panic!("predictions do not load from their own JSON: {e}"));
