@@ -478,3 +478,89 @@ fn submit_leaves_the_repositorys_own_index_alone() {
     );
     assert_eq!(status(&root), before);
 }
+
+/// The programs `strace -f` saw `patchwright aci` start (successful
+/// `execve` calls, the first its own start), with `script` on its stdin.
+fn execs_of_cli(root: &Path, script: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("strace.log");
+    let mut child = Process::new("strace")
+        .args(["-f", "-qq", "-e", "trace=execve,execveat", "-o"])
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_patchwright"))
+        .args(["aci", "--repo"])
+        .arg(root)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("strace (scripts/test installs it): {e}"));
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "strace patchwright aci: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("execve") && l.trim_end().ends_with("= 0"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The agents' exploring commands (open, goto, scroll, find_file,
+/// search_dir, search_file, the view_* and search_* commands) run in the
+/// program itself: over the snapshot cases' scripts, `strace -f` sees the
+/// same programs started as for an empty script (the program itself, the
+/// base commit's `git rev-parse` and the index's `git ls-files`), so they
+/// work the same under either sandbox tier, and where none can run.
+#[test]
+fn exploring_commands_start_no_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fixture_repo(dir.path());
+    let exploring: String = ["viewer", "search", "search_cap", "lazy_views"]
+        .iter()
+        .map(|name| CASES.iter().find(|c| c.name == *name).unwrap().script)
+        .collect();
+    many_needles(&root);
+    let names: Vec<String> = commands(&exploring)
+        .iter()
+        .filter_map(|t| Command::parse(t).ok().map(|c| c.name().to_string()))
+        .collect();
+    for name in [
+        "open",
+        "goto",
+        "scroll_up",
+        "scroll_down",
+        "find_file",
+        "search_dir",
+        "search_file",
+        "view_skeleton",
+        "view_symbol",
+        "search_class",
+        "search_method",
+    ] {
+        assert!(names.iter().any(|n| n == name), "{name} is not exercised");
+    }
+    let baseline = execs_of_cli(&root, "");
+    assert_eq!(baseline.len(), 3, "{}", baseline.join("\n"));
+    let explored = execs_of_cli(&root, &exploring);
+    assert_eq!(
+        explored.len(),
+        baseline.len(),
+        "exploring commands started processes:\n{}\nbaseline:\n{}",
+        explored.join("\n"),
+        baseline.join("\n")
+    );
+    // The check sees a command that does start one.
+    let ran = execs_of_cli(&root, "run true\n");
+    assert!(ran.len() > baseline.len(), "{}", ran.join("\n"));
+}
