@@ -8,7 +8,7 @@
 //! every test and run: the first run compiles it (about a minute on two
 //! cores), later ones load it in a fraction of a second.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use patchwright_sandbox::{
@@ -142,13 +142,24 @@ fn the_worktree_is_the_cwd_relative_imports_work_and_writes_persist() -> Res {
         "import os\nfrom pkg.mod import VALUE\nprint(VALUE, os.getcwd(), os.environ['PWD'])\n\
          open('made.txt', 'w').write('written')\n",
     )?;
+    std::fs::write(wt.join("pkg/where.py"), "import sys\nprint(repr(sys.path[0]))\n")?;
+    // sys.path[0] as a native python sets it: the script's directory, the
+    // cwd for -m, '' for -c; nothing with -P.
     let o = task.sh(
-        "python main.py && python -m pkg.mod && cd pkg/sub && \
-         python -c \"import os; print(os.getcwd(), open('data.txt').read().strip())\"",
+        "python main.py && python -m pkg.mod && python pkg/where.py && python -m pkg.where && \
+         python -P pkg/where.py && cd pkg/sub && \
+         python -c \"import os, sys; print(os.getcwd(), open('data.txt').read().strip(), \
+         repr(sys.path[0]))\"",
     );
     ok(&o);
     let w = wt.display();
-    assert_eq!(o.output, format!("42 {w} {w}\n{w}/pkg/sub data\n"));
+    assert_eq!(
+        o.output,
+        format!(
+            "42 {w} {w}\n'{w}/pkg'\n'{w}'\n'/usr/local/lib/python315.zip'\n\
+             {w}/pkg/sub data ''\n"
+        )
+    );
     assert_eq!(std::fs::read_to_string(wt.join("made.txt"))?, "written");
     Ok(())
 }
@@ -162,17 +173,23 @@ fn files_outside_the_worktree_are_not_reachable() -> Res {
     std::os::unix::fs::symlink("../outside/secret.txt", wt.join("rel-link"))?;
     let host_tmp = std::env::temp_dir().join(format!("pw-wasi-host-{}", std::process::id()));
     std::fs::write(&host_tmp, "host tmp\n")?;
-    let paths = [
-        "/etc/passwd".to_string(),
-        "/root/.bashrc".to_string(),
-        "/proc/self/environ".to_string(),
-        format!("{}", secret.display()),
-        "../outside/secret.txt".to_string(),
-        "link".to_string(),
-        "rel-link".to_string(),
-        format!("{}", host_tmp.display()),
-        "/usr/local/lib/../../../etc/passwd".to_string(),
+    // (path, the exception): a path through no preopen does not exist
+    // for the guest (FileNotFoundError); `..` or a link that leaves its
+    // preopen is refused by wasmtime-wasi (PermissionError).
+    let gone = "FileNotFoundError";
+    let refused = "PermissionError";
+    let cases = [
+        ("/etc/passwd".to_string(), gone),
+        ("/root/.bashrc".to_string(), gone),
+        ("/proc/self/environ".to_string(), gone),
+        (format!("{}", secret.display()), gone),
+        ("../outside/secret.txt".to_string(), refused),
+        ("link".to_string(), refused),
+        ("rel-link".to_string(), refused),
+        (format!("{}", host_tmp.display()), gone),
+        ("/usr/local/lib/../../../etc/passwd".to_string(), refused),
     ];
+    let paths: Vec<String> = cases.iter().map(|c| c.0.clone()).collect();
     let list = paths
         .iter()
         .map(|p| format!("{p:?}"))
@@ -200,21 +217,16 @@ fn files_outside_the_worktree_are_not_reachable() -> Res {
     let _ = std::fs::remove_file(&host_tmp);
     ok(&o);
     let mut want = String::new();
-    for p in &paths {
-        want += &format!("{p} {}\n", escape_error(p));
+    for (p, error) in &cases {
+        want += &format!("{p} {error}\n");
     }
-    want += "/ PermissionError\n/root PermissionError\n/home PermissionError\n/etc PermissionError\n";
+    want += "/ FileNotFoundError\n/root FileNotFoundError\n/home FileNotFoundError\n\
+             /etc FileNotFoundError\n";
+    // .git is preopened read-only over the read-write worktree.
     want += ".git PermissionError\n";
     assert_eq!(o.output, want);
     assert_eq!(std::fs::read_to_string(wt.join(".git/config"))?, "[core]\n");
     Ok(())
-}
-
-/// The exception an escape attempt gets: a path through no preopen is a
-/// capability the guest lacks (PermissionError); a link or `..` that
-/// leaves its preopen is refused by wasmtime-wasi the same way.
-fn escape_error(_path: &str) -> &'static str {
-    "PermissionError"
 }
 
 #[test]
@@ -281,9 +293,24 @@ fn memory_past_the_cap_is_refused_with_a_limit_event() -> Res {
     assert_eq!(o.exit_code, Some(1), "{}", o.output);
     assert!(o.output.ends_with("MemoryError\n"), "{}", o.output);
     assert!(!o.output.contains("ALLOCATED"), "{}", o.output);
-    assert_eq!(o.events.memory_denied, Some(1));
+    // Two refused grows: malloc asks for more heap, then (its fallback)
+    // for a separate mapping; both fail and Python raises MemoryError.
+    assert_eq!(o.events.memory_denied, Some(2));
     // The runner is unaffected: the next command runs.
     ok(&task.sh("python -c pass"));
+    Ok(())
+}
+
+#[test]
+fn a_crash_is_reported_as_the_signal_a_native_python_would_get() -> Res {
+    let task = Task::new();
+    let o = task.py("import os\nprint('before', flush=True)\nos.abort()\n");
+    assert_eq!(o.exit_code, None);
+    assert_eq!(o.signal.as_ref().map(|s| s.name.as_str()), Some("SIGABRT"));
+    assert_eq!(o.cli_exit_code(), 134);
+    let trap = "wasm trap: wasm `unreachable` instruction executed";
+    assert_eq!(o.events.trap.as_deref(), Some(trap));
+    assert_eq!(o.output, format!("before\n{trap}\n"));
     Ok(())
 }
 
@@ -355,6 +382,17 @@ fn a_command_that_is_not_python_is_refused_naming_the_tier_and_nothing_runs() ->
         other => panic!("{other:?}"),
     }
     assert!(!task.wt().join("ran").exists(), "nothing may run");
+    // A module cache the guest could see (and rewrite) is refused.
+    let mut shown = task.policy.clone();
+    let mut rt = runtime();
+    rt.module_cache = task.wt().join("cache");
+    shown.tier = Tier::Wasi(rt);
+    let e = run(&shown, &["python", "-c", "pass"].map(String::from)).map(|_| ());
+    assert!(
+        matches!(&e, Err(SandboxError::InvalidPolicy { reason })
+            if reason.contains("overlaps") && reason.contains("keep it out of every bind")),
+        "{e:?}"
+    );
     let mut net = task.policy.clone();
     net.network = true;
     let e = run(&net, &["python", "-c", "pass"].map(String::from)).map(|_| ());
@@ -411,9 +449,4 @@ fn preflight_of_a_wasi_policy_runs_python() -> Res {
     assert_eq!(report.bwrap, runtime().python_wasm);
     assert!(report.flags.is_empty());
     Ok(())
-}
-
-#[allow(dead_code)]
-fn exists(p: &Path) -> bool {
-    p.exists()
 }

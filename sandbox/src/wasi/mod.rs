@@ -113,6 +113,9 @@ fn engine() -> Result<&'static Engine, SandboxError> {
         let mut config = Config::new();
         config
             .epoch_interruption(true)
+            // wasmtime-wasi turns on wasmtime's async support, which
+            // refuses a Wasm stack larger than the (unused) async stack.
+            .async_stack_size(GUEST_THREAD_STACK_BYTES)
             .max_wasm_stack(WASM_STACK_BYTES)
             .parallel_compilation(true)
             .cranelift_opt_level(wasmtime::OptLevel::Speed)
@@ -638,20 +641,79 @@ impl Drop for PrivateTmp {
     }
 }
 
-/// The `-c` prelude that starts the guest's program in `cwd`: WASI has no
-/// working directory of its own (wasi-libc starts at `/`), so the guest
-/// changes to `cwd` and then hands its real arguments to the runtime's own
-/// argument handling (`_reactor.run`, which the wheel's runner calls the
-/// same way), whose exit code it exits with. The prelude's source is
-/// dropped from linecache so tracebacks do not show it.
+/// The `-c` program that starts the guest's own command (`{CWD}` and
+/// `{ARGV0}` filled in as Python string literals). WASI has no working
+/// directory of its own (wasi-libc starts at `/`), so it changes to the
+/// command's directory first. This CPython is built to start like
+/// `python -P -S` (no script directory on `sys.path`); it puts back what
+/// a native `python` puts first on `sys.path` — the script's directory,
+/// the cwd for `-m`, `''` for `-c` — unless the command passes `-P` or
+/// `-I` or sets `PYTHONSAFEPATH`. Then it hands the arguments (`-P`
+/// removed) to the runtime's own argument handling (`_reactor.run`, which
+/// the wheel's own runner calls the same way) and exits with its status.
+/// That handling knows `-c`, `-m`, `-u`, `-X OPT`, `-V`/`--version` and
+/// `-` (stdin: empty here), accepts and ignores `-B`, `-E`, `-I`, `-s`,
+/// and answers any other option (`-W`, `-O`, `-q`, ...) with `unknown
+/// option` and status 2. Its source is
+/// dropped from linecache so tracebacks do not show it; the program runs
+/// in a fresh `__main__`, so none of these names leak into it.
+const PRELUDE: &str = r#"def _pw_start():
+    import os, sys
+    os.chdir({CWD})
+    args = sys.argv[1:]
+    out = []
+    safe = bool(os.environ.get('PYTHONSAFEPATH'))
+    first = None
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == '-P':
+            safe = True
+            i += 1
+            continue
+        if a in ('-', '--') or not a.startswith('-'):
+            script = a if a not in ('-', '--') else None
+            if a == '--' and i + 1 < len(args):
+                script = args[i + 1]
+            if script is not None:
+                first = os.path.dirname(os.path.realpath(script))
+            break
+        if a.startswith('--'):
+            out.append(a)
+            i += 1
+            continue
+        mode = None
+        for j, ch in enumerate(a[1:], 1):
+            if ch == 'I':
+                safe = True
+            if ch in 'cm':
+                mode = ch
+                break
+            if ch in 'WX':
+                if j == len(a) - 1 and i + 1 < len(args):
+                    out.append(a)
+                    i += 1
+                    a = args[i]
+                break
+        out.append(a)
+        i += 1
+        if mode is not None:
+            first = '' if mode == 'c' else os.getcwd()
+            break
+    out.extend(args[i:])
+    if first is not None and not safe:
+        sys.path.insert(0, first)
+    __import__('linecache')._interactive_cache.clear()
+    return __import__('_reactor').run([{ARGV0}, *out], dict(os.environ))
+__import__('sys').exit(_pw_start())
+"#;
+
+/// [`PRELUDE`] for a command run in `cwd`.
 fn prelude(cwd: &str) -> String {
-    let cwd = serde_json::to_string(cwd).unwrap_or_else(|_| "'/'".to_string());
-    format!(
-        "__import__('linecache')._interactive_cache.clear() or \
-         __import__('os').chdir({cwd}) or \
-         __import__('sys').exit(__import__('_reactor').run(\
-         [{WASI_ARGV0:?}, *__import__('sys').argv[1:]], dict(__import__('os').environ)))"
-    )
+    let lit = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "'/'".to_string());
+    PRELUDE
+        .replace("{CWD}", &lit(cwd))
+        .replace("{ARGV0}", &lit(WASI_ARGV0))
 }
 
 /// The signal a native process would have died of for a trap.
@@ -1082,7 +1144,7 @@ fn execute(plan: &Plan, policy: &Policy, ctx: &Arc<RunContext>) -> Ran {
                         }
                         GuestEnd::Trap { signal, reason } => {
                             ctx.output
-                                .push(format!("wasm trap: {reason}\n").as_bytes());
+                                .push(format!("{reason}\n").as_bytes());
                             trap = Some(reason);
                             128 + signal
                         }
@@ -1144,7 +1206,7 @@ mod tests {
             p.contains(r#"chdir("/w/it's \"here\"")"#),
             "{p}"
         );
-        assert!(p.contains(r#"["/usr/local/bin/python.wasm", *"#), "{p}");
+        assert!(p.contains(r#"run(["/usr/local/bin/python.wasm", *out]"#), "{p}");
     }
 
     #[test]
