@@ -505,8 +505,8 @@ pub fn preflight(policy: &Policy) -> Result<HostReport, PreflightError> {
             path: runtime.python_wasm.clone(),
             detail,
         };
-        let outcome =
-            crate::wasi::probe(policy, runtime, PROBE_TIMEOUT_MS).map_err(|e| failed(e.to_string()))?;
+        let outcome = crate::wasi::probe(policy, runtime, PROBE_TIMEOUT_MS)
+            .map_err(|e| failed(e.to_string()))?;
         if !outcome.success() {
             return Err(failed(format!(
                 "exit {:?}, signal {:?}, timed out {}: {}",

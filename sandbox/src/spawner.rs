@@ -265,7 +265,7 @@ mod tests {
             oom_kills: o,
             pids_max_hits: p,
             trap: None,
-        memory_denied: None,
+            memory_denied: None,
         };
         let cases = [
             (

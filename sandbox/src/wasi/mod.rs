@@ -102,9 +102,16 @@ const HASH_CHUNK: usize = 1 << 20;
 /// a WASI policy.
 pub const WASI_PROBE_ARGV: &[&str] = &["python", "-c", "pass"];
 
+/// Cranelift's optimisation level for python.wasm. `None`: the module is
+/// already optimised by LLVM, and Cranelift's own passes buy nothing
+/// measurable for it — a pure-Python loop (0.81 s vs 0.80-0.88 s), importing
+/// numpy and pandas (0.66 s vs 0.63-0.69 s) and a numpy matmul ran the same
+/// at `None` and `Speed` — while `None` compiles the 99 MB module in 66 s
+/// instead of 96 s (two busy cores, parallel compilation on both).
+pub const WASI_OPT_LEVEL: wasmtime::OptLevel = wasmtime::OptLevel::None;
+
 /// One engine per process: epoch interruption on (wall-clock limit), an
-/// 8 MiB Wasm stack, Cranelift at `speed` (the default; `none` compiles
-/// the 99 MB module faster but runs Python markedly slower), compiled in
+/// 8 MiB Wasm stack, Cranelift at [`WASI_OPT_LEVEL`], compiled in
 /// parallel.
 static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
 
@@ -118,7 +125,7 @@ fn engine() -> Result<&'static Engine, SandboxError> {
             .async_stack_size(GUEST_THREAD_STACK_BYTES)
             .max_wasm_stack(WASM_STACK_BYTES)
             .parallel_compilation(true)
-            .cranelift_opt_level(wasmtime::OptLevel::Speed)
+            .cranelift_opt_level(WASI_OPT_LEVEL)
             .wasm_exceptions(true);
         Engine::new(&config).map_err(|e| format!("{e:#}"))
     });
@@ -154,7 +161,9 @@ fn sha256_file(path: &Path) -> Result<String, SandboxError> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; HASH_CHUNK];
     loop {
-        let n = f.read(&mut buf).map_err(|e| runtime_err("reading", path, e))?;
+        let n = f
+            .read(&mut buf)
+            .map_err(|e| runtime_err("reading", path, e))?;
         if n == 0 {
             break;
         }
@@ -176,15 +185,18 @@ struct Prepared {
 }
 
 /// Runtimes prepared in this process, by (python.wasm, zip, cache) identity.
-static PREPARED: Mutex<Vec<((FileKey, FileKey, PathBuf), Prepared)>> = Mutex::new(Vec::new());
+static PREPARED: Mutex<Vec<(RuntimeKey, Prepared)>> = Mutex::new(Vec::new());
+
+/// A runtime's identity: its python.wasm, its stdlib zip, its cache.
+type RuntimeKey = (FileKey, FileKey, PathBuf);
 
 /// Serialises compiling and cache writes, so two threads do not both
 /// compile the module.
 static PREPARING: Mutex<()> = Mutex::new(());
 
-/// Compiles `runtime`'s module and caches it (the first time: slow, most
-/// of a minute on two cores; later runs, in this process or another, load
-/// the cached machine code in a fraction of a second), and presents its
+/// Compiles `runtime`'s module and caches it (the first time: slow, about
+/// a minute on two cores; later runs, in this process or another, load the
+/// cached machine code in about 0.1 s), and presents its
 /// stdlib zip under its guest name. Every [`run_wasi`] does this first;
 /// calling it ahead moves the cost out of the first command.
 pub fn prepare_runtime(runtime: &WasiRuntime) -> Result<(), SandboxError> {
@@ -197,7 +209,7 @@ fn prepared(runtime: &WasiRuntime) -> Result<Prepared, SandboxError> {
         file_key(&runtime.stdlib_zip)?,
         runtime.module_cache.clone(),
     );
-    let lookup = |key: &(FileKey, FileKey, PathBuf)| -> Option<Prepared> {
+    let lookup = |key: &RuntimeKey| -> Option<Prepared> {
         let known = PREPARED.lock().ok()?;
         known.iter().find(|(k, _)| k == key).map(|(_, p)| p.clone())
     };
@@ -326,7 +338,35 @@ fn load_module(wasm: &Path, cache: &Path) -> Result<Module, SandboxError> {
         .serialize()
         .map_err(|e| runtime_err("serialising the compiled module of", wasm, e))?;
     write_private(&file, &bytes)?;
+    remove_stale(cache, &digest[..KEY_HEX], &name);
     Ok(module)
+}
+
+/// Removes the compiled modules of the same python.wasm for another
+/// engine (an older wasmtime or other settings): this build can never load
+/// them, and each is ~280 MB. Failures are ignored (another process may be
+/// removing them too).
+fn remove_stale(cache: &Path, digest: &str, keep: &str) {
+    let Ok(entries) = std::fs::read_dir(cache) else {
+        return;
+    };
+    let prefix = format!("python-{digest}-");
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name != keep && name.starts_with(&prefix) && name.ends_with(".cwasm") {
+            match std::fs::remove_file(e.path()) {
+                Ok(()) => tracing::info!(
+                    target: "patchwright_sandbox",
+                    "wasi: removed {name}, compiled for another engine"
+                ),
+                Err(err) => tracing::debug!(
+                    target: "patchwright_sandbox",
+                    "wasi: could not remove {name}: {err}"
+                ),
+            }
+        }
+    }
 }
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -397,7 +437,8 @@ fn stdlib_folder(runtime: &WasiRuntime) -> Result<PathBuf, SandboxError> {
         .create(&dir)
         .map_err(|e| runtime_err("creating the stdlib folder", &dir, e))?;
     if std::fs::hard_link(zip, &dest).is_err() {
-        std::fs::copy(zip, &dest).map_err(|e| runtime_err("copying the stdlib zip to", &dest, e))?;
+        std::fs::copy(zip, &dest)
+            .map_err(|e| runtime_err("copying the stdlib zip to", &dest, e))?;
     }
     Ok(dir)
 }
@@ -980,8 +1021,8 @@ pub fn run_wasi(
             reason: "it does not exist or is not a directory".to_string(),
         });
     }
-    let cache = std::path::absolute(&runtime.module_cache)
-        .unwrap_or_else(|_| runtime.module_cache.clone());
+    let cache =
+        std::path::absolute(&runtime.module_cache).unwrap_or_else(|_| runtime.module_cache.clone());
     for shown in policy
         .extra_ro_binds
         .iter()
@@ -1143,8 +1184,7 @@ fn execute(plan: &Plan, policy: &Policy, ctx: &Arc<RunContext>) -> Ran {
                             }
                         }
                         GuestEnd::Trap { signal, reason } => {
-                            ctx.output
-                                .push(format!("{reason}\n").as_bytes());
+                            ctx.output.push(format!("{reason}\n").as_bytes());
                             trap = Some(reason);
                             128 + signal
                         }
@@ -1190,11 +1230,7 @@ mod tests {
 
     #[test]
     fn paths_normalize_lexically() {
-        for (p, want) in [
-            ("/w/a/../b/./c", "/w/b/c"),
-            ("/../..", "/"),
-            ("/w/", "/w"),
-        ] {
+        for (p, want) in [("/w/a/../b/./c", "/w/b/c"), ("/../..", "/"), ("/w/", "/w")] {
             assert_eq!(normalize(Path::new(p)), PathBuf::from(want), "{p}");
         }
     }
@@ -1202,11 +1238,11 @@ mod tests {
     #[test]
     fn the_prelude_quotes_the_directory() {
         let p = prelude("/w/it's \"here\"");
+        assert!(p.contains(r#"chdir("/w/it's \"here\"")"#), "{p}");
         assert!(
-            p.contains(r#"chdir("/w/it's \"here\"")"#),
+            p.contains(r#"run(["/usr/local/bin/python.wasm", *out]"#),
             "{p}"
         );
-        assert!(p.contains(r#"run(["/usr/local/bin/python.wasm", *out]"#), "{p}");
     }
 
     #[test]

@@ -218,9 +218,7 @@ fn tokenize(script: &str) -> Result<Vec<Token>, SandboxError> {
                                     word.push('\\');
                                     word.push(other);
                                 }
-                                None => {
-                                    return Err(refuse(here(), "has an unterminated \" quote"))
-                                }
+                                None => return Err(refuse(here(), "has an unterminated \" quote")),
                             }
                             i += 2;
                         }
@@ -468,7 +466,10 @@ pub fn parse_argv(argv: &[String]) -> Result<Plan, SandboxError> {
         Step::Python { .. } => Ok(Plan {
             lists: vec![vec![s]],
         }),
-        _ => Err(refuse(&argv.join(" "), "is a shell builtin outside a shell")),
+        _ => Err(refuse(
+            &argv.join(" "),
+            "is a shell builtin outside a shell",
+        )),
     }
 }
 
@@ -556,22 +557,66 @@ mod tests {
     fn what_needs_a_real_shell_is_refused_naming_the_tier() {
         let cases: &[(&str, &str, &str)] = &[
             ("grep -rn foo .", "grep -rn foo .", "is not Python"),
-            ("python a.py | head", "python a.py | head", "uses a pipe (|)"),
-            ("python a.py > out", "python a.py > out", "uses a redirection (< or >)"),
+            (
+                "python a.py | head",
+                "python a.py | head",
+                "uses a pipe (|)",
+            ),
+            (
+                "python a.py > out",
+                "python a.py > out",
+                "uses a redirection (< or >)",
+            ),
             ("python a.py || true", "python a.py || true", "uses `||`"),
-            ("python a.py &", "python a.py &", "runs a command in the background (&)"),
-            ("(cd x; python a)", "(cd x; python a)", "uses a subshell or a function ( )"),
-            ("python $(which x)", "python $(which x)", "uses $ expansion (variables, $(...)): write the value out"),
-            ("cd \"$HOME\"", "cd \"$HOME\"", "uses $ expansion (variables, $(...)): write the value out"),
-            ("python `x`", "python `x`", "uses command substitution (`...`)"),
-            ("pytest tests/*.py", "pytest tests/*.py", "uses a glob (*, ? or [) that would need expanding: quote it, or name the files"),
+            (
+                "python a.py &",
+                "python a.py &",
+                "runs a command in the background (&)",
+            ),
+            (
+                "(cd x; python a)",
+                "(cd x; python a)",
+                "uses a subshell or a function ( )",
+            ),
+            (
+                "python $(which x)",
+                "python $(which x)",
+                "uses $ expansion (variables, $(...)): write the value out",
+            ),
+            (
+                "cd \"$HOME\"",
+                "cd \"$HOME\"",
+                "uses $ expansion (variables, $(...)): write the value out",
+            ),
+            (
+                "python `x`",
+                "python `x`",
+                "uses command substitution (`...`)",
+            ),
+            (
+                "pytest tests/*.py",
+                "pytest tests/*.py",
+                "uses a glob (*, ? or [) that would need expanding: quote it, or name the files",
+            ),
             ("cd ~/x", "cd ~/x", "uses ~, which would need expanding"),
             ("python 'a", "python 'a", "has an unterminated ' quote"),
             ("python a.py\ngit diff", "git diff", "is not Python"),
-            ("source env.sh", "source env.sh", "sources a file other than a virtual environment's activate script"),
-            ("set -o posix", "set -o posix", "passes `set -o` the option Some(\"posix\")"),
+            (
+                "source env.sh",
+                "source env.sh",
+                "sources a file other than a virtual environment's activate script",
+            ),
+            (
+                "set -o posix",
+                "set -o posix",
+                "passes `set -o` the option Some(\"posix\")",
+            ),
             ("cd", "cd", "is a cd without exactly one directory"),
-            ("A=1 cd x", "A=1 cd x", "sets variables before a shell builtin: use export"),
+            (
+                "A=1 cd x",
+                "A=1 cd x",
+                "sets variables before a shell builtin: use export",
+            ),
             ("python a &&", "python a &&", "ends with &&"),
             ("pythonx a", "pythonx a", "is not Python"),
         ];
@@ -607,7 +652,9 @@ mod tests {
             vec![vec![py(&["-c", "pass"])]]
         );
         assert_eq!(
-            parse_argv(&s(&["/bin/bash", "-c", "pytest -q"])).unwrap().lists,
+            parse_argv(&s(&["/bin/bash", "-c", "pytest -q"]))
+                .unwrap()
+                .lists,
             vec![vec![py(&["-m", "pytest", "-q"])]]
         );
         for bad in [&["ls", "-la"][..], &["bash", "run.sh"], &["cd", "/"]] {
