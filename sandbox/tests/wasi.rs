@@ -467,6 +467,18 @@ fn a_test_script_in_the_shape_of_the_task_environments_runs() -> Res {
         assert_eq!(o.exit_code, code, "{script}: {}", o.output);
         assert_eq!(wt.join("after").exists(), after, "{script}");
     }
+    // cd only moves inside what the guest sees.
+    for dir in ["nowhere", "/etc", "../outside"] {
+        let o = task.sh(&format!("cd {dir} && python -c \"open('after','w')\""));
+        assert_eq!(o.exit_code, Some(1), "{dir}");
+        assert_eq!(
+            o.output,
+            format!(
+                "cd: {dir}: no such directory in the wasi sandbox (it shows the worktree, /tmp \
+                 and the policy's binds)\n"
+            )
+        );
+    }
     Ok(())
 }
 
