@@ -170,6 +170,44 @@ fn the_worktree_is_the_cwd_relative_imports_work_and_writes_persist() -> Res {
     Ok(())
 }
 
+/// The runtime ignores the environment (it starts as under `-E`), so the
+/// program puts `PYTHONPATH`'s entries on `sys.path` itself, after the
+/// script's directory and before the stdlib, as a native `python` does;
+/// `-E` and `-I` leave them out. Task environments rely on it: their
+/// site-packages and the repository are `PYTHONPATH` entries.
+#[test]
+fn pythonpath_entries_are_on_sys_path_as_in_a_native_python() -> Res {
+    let mut task = Task::new();
+    let wt = task.wt();
+    let site = task.outside.join("site");
+    std::fs::create_dir_all(&site)?;
+    std::fs::write(site.join("sitemod.py"), "NAME = 'from site'\n")?;
+    task.policy.extra_ro_binds.push(site.clone());
+    task.policy.env.insert(
+        "PYTHONPATH".to_string(),
+        format!("{}:{}/src", site.display(), wt.display()),
+    );
+    std::fs::write(
+        wt.join("show.py"),
+        "import sys\nimport sitemod\nprint(sitemod.NAME, sys.path[:4])\n",
+    )?;
+    let o = task.sh(
+        "python show.py && python -E -c \"import sys; print(sys.path)\" && \
+         python -I -c \"import sys; print(sys.path)\"",
+    );
+    ok(&o);
+    let (w, s) = (wt.display(), site.display());
+    assert_eq!(
+        o.output,
+        format!(
+            "from site ['{w}', '{s}', '{w}/src', '/usr/local/lib/python315.zip']\n\
+             ['', '/usr/local/lib/python315.zip']\n\
+             ['/usr/local/lib/python315.zip']\n"
+        )
+    );
+    Ok(())
+}
+
 #[test]
 fn files_outside_the_worktree_are_not_reachable() -> Res {
     let task = Task::new();

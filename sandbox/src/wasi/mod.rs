@@ -689,7 +689,9 @@ impl Drop for PrivateTmp {
 /// `python -P -S` (no script directory on `sys.path`); it puts back what
 /// a native `python` puts first on `sys.path` — the script's directory,
 /// the cwd for `-m`, `''` for `-c` — unless the command passes `-P` or
-/// `-I` or sets `PYTHONSAFEPATH`. Then it hands the arguments (`-P`
+/// `-I` or sets `PYTHONSAFEPATH`; after it, the entries of `PYTHONPATH`
+/// (the runtime itself ignores the environment, as under `-E`), unless the
+/// command passes `-E` or `-I`, as a native `python` orders them. Then it hands the arguments (`-P`
 /// removed) to the runtime's own argument handling (`_reactor.run`, which
 /// the wheel's own runner calls the same way) and exits with its status.
 /// That handling knows `-c`, `-m`, `-u`, `-X OPT`, `-V`/`--version` and
@@ -704,6 +706,7 @@ const PRELUDE: &str = r#"def _pw_start():
     args = sys.argv[1:]
     out = []
     safe = bool(os.environ.get('PYTHONSAFEPATH'))
+    ignore_env = False
     first = None
     i = 0
     while i < len(args):
@@ -727,6 +730,8 @@ const PRELUDE: &str = r#"def _pw_start():
         for j, ch in enumerate(a[1:], 1):
             if ch == 'I':
                 safe = True
+            if ch in 'EI':
+                ignore_env = True
             if ch in 'cm':
                 mode = ch
                 break
@@ -742,8 +747,12 @@ const PRELUDE: &str = r#"def _pw_start():
             first = '' if mode == 'c' else os.getcwd()
             break
     out.extend(args[i:])
-    if first is not None and not safe:
-        sys.path.insert(0, first)
+    if safe:
+        first = None
+    extra = [] if ignore_env else [
+        p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p
+    ]
+    sys.path[0:0] = ([] if first is None else [first]) + extra
     __import__('linecache')._interactive_cache.clear()
     return __import__('_reactor').run([{ARGV0}, *out], dict(os.environ))
 __import__('sys').exit(_pw_start())
