@@ -719,6 +719,46 @@ mod tests {
     }
 
     #[test]
+    fn the_sandbox_setting_defaults_to_auto_and_the_flag_wins(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let base = Settings::defaults("m");
+        assert_eq!(base.sandbox, SandboxChoice::Auto);
+        // Left out of run.json while auto: older runs stay resumable.
+        assert_eq!(serde_json::to_value(&base)?.get("sandbox"), None);
+        let file = Settings::with_toml(&base, "sandbox = \"wasi\"\n")?;
+        assert_eq!(file.sandbox, SandboxChoice::Wasi);
+        assert_eq!(serde_json::to_value(&file)?["sandbox"], "wasi");
+        let bad = Settings::with_toml(&base, "sandbox = \"docker\"\n").map(|_| ());
+        assert!(bad.is_err(), "{bad:?}");
+        // (text, parsed)
+        let cases = [
+            ("auto", Ok(SandboxChoice::Auto)),
+            ("bubblewrap", Ok(SandboxChoice::Bubblewrap)),
+            ("bwrap", Ok(SandboxChoice::Bubblewrap)),
+            ("wasi", Ok(SandboxChoice::Wasi)),
+            (
+                "docker",
+                Err("unknown sandbox `docker`: choose auto, bubblewrap or wasi".to_string()),
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(text.parse::<SandboxChoice>(), want, "{text}");
+        }
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "sandbox = \"wasi\"\n")?;
+        let mut settings = Settings::defaults("m");
+        Overrides {
+            config_file: Some(path),
+            sandbox: Some(SandboxChoice::Bubblewrap),
+            ..Overrides::default()
+        }
+        .layer(&mut settings)?;
+        assert_eq!(settings.sandbox, SandboxChoice::Bubblewrap);
+        Ok(())
+    }
+
+    #[test]
     fn the_reproducer_settings_default_and_override_by_key() {
         use crate::agents::reproduce::ReproducerMode;
         let base = Settings::defaults("m");
