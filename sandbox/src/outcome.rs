@@ -20,6 +20,34 @@ pub enum Mechanism {
     Tmpfs,
     /// The runner itself (timeout kill, output truncation).
     Runner,
+    /// The WASI tier's wasmtime store: its memory limiter (linear memory
+    /// and tables) and epoch interruption (wall clock).
+    Wasm,
+    /// Not enforced by this tier (the value is the policy's, for the
+    /// record): the WASI tier has no per-file size cap.
+    NotEnforced,
+}
+
+/// Which tier ran a command (the [`crate::Tier`] without its paths).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TierKind {
+    /// bubblewrap namespaces (also what outcomes written before tiers
+    /// existed read as).
+    #[default]
+    Bubblewrap,
+    /// CPython as WebAssembly under wasmtime.
+    Wasi,
+}
+
+impl TierKind {
+    /// `bubblewrap` or `wasi`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TierKind::Bubblewrap => "bubblewrap",
+            TierKind::Wasi => "wasi",
+        }
+    }
 }
 
 /// One limit and how it was enforced.
@@ -63,6 +91,17 @@ pub struct LimitEvents {
     pub oom_kills: Option<u64>,
     /// Forks refused because the process cap was reached.
     pub pids_max_hits: Option<u64>,
+    /// The WASI tier: the trap that ended the guest (its memory cap
+    /// reached, the wall clock passed, a crash), in wasmtime's words with
+    /// what it means; `None` when the guest exited by itself, and always
+    /// under bubblewrap. Absent in older outcomes.
+    #[serde(default)]
+    pub trap: Option<String>,
+    /// The WASI tier: requests to grow the guest's memory past the cap,
+    /// refused (the guest's allocation failed: Python raises MemoryError);
+    /// `None` under bubblewrap and in older outcomes.
+    #[serde(default)]
+    pub memory_denied: Option<u64>,
 }
 
 /// A signal that ended the command.
@@ -105,8 +144,12 @@ pub struct Outcome {
     pub bytes_omitted: u64,
     /// The limits in force.
     pub limits: LimitsInForce,
-    /// What the cgroup counted.
+    /// What the cgroup counted (and, under WASI, the trap).
     pub events: LimitEvents,
+    /// Which tier ran the command; outcomes written before tiers existed
+    /// read as bubblewrap.
+    #[serde(default)]
+    pub tier: TierKind,
 }
 
 impl Outcome {
@@ -197,6 +240,7 @@ mod tests {
                 cgroup_unavailable: None,
             },
             events: LimitEvents::default(),
+            tier: TierKind::Bubblewrap,
         }
     }
 
@@ -216,6 +260,20 @@ mod tests {
         assert_eq!(signal_name(9), "SIGKILL");
         assert_eq!(signal_name(25), "SIGXFSZ");
         assert_eq!(signal_name(35), "SIGRTMIN+1");
+    }
+
+    #[test]
+    fn outcomes_written_before_tiers_read_as_bubblewrap() {
+        let mut json = serde_json::to_value(outcome()).unwrap();
+        let o = json.as_object_mut().unwrap();
+        o.remove("tier");
+        let events = o["events"].as_object_mut().unwrap();
+        events.remove("trap");
+        events.remove("memory_denied");
+        let back: Outcome = serde_json::from_value(json).unwrap();
+        assert_eq!(back, outcome());
+        assert_eq!(back.tier, TierKind::Bubblewrap);
+        assert_eq!(back.events.trap, None);
     }
 
     #[test]

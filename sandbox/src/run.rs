@@ -16,7 +16,7 @@ use crate::error::SandboxError;
 use crate::outcome::{Enforced, LimitsInForce, Mechanism, Outcome, SignalInfo};
 use crate::output::HeadTail;
 use crate::policy::{
-    bwrap_args, bwrap_args_with_etc, etc_layer_unfit, Policy, CORE_DUMP_BYTES, GROUP_CONTENT,
+    bwrap_args, bwrap_args_with_etc, etc_layer_unfit, Policy, Tier, CORE_DUMP_BYTES, GROUP_CONTENT,
     GROUP_FD, HOSTS_FD, PASSWD_CONTENT, PASSWD_FD, SECCOMP_FD, STATUS_FD,
 };
 use crate::preflight::{bwrap_version, flag_supported, PreflightError, MINIMUM_BWRAP};
@@ -224,6 +224,23 @@ fn is_root() -> bool {
 /// Checks that sandboxed commands can run at all: bubblewrap is present and
 /// can build the sandbox this policy describes (it runs `true` inside).
 pub fn check_available(policy: &Policy) -> Result<(), SandboxError> {
+    if let Tier::Wasi(runtime) = &policy.tier {
+        let out = crate::wasi::probe(policy, runtime, 30_000)?;
+        if out.success() {
+            return Ok(());
+        }
+        return Err(SandboxError::WasiRuntime {
+            what: "running `python -c pass` with".into(),
+            path: runtime.python_wasm.clone(),
+            message: format!(
+                "exit {:?}, signal {:?}, timed out {}: {}",
+                out.exit_code,
+                out.signal.map(|s| s.name),
+                out.timed_out,
+                out.output.trim()
+            ),
+        });
+    }
     check_bwrap_binary(&policy.bwrap)?;
     let mut probe = policy.clone();
     probe.limits.timeout_ms = probe.limits.timeout_ms.min(30_000);
@@ -244,7 +261,8 @@ pub fn check_available(policy: &Policy) -> Result<(), SandboxError> {
 
 /// Runs `command` (program and arguments; the program is looked up on the
 /// policy's PATH inside the sandbox) under `policy` and waits for it, the
-/// fast way ([`SpawnPath::Fast`]).
+/// fast way ([`SpawnPath::Fast`]). A [`Tier::Wasi`] policy runs it with
+/// [`crate::run_wasi`] instead (Python only).
 ///
 /// Refuses (returns an error, never runs unsandboxed) when the policy is
 /// invalid, bubblewrap is missing, or the sandbox cannot be set up.
@@ -260,6 +278,9 @@ pub fn run_with(
     command: &[String],
     path: SpawnPath,
 ) -> Result<Outcome, SandboxError> {
+    if let Tier::Wasi(runtime) = &policy.tier {
+        return crate::wasi::run_wasi(policy, runtime, command);
+    }
     if command.is_empty() {
         return Err(SandboxError::invalid(
             "the command is empty: pass at least the program to run",
@@ -727,6 +748,7 @@ pub fn run_with(
         bytes_omitted: output.omitted(),
         limits: in_force,
         events,
+        tier: crate::outcome::TierKind::Bubblewrap,
     })
 }
 

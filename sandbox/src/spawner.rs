@@ -250,6 +250,8 @@ pub(crate) fn delta(before: &LimitEvents, after: LimitEvents) -> LimitEvents {
     LimitEvents {
         oom_kills: sub(before.oom_kills, after.oom_kills),
         pids_max_hits: sub(before.pids_max_hits, after.pids_max_hits),
+        trap: None,
+        memory_denied: None,
     }
 }
 
@@ -262,6 +264,8 @@ mod tests {
         let ev = |o: Option<u64>, p: Option<u64>| LimitEvents {
             oom_kills: o,
             pids_max_hits: p,
+            trap: None,
+            memory_denied: None,
         };
         let cases = [
             (

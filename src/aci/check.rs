@@ -538,6 +538,7 @@ mod tests {
                 cgroup_unavailable: None,
             },
             events: LimitEvents::default(),
+            tier: Default::default(),
         }
     }
 
