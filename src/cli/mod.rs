@@ -128,14 +128,20 @@ pub fn preflight(network: bool, choice: SandboxChoice) -> Result<sandbox::Tier> 
             preflight_bubblewrap(network).map_err(SandboxUnavailable::Bubblewrap)?;
             sandbox::Tier::Bubblewrap
         }
-        SandboxChoice::Wasi => sandbox::Tier::Wasi(wasi_runtime().map_err(SandboxUnavailable::Wasi)?),
+        SandboxChoice::Wasi => {
+            sandbox::Tier::Wasi(wasi_runtime().map_err(SandboxUnavailable::Wasi)?)
+        }
         SandboxChoice::Auto => match preflight_bubblewrap(network) {
             Ok(()) => sandbox::Tier::Bubblewrap,
             Err(e) if e.namespaces_unavailable() => {
                 let runtime = match wasi_runtime() {
                     Ok(r) => r,
                     Err(wasi) => {
-                        return Err(SandboxUnavailable::NeitherTier { namespaces: e, wasi }.into())
+                        return Err(SandboxUnavailable::NeitherTier {
+                            namespaces: e,
+                            wasi,
+                        }
+                        .into())
                     }
                 };
                 tracing::warn!(

@@ -30,7 +30,10 @@ pub fn aci(args: AciArgs) -> Result<i32> {
     // The tier of `run`: a host that cannot sandbox at all still gets the
     // exploring commands (they run in-process); `run` then says why it
     // cannot run anything. A tier asked for by name must be ready.
-    match (super::preflight(false, args.sandbox.or_auto()), args.sandbox.choice) {
+    match (
+        super::preflight(false, args.sandbox.or_auto()),
+        args.sandbox.choice,
+    ) {
         (Ok(_), _) => {}
         (Err(e), None) => tracing::warn!("{e:#}; `run` will refuse every command"),
         (Err(e), Some(_)) => return Err(e),

@@ -457,7 +457,9 @@ impl TaskRun<'_> {
         // paths outside it and beyond symbolic links, and runs nothing).
         let wasi = setup.spec.as_ref().is_some_and(|s| s.wasi.is_some());
         if wasi && !patch.trim().is_empty() {
-            log.step("apply the model patch: git apply (on the host: the WASI tier runs only Python)");
+            log.step(
+                "apply the model patch: git apply (on the host: the WASI tier runs only Python)",
+            );
             match repo::apply_patch(ws.path(), patch) {
                 Ok(()) => {
                     report.patch_successfully_applied = true;
@@ -498,7 +500,9 @@ impl TaskRun<'_> {
         // the patched sources (a model patch that broke `requests/models.py`
         // graded resolved that way).
         if wasi {
-            log.step("install with the patch: not needed (the WASI tier imports the worktree itself)");
+            log.step(
+                "install with the patch: not needed (the WASI tier imports the worktree itself)",
+            );
         } else if needs_reinstall(&spec.install, patch) {
             log.step(&format!("install with the patch: {install}"));
             let o = run(install.clone(), INSTALL_TIMEOUT_S)?;
@@ -766,15 +770,11 @@ fn build_wasi_envs(
     for (i, (task, (repo, version))) in keys.iter().enumerate() {
         started(i, keys.len(), repo, version);
         let start = Instant::now();
-        let was_built = settings
-            .specs
-            .get(repo, version)
-            .ok()
-            .is_some_and(|spec| {
-                crate::env::wasi::env_dir(&spec, &settings.envs_root)
-                    .join(crate::env::wasi::ENV_RECORD)
-                    .is_file()
-            });
+        let was_built = settings.specs.get(repo, version).ok().is_some_and(|spec| {
+            crate::env::wasi::env_dir(&spec, &settings.envs_root)
+                .join(crate::env::wasi::ENV_RECORD)
+                .is_file()
+        });
         let mut row = EnvBuilt {
             repo: repo.clone(),
             version: version.clone(),

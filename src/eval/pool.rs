@@ -13,9 +13,9 @@ use crate::config::EnvSettings;
 use crate::dataset::Task;
 use crate::env::task::{Setup, SpecSetup};
 use crate::env::Environment;
-use patchwright_sandbox as sandbox;
 use crate::record::result::{EnvironmentSource, EnvironmentUsed};
 use crate::repo::Repos;
+use patchwright_sandbox as sandbox;
 
 use super::{ensure_envs, plans, prepare_commits, Envs, EvalError, Unavailable};
 
@@ -108,7 +108,11 @@ impl<'a> Pool<'a> {
     /// `task`'s setup under the WASI tier: the WASI environment of its
     /// spec (`env::wasi::ensure`), made on first need; a spec the tier
     /// cannot serve is [`EvalError::UnsupportedInTier`].
-    fn wasi_setup(&self, task: &Task, runtime: &sandbox::WasiRuntime) -> Result<Setup, Unavailable> {
+    fn wasi_setup(
+        &self,
+        task: &Task,
+        runtime: &sandbox::WasiRuntime,
+    ) -> Result<Setup, Unavailable> {
         let key = (task.repo.clone(), task.version.clone());
         let mut envs = self.wasi.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(known) = envs.get(&key) {

