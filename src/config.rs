@@ -212,6 +212,58 @@ pub struct Settings {
     /// their dependencies); without one, the system's Python.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<PathBuf>,
+    /// Which sandbox tier runs commands (`auto`: bubblewrap, or the WASI
+    /// tier where bubblewrap cannot create namespaces). Left out of
+    /// `run.json` while `auto`, so runs written before it stay resumable;
+    /// the tier that ran is recorded beside the settings.
+    #[serde(default, skip_serializing_if = "SandboxChoice::is_auto")]
+    pub sandbox: SandboxChoice,
+}
+
+/// The `sandbox` setting (`--sandbox`): which tier runs sandboxed
+/// commands. Resolved to a tier once per command, by the binary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxChoice {
+    /// bubblewrap when it works here; the WASI tier, with a warning, when
+    /// bubblewrap cannot create namespaces (other failures stay errors).
+    #[default]
+    Auto,
+    /// bubblewrap only (any program; needs user namespaces).
+    Bubblewrap,
+    /// The WASI tier only: Python commands as WebAssembly, in-process.
+    Wasi,
+}
+
+impl SandboxChoice {
+    /// Whether it is the default, `auto`.
+    pub fn is_auto(&self) -> bool {
+        *self == SandboxChoice::Auto
+    }
+
+    /// `auto`, `bubblewrap` or `wasi`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SandboxChoice::Auto => "auto",
+            SandboxChoice::Bubblewrap => "bubblewrap",
+            SandboxChoice::Wasi => "wasi",
+        }
+    }
+}
+
+impl std::str::FromStr for SandboxChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<SandboxChoice, String> {
+        match s {
+            "auto" => Ok(SandboxChoice::Auto),
+            "bubblewrap" | "bwrap" => Ok(SandboxChoice::Bubblewrap),
+            "wasi" => Ok(SandboxChoice::Wasi),
+            _ => Err(format!(
+                "unknown sandbox `{s}`: choose auto, bubblewrap or wasi"
+            )),
+        }
+    }
 }
 
 /// The agent-computer interface.
@@ -263,6 +315,7 @@ impl Settings {
             ranker: RankerSettings::default(),
             reproducer: ReproducerSettings::default(),
             environment: None,
+            sandbox: SandboxChoice::Auto,
         }
     }
 
@@ -341,6 +394,8 @@ pub struct Overrides {
     pub environment: Option<PathBuf>,
     /// `--server-kind`; overrides the file's `server.kind`.
     pub server_kind: Option<ServerKind>,
+    /// `--sandbox`; overrides the file's `sandbox`.
+    pub sandbox: Option<SandboxChoice>,
     /// `--set KEY=VALUE`, in the order given: after the file, before the
     /// flags above.
     pub set: Vec<SetArg>,
@@ -376,6 +431,9 @@ impl Overrides {
         }
         if let Some(kind) = self.server_kind {
             settings.server.kind = kind;
+        }
+        if let Some(choice) = self.sandbox {
+            settings.sandbox = choice;
         }
         Ok(())
     }
@@ -658,6 +716,46 @@ mod tests {
             ..Overrides::default()
         };
         assert_eq!(overrides.resolve().unwrap().server.kind, ServerKind::Sglang);
+    }
+
+    #[test]
+    fn the_sandbox_setting_defaults_to_auto_and_the_flag_wins(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let base = Settings::defaults("m");
+        assert_eq!(base.sandbox, SandboxChoice::Auto);
+        // Left out of run.json while auto: older runs stay resumable.
+        assert_eq!(serde_json::to_value(&base)?.get("sandbox"), None);
+        let file = Settings::with_toml(&base, "sandbox = \"wasi\"\n")?;
+        assert_eq!(file.sandbox, SandboxChoice::Wasi);
+        assert_eq!(serde_json::to_value(&file)?["sandbox"], "wasi");
+        let bad = Settings::with_toml(&base, "sandbox = \"docker\"\n").map(|_| ());
+        assert!(bad.is_err(), "{bad:?}");
+        // (text, parsed)
+        let cases = [
+            ("auto", Ok(SandboxChoice::Auto)),
+            ("bubblewrap", Ok(SandboxChoice::Bubblewrap)),
+            ("bwrap", Ok(SandboxChoice::Bubblewrap)),
+            ("wasi", Ok(SandboxChoice::Wasi)),
+            (
+                "docker",
+                Err("unknown sandbox `docker`: choose auto, bubblewrap or wasi".to_string()),
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(text.parse::<SandboxChoice>(), want, "{text}");
+        }
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "sandbox = \"wasi\"\n")?;
+        let mut settings = Settings::defaults("m");
+        Overrides {
+            config_file: Some(path),
+            sandbox: Some(SandboxChoice::Bubblewrap),
+            ..Overrides::default()
+        }
+        .layer(&mut settings)?;
+        assert_eq!(settings.sandbox, SandboxChoice::Bubblewrap);
+        Ok(())
     }
 
     #[test]

@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         Command::Models(ModelsCommand::Fetch { name }) => cli::models::fetch(&name),
         Command::Generate(args) => cli::models::generate(args),
         Command::Sandbox(SandboxCommand::Exec(args)) => cli::tools::sandbox_exec(args),
+        Command::Sandbox(SandboxCommand::FetchWasi(args)) => cli::tools::fetch_wasi(args),
         Command::Aci(args) => cli::tools::aci(args),
         Command::Run(args) => cli::batch::run(args),
         Command::Env(EnvCommand::Build(args)) => cli::evaluation::env_build(args),

@@ -70,6 +70,34 @@ pub fn program_dirs() -> Vec<PathBuf> {
     }
 }
 
+/// The tier of this process's host policies, when the program chose one
+/// ([`set_host_tier`]).
+static HOST_TIER: OnceLock<Tier> = OnceLock::new();
+
+/// Makes `tier` the tier of every policy [`Policy::for_worktree`] builds
+/// in this process: the one place a program's choice (patchwright's
+/// `sandbox` setting, resolved once by its command) reaches every sandbox.
+/// Set once, before the first policy; setting another tier later is
+/// refused (policies already built would keep the old one).
+pub fn set_host_tier(tier: Tier) -> Result<(), SandboxError> {
+    let set = HOST_TIER.get_or_init(|| tier.clone());
+    if *set != tier {
+        return Err(SandboxError::InvalidPolicy {
+            reason: format!(
+                "the sandbox tier is already set to {}: set it once, before any sandbox runs",
+                set.name()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The tier of this process's host policies: the one [`set_host_tier`]
+/// set, else [`Tier::Bubblewrap`].
+pub fn host_tier() -> Tier {
+    HOST_TIER.get().cloned().unwrap_or_default()
+}
+
 /// The bubblewrap binary of this process's host policies: the one
 /// [`set_host_bwrap`] set, else [`DEFAULT_BWRAP`].
 pub fn host_bwrap() -> PathBuf {
@@ -393,7 +421,8 @@ impl Policy {
 
     /// The default policy for a worktree on this host: the directory is made
     /// absolute (symlinks resolved), the base layer is taken from how this
-    /// host lays out /usr, /bin, /lib, bubblewrap is [`host_bwrap`], and
+    /// host lays out /usr, /bin, /lib, bubblewrap is [`host_bwrap`], the
+    /// tier is [`host_tier`], and
     /// binds may use the worktree and the [`program_dirs`] even inside a
     /// home directory.
     pub fn for_worktree(dir: impl AsRef<Path>) -> Result<Policy, SandboxError> {
@@ -410,6 +439,7 @@ impl Policy {
         }
         let mut policy = Policy::new(canonical, detect_system_mounts());
         policy.bwrap = host_bwrap();
+        policy.tier = host_tier();
         policy.allowed_in_home.extend(program_dirs());
         Ok(policy)
     }

@@ -35,12 +35,13 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
     };
     let repos_dir = &sources.repos;
     args.runner.check(repos_dir)?;
-    // Before the settings, the model and any task: an unfit host is one
-    // error, not a batch whose every command fails.
-    super::preflight(false)?;
     let mut overrides = args.settings.overrides();
     overrides.server_kind = args.runner.server_kind;
+    overrides.sandbox = args.runner.env.sandbox.choice;
     let settings = overrides.resolve()?;
+    // Before the model and any task: an unfit host is one error, not a
+    // batch whose every command fails. (The settings say which tier.)
+    super::preflight(false, settings.sandbox)?;
     let environments = args.runner.environments()?;
     let local_model = args
         .runner
@@ -123,10 +124,13 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
         bail!("no task of {} is selected", sources.dataset.display());
     }
     args.runner.check(&sources.repos)?;
-    super::preflight(false)?;
     let mut overrides = args.settings.overrides();
     overrides.server_kind = args.runner.server_kind;
+    overrides.sandbox = args.runner.env.sandbox.choice;
     let base = overrides.resolve()?;
+    // One tier for every point (a grid over `sandbox` is not resolved
+    // per point).
+    super::preflight(false, base.sandbox)?;
     let config = args.settings.config.as_deref();
     let sweep = sweep::prepare(&args.out, &base, config, &args.grid)?;
     let grid = &sweep.file.grid;

@@ -15,7 +15,7 @@ use patchwright::repo::Repos;
 pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
     let (tasks, sources) = args.tasks.tasks(&args.env)?;
     // Builds keep the network: their policy's options are checked.
-    super::preflight(true)?;
+    super::preflight(true, args.env.sandbox.or_auto())?;
     let settings = args.env.options(Some(1), 0, false, false).resolve()?;
     sources.check(&tasks, &settings.specs, None)?;
     let repos = Repos::new(&sources.repos)?;
@@ -63,7 +63,7 @@ pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
 /// `patchwright eval`: grades gold, empty or predicted patches.
 pub fn eval(args: EvalArgs) -> Result<i32> {
     let (tasks, in_file, sources) = args.tasks.tasks_of_file(&args.env)?;
-    super::preflight(false)?;
+    super::preflight(false, args.env.sandbox.or_auto())?;
     let options = args
         .env
         .options(args.jobs, args.timeout, args.empty, args.keep_work);
@@ -137,7 +137,7 @@ pub fn eval(args: EvalArgs) -> Result<i32> {
 /// environment, with a scripted model; 1 if a task does not pass.
 pub fn check(args: CheckArgs) -> Result<i32> {
     let (tasks, sources) = args.tasks.tasks(&args.env)?;
-    super::preflight(false)?;
+    super::preflight(false, args.env.sandbox.or_auto())?;
     let settings = args
         .env
         .options(Some(1), eval::DEFAULT_TEST_TIMEOUT_S, false, false)

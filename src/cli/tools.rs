@@ -5,7 +5,7 @@ use std::io::{BufRead, Write};
 
 use anyhow::{bail, Context, Result};
 
-use super::{AciArgs, ExecArgs};
+use super::{AciArgs, ExecArgs, FetchWasiArgs};
 use patchwright::aci::{self, Aci, AciSettings, Command as AciCommand};
 use patchwright_sandbox as sandbox;
 
@@ -27,6 +27,17 @@ pub fn aci(args: AciArgs) -> Result<i32> {
         window: args.window,
         run_timeout_s: args.run_timeout,
     };
+    // The tier of `run`: a host that cannot sandbox at all still gets the
+    // exploring commands (they run in-process); `run` then says why it
+    // cannot run anything. A tier asked for by name must be ready.
+    match (
+        super::preflight(false, args.sandbox.or_auto()),
+        args.sandbox.choice,
+    ) {
+        (Ok(_), _) => {}
+        (Err(e), None) => tracing::warn!("{e:#}; `run` will refuse every command"),
+        (Err(e), Some(_)) => return Err(e),
+    }
     let mut interface = Aci::new(repo, &base, index, settings);
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
@@ -55,19 +66,17 @@ const SANDBOX_REFUSED: i32 = 125;
 /// `patchwright sandbox exec`: one command in the sandbox; its exit status.
 pub fn sandbox_exec(args: ExecArgs) -> Result<i32> {
     // Every refusal (bad flags, bad directory, no sandbox) exits 125, as
-    // `timeout` and `docker run` do: the command never ran.
-    let outcome = match args.policy().and_then(|p| {
-        sandbox::run(&p, &args.command).map_err(|e| match e {
-            // Say why the host cannot sandbox (too old a bubblewrap, no
-            // namespaces) when the default policy's check finds it.
-            sandbox::SandboxError::BwrapNotFound { .. }
-            | sandbox::SandboxError::SetupFailed { .. } => match super::preflight(false) {
-                Err(host) => format!("{host:#}"),
-                Ok(()) => e.to_string(),
-            },
-            e => e.to_string(),
-        })
-    }) {
+    // `timeout` and `docker run` do: the command never ran. The host's
+    // tier first: it says why the host cannot sandbox (too old a
+    // bubblewrap, no namespaces and no WASI runtime).
+    if let Err(host) = super::preflight(false, args.sandbox.or_auto()) {
+        eprintln!("error: {host:#}");
+        return Ok(SANDBOX_REFUSED);
+    }
+    let outcome = match args
+        .policy()
+        .and_then(|p| sandbox::run(&p, &args.command).map_err(|e| e.to_string()))
+    {
         Ok(o) => o,
         Err(message) => {
             eprintln!("error: {message}");
@@ -93,4 +102,14 @@ pub fn sandbox_exec(args: ExecArgs) -> Result<i32> {
         }
     }
     Ok(outcome.cli_exit_code())
+}
+
+/// `patchwright sandbox fetch-wasi`: the WASI tier's Python into the
+/// program's cache (at once when it is there); prints its directory.
+pub fn fetch_wasi(args: FetchWasiArgs) -> Result<i32> {
+    let dir = patchwright::env::wasi::runtime::fetch(args.wheel.as_deref(), &|step| {
+        tracing::info!("{step}")
+    })?;
+    println!("{}", dir.display());
+    Ok(0)
 }

@@ -7,6 +7,7 @@ pub mod build;
 pub mod log;
 pub mod spec;
 pub mod task;
+pub mod wasi;
 
 use std::path::{Path, PathBuf};
 

@@ -10,6 +10,7 @@ use patchwright_sandbox as sandbox;
 
 use super::build::{self, git_safe, quote, BuildError, Layer};
 use super::spec::{Directives, LogFormat, Spec};
+use super::wasi::WasiEnv;
 use super::{EnvError, Environment};
 
 /// Installing one commit into its layer (no downloads: everything is in
@@ -69,7 +70,17 @@ pub struct SpecSetup {
     pub downloads: PathBuf,
     /// The environment's build hash (names its directory).
     pub hash: String,
+    /// Under the WASI tier: the environment is a [`WasiEnv`] (and
+    /// [`Setup::env`] names its directory, not a virtualenv); nothing is
+    /// installed, the worktree goes on `PYTHONPATH` ([`TaskEnv::policy`]).
+    pub wasi: Option<WasiEnv>,
 }
+
+/// What [`Setup::install`] reports as the install under the WASI tier,
+/// where nothing runs.
+pub const WASI_INSTALL: &str =
+    "(WASI tier: nothing installed; the worktree is on PYTHONPATH, like an install of a \
+     pure-Python package)";
 
 /// A worktree prepared by [`Setup::install`].
 #[derive(Debug, Clone)]
@@ -98,6 +109,9 @@ impl Setup {
     /// The install command with pip kept offline, reading the wheelhouse.
     pub fn install_command(&self) -> Option<String> {
         let s = self.spec.as_ref()?;
+        if s.wasi.is_some() {
+            return Some(WASI_INSTALL.to_string());
+        }
         Some(build::with_pip_flags(
             &s.spec.install,
             &format!(
@@ -124,6 +138,18 @@ impl Setup {
                 outcome: None,
             });
         };
+        if s.wasi.is_some() {
+            // Nothing to run: the spec was checked to be a pip install of
+            // the repository itself with no other step (`wasi::refusal`).
+            return Ok(Installed {
+                task: TaskEnv {
+                    setup: self.clone(),
+                    layer: None,
+                },
+                command: Some(WASI_INSTALL.to_string()),
+                outcome: None,
+            });
+        }
         let layer = Layer::create(&self.env, layer_dir)?;
         let task = TaskEnv {
             setup: self.clone(),
@@ -187,6 +213,12 @@ impl TaskEnv {
             policy
                 .env
                 .insert("VIRTUAL_ENV".into(), layer.display().to_string());
+        }
+        if let Some(wasi) = self.setup.spec.as_ref().and_then(|s| s.wasi.as_ref()) {
+            let mut path = super::wasi::repository_path(&policy.worktree);
+            path.push(wasi.site_packages());
+            let path: Vec<String> = path.iter().map(|p| p.display().to_string()).collect();
+            policy.env.insert("PYTHONPATH".into(), path.join(":"));
         }
         if let Some(s) = &self.setup.spec {
             for (k, v) in &s.spec.vars {

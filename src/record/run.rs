@@ -54,6 +54,11 @@ pub struct RunRecord {
     /// When the run was resumed, in order.
     #[serde(default)]
     pub resumed_at: Vec<String>,
+    /// The sandbox tier the run's commands ran in (resolved once by the
+    /// command from the `sandbox` setting); runs written before tiers read
+    /// as bubblewrap.
+    #[serde(default)]
+    pub sandbox_tier: patchwright_sandbox::TierKind,
     #[serde(default)]
     pub selection: Option<SelectionInfo>,
     /// The resolved settings.

@@ -32,3 +32,4 @@ mod scheduler;
 mod session;
 mod sweep;
 mod vulkan;
+mod wasi;

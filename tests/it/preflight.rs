@@ -210,10 +210,26 @@ fn a_bubblewrap_without_user_namespaces_is_refused_with_status_2() {
     let bwrap = fake_bwrap(dir.path(), "0.8.0", NO_USERNS_RUN);
     let model = dir.path().join("no-such-model.gguf");
     let (_, args) = commands(dir.path(), model.to_str().unwrap()).remove(0);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let o = patchwright(Some(&bwrap), &args);
+    // Without the WASI tier's runtime (an empty cache), `auto` has no tier
+    // to fall back to (tests/it/wasi.rs has the fallback).
+    let cache = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_patchwright"))
+        .args(&args)
+        .current_dir(common::root())
+        .env("PATCHWRIGHT_BWRAP", &bwrap)
+        .env("PATCHWRIGHT_CACHE_DIR", cache.path())
+        .output()
+        .unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("and the WASI tier that `--sandbox auto` uses instead is not ready: the WASI tier's Python is not fetched"),
+        "{err}"
+    );
+    assert!(
+        err.contains("run `patchwright sandbox fetch-wasi`"),
+        "{err}"
+    );
     for want in [
         format!(
             "bubblewrap {} could not build the sandbox, so no sandboxed command can run: \
