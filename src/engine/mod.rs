@@ -25,7 +25,7 @@ pub use placement::{
 };
 pub use scheduler::{serve, Load, Scheduler, Slots};
 pub use session::{Candidate, Generation, Request, Session, Stats};
-pub use tokenizer::{GgufTokenizer, LlamaTokenizer, TokenizerError};
+pub use tokenizer::{ChatTokenizer, GgufTokenizer, LlamaTokenizer, TokenizerError};
 
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};

@@ -259,6 +259,8 @@ pub struct GgufTokenizer {
     /// Ids of the tokens that split the text, longest text first.
     specials: Vec<u32>,
     bos: Option<u32>,
+    /// The EOS token the vocabulary names (the templates' `eos_token`).
+    eos: Option<u32>,
     add_bos: bool,
     eog: BTreeSet<u32>,
     /// GPT-2's byte-level character for each byte, reversed.
@@ -520,7 +522,7 @@ impl GgufTokenizer {
             .map_err(|e| build_err(format!("the BPE model: {e}")))?;
         let mut inner = Tokenizer::new(bpe);
         inner.with_pre_tokenizer(Some(pre_tokenizer(&pre.regexes()).map_err(build_err)?));
-        Ok(GgufTokenizer::assemble(inner, texts, kinds, bos, add_bos, eog))
+        Ok(GgufTokenizer::assemble(inner, texts, kinds, (bos, eos), add_bos, eog))
     }
 
     /// A tokenizer from `path`: a `.gguf` file ([`GgufTokenizer::from_gguf`])
@@ -600,7 +602,7 @@ impl GgufTokenizer {
             inner,
             texts,
             kinds,
-            bos,
+            (bos, eos),
             config.add_bos.unwrap_or(false),
             eog,
         ))
@@ -610,7 +612,7 @@ impl GgufTokenizer {
         inner: Tokenizer,
         texts: Vec<String>,
         kinds: Vec<Kind>,
-        bos: Option<u32>,
+        (bos, eos): (Option<u32>, Option<u32>),
         add_bos: bool,
         eog: BTreeSet<u32>,
     ) -> GgufTokenizer {
@@ -626,6 +628,7 @@ impl GgufTokenizer {
             kinds,
             specials,
             bos,
+            eos,
             add_bos,
             eog,
             byte_of,
@@ -747,6 +750,11 @@ impl GgufTokenizer {
         self.texts.len()
     }
 
+    /// The EOS token the vocabulary names (`tokenizer.ggml.eos_token_id`).
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+
     /// The stored text of token `id` (byte-level characters for an
     /// ordinary token); `None` outside the vocabulary.
     pub fn token_text(&self, id: u32) -> Option<&str> {
@@ -799,6 +807,94 @@ fn read_tokenizer_config(path: &Path) -> Result<TokenizerConfig, TokenizerError>
         eos: token("eos_token"),
         add_bos: json.get("add_bos_token").and_then(|v| v.as_bool()),
     })
+}
+
+/// A prompt's tokens as a server evaluates it: messages rendered with the
+/// model's Jinja chat template ([`super::chat`]), then tokenized with
+/// special tokens parsed, a BOS first when the model wants one and the
+/// template did not write it (llama.cpp's server; llama-cpp-python's
+/// Jinja formatter never adds one, which differs only for a model that
+/// wants a BOS its template leaves out).
+pub struct ChatTokenizer {
+    tokenizer: GgufTokenizer,
+    template: super::chat::JinjaTemplate,
+    bos_text: String,
+}
+
+impl std::fmt::Debug for ChatTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTokenizer")
+            .field("tokenizer", &self.tokenizer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatTokenizer {
+    /// The tokenizer and chat template of `path`: a GGUF's
+    /// `tokenizer.chat_template`, or for a `tokenizer.json` the
+    /// `chat_template` of the `tokenizer_config.json` beside it.
+    pub fn from_file(path: &Path) -> Result<ChatTokenizer, TokenizerError> {
+        let tokenizer = GgufTokenizer::from_file(path)?;
+        let source = if path.extension().and_then(|e| e.to_str()) == Some("gguf") {
+            gguf::read_header(path)?
+                .str("tokenizer.chat_template")
+                .map(str::to_string)
+                .ok_or_else(|| TokenizerError::Missing {
+                    path: path.to_path_buf(),
+                    key: "tokenizer.chat_template",
+                })?
+        } else {
+            super::chat::read_template_file(&path.with_file_name("tokenizer_config.json"))
+                .map_err(|e| TokenizerError::Build {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                })?
+        };
+        let text = |id: Option<u32>| {
+            id.and_then(|id| tokenizer.token_text(id))
+                .unwrap_or("")
+                .to_string()
+        };
+        let eos = tokenizer.eos();
+        let bos_text = text(tokenizer.bos());
+        let template = super::chat::JinjaTemplate::new(&source, &bos_text, &text(eos))
+            .map_err(|e| TokenizerError::Build {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        Ok(ChatTokenizer {
+            tokenizer,
+            template,
+            bos_text,
+        })
+    }
+
+    /// `messages` rendered with the chat template, ready for the reply.
+    pub fn render(&self, messages: &[super::Message]) -> Result<String, TokenizerError> {
+        self.template
+            .render(messages)
+            .map_err(|e| TokenizerError::Encode(e.to_string()))
+    }
+
+    /// The token ids of `messages` as the server evaluates them.
+    pub fn tokens(&self, messages: &[super::Message]) -> Result<Vec<u32>, TokenizerError> {
+        let rendered = self.render(messages)?;
+        let mut ids = Vec::new();
+        if let Some(bos) = self.tokenizer.bos() {
+            if self.tokenizer.add_bos()
+                && (self.bos_text.is_empty() || !rendered.starts_with(&self.bos_text))
+            {
+                ids.push(bos);
+            }
+        }
+        ids.extend(self.tokenizer.encode(&rendered, true)?);
+        Ok(ids)
+    }
+
+    /// The tokenizer itself.
+    pub fn tokenizer(&self) -> &GgufTokenizer {
+        &self.tokenizer
+    }
 }
 
 /// llama.cpp's own tokenizer for a GGUF, loaded vocabulary-only (no

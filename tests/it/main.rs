@@ -31,4 +31,5 @@ mod sandbox_cli;
 mod scheduler;
 mod session;
 mod sweep;
+mod tokenizer;
 mod vulkan;
