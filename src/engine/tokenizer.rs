@@ -522,7 +522,14 @@ impl GgufTokenizer {
             .map_err(|e| build_err(format!("the BPE model: {e}")))?;
         let mut inner = Tokenizer::new(bpe);
         inner.with_pre_tokenizer(Some(pre_tokenizer(&pre.regexes()).map_err(build_err)?));
-        Ok(GgufTokenizer::assemble(inner, texts, kinds, (bos, eos), add_bos, eog))
+        Ok(GgufTokenizer::assemble(
+            inner,
+            texts,
+            kinds,
+            (bos, eos),
+            add_bos,
+            eog,
+        ))
     }
 
     /// A tokenizer from `path`: a `.gguf` file ([`GgufTokenizer::from_gguf`])
@@ -558,8 +565,7 @@ impl GgufTokenizer {
         };
         if !matches!(full.get_decoder(), Some(DecoderWrapper::ByteLevel(_))) {
             return Err(build_err(
-                "its decoder is not ByteLevel: only byte-level BPE tokenizers are supported"
-                    .into(),
+                "its decoder is not ByteLevel: only byte-level BPE tokenizers are supported".into(),
             ));
         }
         let size = full.get_vocab_size(true);
@@ -781,9 +787,7 @@ struct TokenizerConfig {
 fn read_tokenizer_config(path: &Path) -> Result<TokenizerConfig, TokenizerError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(TokenizerConfig::default())
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(TokenizerConfig::default()),
         Err(source) => {
             return Err(TokenizerError::Read {
                 path: path.to_path_buf(),
@@ -844,11 +848,12 @@ impl ChatTokenizer {
                     key: "tokenizer.chat_template",
                 })?
         } else {
-            super::chat::read_template_file(&path.with_file_name("tokenizer_config.json"))
-                .map_err(|e| TokenizerError::Build {
+            super::chat::read_template_file(&path.with_file_name("tokenizer_config.json")).map_err(
+                |e| TokenizerError::Build {
                     path: path.to_path_buf(),
                     message: e.to_string(),
-                })?
+                },
+            )?
         };
         let text = |id: Option<u32>| {
             id.and_then(|id| tokenizer.token_text(id))
@@ -857,10 +862,12 @@ impl ChatTokenizer {
         };
         let eos = tokenizer.eos();
         let bos_text = text(tokenizer.bos());
-        let template = super::chat::JinjaTemplate::new(&source, &bos_text, &text(eos))
-            .map_err(|e| TokenizerError::Build {
-                path: path.to_path_buf(),
-                message: e.to_string(),
+        let template =
+            super::chat::JinjaTemplate::new(&source, &bos_text, &text(eos)).map_err(|e| {
+                TokenizerError::Build {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                }
             })?;
         Ok(ChatTokenizer {
             tokenizer,
@@ -911,11 +918,12 @@ impl LlamaTokenizer {
         let params = llama_cpp_2::model::params::LlamaModelParams::default()
             .with_vocab_only(true)
             .with_n_gpu_layers(0);
-        let model = llama_cpp_2::model::LlamaModel::load_from_file(super::backend()?, path, &params)
-            .map_err(|e| super::EngineError::Load {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            })?;
+        let model =
+            llama_cpp_2::model::LlamaModel::load_from_file(super::backend()?, path, &params)
+                .map_err(|e| super::EngineError::Load {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                })?;
         Ok(LlamaTokenizer { model })
     }
 
@@ -966,7 +974,15 @@ mod tests {
         let table = byte_level_chars();
         // Printable bytes stand for themselves; the space is the 33rd
         // remapped byte (0x00..=0x20), U+0120 'Ġ'; newline U+010A 'Ċ'.
-        let cases = [(b'a', 'a'), (b' ', 'Ġ'), (b'\n', 'Ċ'), (0x00, 'Ā'), (0x7F, 'ġ'), (0xAD, 'Ń'), (0xFF, 'ÿ')];
+        let cases = [
+            (b'a', 'a'),
+            (b' ', 'Ġ'),
+            (b'\n', 'Ċ'),
+            (0x00, 'Ā'),
+            (0x7F, 'ġ'),
+            (0xAD, 'Ń'),
+            (0xFF, 'ÿ'),
+        ];
         for (byte, want) in cases {
             assert_eq!(table[byte as usize], want, "byte {byte:#x}");
         }
@@ -984,7 +1000,11 @@ mod tests {
             ("nospace", ("", "")),
         ];
         for (merge, (a, b)) in cases {
-            assert_eq!(split_merge(merge), (a.to_string(), b.to_string()), "{merge:?}");
+            assert_eq!(
+                split_merge(merge),
+                (a.to_string(), b.to_string()),
+                "{merge:?}"
+            );
         }
     }
 
@@ -1002,7 +1022,12 @@ mod tests {
         for (name, want) in cases {
             assert_eq!(PreTokenizer::of(name), want, "{name}");
         }
-        for family in [PreTokenizer::Qwen2, PreTokenizer::StarCoder, PreTokenizer::Gpt2, PreTokenizer::Llama3] {
+        for family in [
+            PreTokenizer::Qwen2,
+            PreTokenizer::StarCoder,
+            PreTokenizer::Gpt2,
+            PreTokenizer::Llama3,
+        ] {
             assert!(pre_tokenizer(&family.regexes()).is_ok(), "{family:?}");
         }
     }
@@ -1054,7 +1079,11 @@ mod tests {
             ("", true, vec![]),
         ];
         for (text, special, want) in cases {
-            assert_eq!(t.encode(text, special)?, want, "{text:?} parse_special={special}");
+            assert_eq!(
+                t.encode(text, special)?,
+                want,
+                "{text:?} parse_special={special}"
+            );
         }
         assert_eq!(t.decode(&[4, 5, 6])?, " ab<|im_end|><tool>");
         assert_eq!(t.token_bytes(3), Some(b" ".to_vec()));
@@ -1070,22 +1099,41 @@ mod tests {
     }
 
     #[test]
-    fn vocabularies_it_cannot_tokenize_are_refused_by_name() -> Result<(), Box<dyn std::error::Error>> {
+    fn vocabularies_it_cannot_tokenize_are_refused_by_name(
+    ) -> Result<(), Box<dyn std::error::Error>> {
         use gguf::tests::Meta::Str;
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("m.gguf");
         let cases = [
-            (("tokenizer.ggml.model", Str("llama")), "tokenizer.ggml.model = \"llama\" is not a byte-level BPE vocabulary"),
-            (("tokenizer.ggml.pre", Str("tekken")), "tokenizer.ggml.pre = \"tekken\" is not a pre-tokenizer type this tokenizer knows"),
-            (("tokenizer.ggml.pre", Str("")), "tokenizer.ggml.pre = \"\" is not a pre-tokenizer type"),
+            (
+                ("tokenizer.ggml.model", Str("llama")),
+                "tokenizer.ggml.model = \"llama\" is not a byte-level BPE vocabulary",
+            ),
+            (
+                ("tokenizer.ggml.pre", Str("tekken")),
+                "tokenizer.ggml.pre = \"tekken\" is not a pre-tokenizer type this tokenizer knows",
+            ),
+            (
+                ("tokenizer.ggml.pre", Str("")),
+                "tokenizer.ggml.pre = \"\" is not a pre-tokenizer type",
+            ),
         ];
         for (entry, want) in cases {
             tiny_gguf(&path, &[entry]);
-            let err = GgufTokenizer::from_gguf(&path).map(|_| ()).unwrap_err().to_string();
+            let err = GgufTokenizer::from_gguf(&path)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want) && err.contains("m.gguf"), "{err}");
         }
-        let err = GgufTokenizer::from_file(&dir.path().join("vocab.txt")).map(|_| ()).unwrap_err().to_string();
-        assert!(err.contains("vocab.txt is neither a .gguf file nor a tokenizer.json"), "{err}");
+        let err = GgufTokenizer::from_file(&dir.path().join("vocab.txt"))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("vocab.txt is neither a .gguf file nor a tokenizer.json"),
+            "{err}"
+        );
         Ok(())
     }
 }

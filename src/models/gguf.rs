@@ -637,7 +637,10 @@ pub(crate) mod tests {
             Some(&["a".to_string(), "Ġb".to_string(), "<|im_end|>".to_string()][..])
         );
         assert_eq!(kept.strs("tokenizer.ggml.merges"), None);
-        assert_eq!(kept.ints("tokenizer.ggml.token_type").map(<[i64]>::len), Some(types.len()));
+        assert_eq!(
+            kept.ints("tokenizer.ggml.token_type").map(<[i64]>::len),
+            Some(types.len())
+        );
     }
 
     #[test]
