@@ -30,7 +30,7 @@ pub fn with_model<T, E: From<EngineError>>(
     body: impl FnOnce(&Backing<'_>) -> Result<T, E>,
 ) -> Result<T, E> {
     let Some(path) = &model.path else {
-        let http = HttpBackend::new(&model.location, &model.spec, server)?;
+        let http = server_backend(&model.location, &model.spec, server)?;
         return body(&Backing {
             backend: &http,
             meter: None,
@@ -46,6 +46,29 @@ pub fn with_model<T, E: From<EngineError>>(
     })?
 }
 
+/// The server at `url` serving `model`: its prompts counted with
+/// `[server] tokenizer` when set, else with the GGUF `model` names here (a
+/// manifest name or a `.gguf` path, when the file is present), so that they
+/// are fitted to the server's context like the local engine's.
+pub fn server_backend(
+    url: &str,
+    model: &str,
+    settings: &ServerSettings,
+) -> Result<HttpBackend, EngineError> {
+    let mut http = HttpBackend::new(url, model, settings)?;
+    if settings.tokenizer.is_none() {
+        if let Ok(local) = models::resolve(model) {
+            if let Err(e) = http.set_tokenizer(&local.path) {
+                tracing::warn!(
+                    "the served model's file {} cannot count tokens: {e}",
+                    local.path.display()
+                );
+            }
+        }
+    }
+    Ok(http)
+}
+
 /// A model for one conversation (`patchwright generate`): with `server`,
 /// the model named `model` there ("default" when none), spoken to as
 /// `server_settings` say; else `model` (a manifest name or a GGUF path;
@@ -57,7 +80,7 @@ pub fn open<E: From<EngineError> + From<ModelError>>(
     settings: &EngineSettings,
 ) -> Result<Box<dyn Backend>, E> {
     if let Some(url) = server {
-        return Ok(Box::new(HttpBackend::new(
+        return Ok(Box::new(server_backend(
             url,
             model.unwrap_or("default"),
             server_settings,

@@ -46,7 +46,10 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Candidate, Conversation, EngineError, Generation, Request, Stats, Stop};
+use super::tokenizer::ChatTokenizer;
+use super::{
+    check_fits, Candidate, Conversation, EngineError, Generation, Message, Request, Stats, Stop,
+};
 
 /// Default wait for a reply's first byte: a long reply from a busy server
 /// on a CPU can take minutes, but not an hour.
@@ -164,6 +167,21 @@ pub struct ServerSettings {
     pub read_timeout_s: u64,
     /// Retries of a request after 429, 5xx or a dropped connection.
     pub retries: u32,
+    /// A tokenizer for counting the prompts' tokens (a GGUF or a
+    /// tokenizer.json with its tokenizer_config.json beside it), when the
+    /// served model is not a manifest name or a GGUF file here; none:
+    /// prompts go unbudgeted unless the model is found locally.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<std::path::PathBuf>,
+    /// The server's context in tokens; 0 asks the server (llama.cpp's
+    /// `/props`, vLLM's `max_model_len`). llama-cpp-python's server does
+    /// not say: set it to its `--n_ctx`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub context: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl ServerSettings {
@@ -181,6 +199,8 @@ impl Default for ServerSettings {
             connect_timeout_s: DEFAULT_CONNECT_TIMEOUT_S,
             read_timeout_s: DEFAULT_READ_TIMEOUT_S,
             retries: DEFAULT_RETRIES,
+            tokenizer: None,
+            context: 0,
         }
     }
 }
@@ -242,6 +262,12 @@ pub struct HttpBackend {
     n_refused: AtomicBool,
     /// Set once the "grammar dropped" warning has been given.
     grammar_warned: AtomicBool,
+    /// Counts prompts as the server will ([`HttpBackend::set_tokenizer`]).
+    counter: Option<ChatTokenizer>,
+    /// The server's context in tokens, when known.
+    context: Option<usize>,
+    /// Set once the "prompts are not budgeted" line has been logged.
+    unbudgeted_logged: AtomicBool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -290,6 +316,20 @@ struct ModelList {
 struct ModelCard {
     #[serde(default)]
     owned_by: Option<String>,
+    /// vLLM's context length.
+    #[serde(default)]
+    max_model_len: Option<usize>,
+}
+
+/// llama.cpp's `GET /props`, the part that gives the context.
+#[derive(Deserialize)]
+struct Props {
+    default_generation_settings: PropsSettings,
+}
+
+#[derive(Deserialize)]
+struct PropsSettings {
+    n_ctx: usize,
 }
 
 #[derive(Deserialize)]
@@ -372,12 +412,22 @@ impl HttpBackend {
             dialect: Dialect::of(settings.kind),
             n_refused: AtomicBool::new(false),
             grammar_warned: AtomicBool::new(false),
+            counter: None,
+            context: None,
+            unbudgeted_logged: AtomicBool::new(false),
         };
         backend.dialect = match settings.kind {
             ServerKind::Auto => backend.detect()?,
             ServerKind::Vllm => backend.vllm_dialect(),
             kind => Dialect::of(kind),
         };
+        backend.context = match settings.context {
+            0 => backend.server_context(),
+            n => Some(n as usize),
+        };
+        if let Some(path) = &settings.tokenizer {
+            backend.set_tokenizer(path)?;
+        }
         tracing::info!(
             "server {} speaks {} (grammar as {:?}, n {})",
             backend.base_url,
@@ -395,6 +445,72 @@ impl HttpBackend {
     /// The dialect in use.
     pub fn dialect(&self) -> Dialect {
         self.dialect
+    }
+
+    /// Counts prompts with the tokenizer and chat template of `path` (a
+    /// GGUF, or a tokenizer.json), so that they are fitted to the server's
+    /// context before they are sent.
+    pub fn set_tokenizer(&mut self, path: &std::path::Path) -> Result<(), EngineError> {
+        let counter = ChatTokenizer::from_file(path).map_err(|e| {
+            EngineError::Settings(format!("server.tokenizer = {}: {e}", path.display()))
+        })?;
+        tracing::info!(
+            "prompts to {} counted with the tokenizer of {}",
+            self.base_url,
+            path.display()
+        );
+        self.counter = Some(counter);
+        Ok(())
+    }
+
+    /// Whether a tokenizer counts the prompts.
+    pub fn has_tokenizer(&self) -> bool {
+        self.counter.is_some()
+    }
+
+    /// The server's context in tokens, when known (`[server] context`, or
+    /// what the server reports).
+    pub fn context(&self) -> Option<usize> {
+        self.context
+    }
+
+    /// The context the server reports: llama.cpp's `GET /props`
+    /// (`default_generation_settings.n_ctx`), vLLM's `max_model_len` in
+    /// `GET /v1/models`; `None` when it says nothing (llama-cpp-python,
+    /// SGLang, OpenAI).
+    fn server_context(&self) -> Option<usize> {
+        if let Ok(text) = self.send(&format!("{}/props", self.base_url), None) {
+            if let Ok(props) = serde_json::from_str::<Props>(&text) {
+                return Some(props.default_generation_settings.n_ctx);
+            }
+        }
+        let text = self
+            .send(&format!("{}/v1/models", self.base_url), None)
+            .ok()?;
+        let list = serde_json::from_str::<ModelList>(&text).ok()?;
+        list.data.into_iter().find_map(|m| m.max_model_len)
+    }
+
+    /// The tokenizer and the context, when both are known: the prompts are
+    /// then budgeted. Logs once when they are not.
+    fn budgeted(&self) -> Option<(&ChatTokenizer, usize)> {
+        match (&self.counter, self.context) {
+            (Some(counter), Some(context)) => Some((counter, context)),
+            (counter, context) => {
+                if !self.unbudgeted_logged.swap(true, Ordering::Relaxed) {
+                    let missing = match (counter.is_some(), context.is_some()) {
+                        (false, false) => "no tokenizer (the model is not a local GGUF: set [server] tokenizer) and no context (set [server] context)",
+                        (false, true) => "no tokenizer (the model is not a local GGUF: set [server] tokenizer)",
+                        _ => "the server does not report its context (set [server] context)",
+                    };
+                    tracing::info!(
+                        "prompts to {} are not fitted to its context before sending: {missing}",
+                        self.base_url
+                    );
+                }
+                None
+            }
+        }
     }
 
     /// What the server says it is: `owned_by` of `GET /v1/models`, then
@@ -835,8 +951,32 @@ pub struct HttpConversation<'a> {
 }
 
 impl Conversation for HttpConversation<'_> {
+    fn render(&self, messages: &[Message]) -> Option<String> {
+        self.counter()?.render(messages).ok()
+    }
+
+    /// Known only when the prompts can be counted too: the agents budget a
+    /// prompt only when both are.
+    fn context_size(&self) -> Option<usize> {
+        self.backend.budgeted().map(|(_, c)| c)
+    }
+
+    fn count_tokens(&self, messages: &[Message]) -> Result<usize, EngineError> {
+        self.count(messages)
+    }
+
     fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError> {
         let backend = self.backend;
+        // A prompt that cannot fit is refused here, as the local engine
+        // refuses it, so the agents squeeze their history before the
+        // server sees it.
+        if let Some((counter, context)) = backend.budgeted() {
+            let prompt = counter
+                .tokens(request.messages)
+                .map_err(|e| EngineError::Settings(format!("counting the prompt's tokens: {e}")))?
+                .len();
+            check_fits(prompt, request.sampling.max_tokens as usize, context)?;
+        }
         let started = Instant::now();
         let n = request.n.max(1);
         let mut slots: Vec<Option<(Candidate, usize)>> = (0..n).map(|_| None).collect();
@@ -893,6 +1033,25 @@ impl Conversation for HttpConversation<'_> {
                 total_s,
             },
         })
+    }
+}
+
+impl HttpConversation<'_> {
+    /// The tokenizer, when the prompts are budgeted.
+    fn counter(&self) -> Option<&ChatTokenizer> {
+        self.backend.budgeted().map(|(c, _)| c)
+    }
+}
+
+impl HttpConversation<'_> {
+    fn count(&self, messages: &[Message]) -> Result<usize, EngineError> {
+        let counter = self.counter().ok_or(EngineError::Unsupported {
+            what: "count a prompt's tokens",
+        })?;
+        counter
+            .tokens(messages)
+            .map(|t| t.len())
+            .map_err(|e| EngineError::Settings(format!("counting the prompt's tokens: {e}")))
     }
 }
 

@@ -16,6 +16,7 @@ pub mod placement;
 pub mod scheduler;
 mod session;
 pub mod speculate;
+pub mod tokenizer;
 
 pub use placement::{
     context_within_budget, gpus, kv_budgets, kv_bytes_per_token, plan, plan_layers, Device,
@@ -24,6 +25,7 @@ pub use placement::{
 };
 pub use scheduler::{serve, Load, Scheduler, Slots};
 pub use session::{Candidate, Generation, Request, Session, Stats};
+pub use tokenizer::{ChatTokenizer, GgufTokenizer, LlamaTokenizer, TokenizerError};
 
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};

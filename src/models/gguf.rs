@@ -57,8 +57,12 @@ pub enum Value {
     Str(String),
     /// An array, by its length.
     Array(u64),
-    /// A short integer array, by its values.
+    /// A short integer array, by its values; any integer array whose key
+    /// [`read_header_keeping`] was asked to keep.
     Ints(Vec<i64>),
+    /// An array of strings whose key [`read_header_keeping`] was asked to
+    /// keep (a tokenizer's vocabulary and merges).
+    Strs(Vec<String>),
 }
 
 /// The KV cache's shape for one token, summed over the layers, as
@@ -114,6 +118,31 @@ impl Header {
     pub fn int(&self, key: &str) -> Option<i64> {
         match self.metadata.get(key) {
             Some(Value::Int(n)) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// The boolean value of `key`.
+    pub fn bool(&self, key: &str) -> Option<bool> {
+        match self.metadata.get(key) {
+            Some(Value::Bool(b)) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// The strings of the array `key`, when it was kept
+    /// ([`read_header_keeping`]).
+    pub fn strs(&self, key: &str) -> Option<&[String]> {
+        match self.metadata.get(key) {
+            Some(Value::Strs(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The integers of the array `key`, when it was kept (or is short).
+    pub fn ints(&self, key: &str) -> Option<&[i64]> {
+        match self.metadata.get(key) {
+            Some(Value::Ints(v)) => Some(v),
             _ => None,
         }
     }
@@ -201,17 +230,34 @@ fn layer_int(value: Option<&Value>, layer: usize) -> Option<i64> {
 
 /// Reads the header of the GGUF file at `path`.
 pub fn read_header(path: &Path) -> Result<Header, GgufError> {
+    read_header_keeping(path, &[])
+}
+
+/// Reads the header of the GGUF file at `path`, keeping every value of the
+/// arrays named in `keep` (strings as [`Value::Strs`], integers as
+/// [`Value::Ints`]; other arrays are still only counted).
+pub fn read_header_keeping(path: &Path, keep: &[&str]) -> Result<Header, GgufError> {
     let name = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|source| GgufError::Io {
         path: name.clone(),
         source,
     })?;
-    parse_header(BufReader::new(file), &name)
+    parse_header_keeping(BufReader::new(file), &name, keep)
 }
 
 /// Reads a GGUF header from `reader` (the start of a GGUF file); `name`
 /// names the file in errors.
 pub fn parse_header<R: Read>(reader: R, name: &str) -> Result<Header, GgufError> {
+    parse_header_keeping(reader, name, &[])
+}
+
+/// [`parse_header`], keeping the arrays named in `keep` whole (see
+/// [`read_header_keeping`]).
+pub fn parse_header_keeping<R: Read>(
+    reader: R,
+    name: &str,
+    keep: &[&str],
+) -> Result<Header, GgufError> {
     let mut r = Reader {
         inner: reader,
         path: name.to_string(),
@@ -240,7 +286,7 @@ pub fn parse_header<R: Read>(reader: R, name: &str) -> Result<Header, GgufError>
     for _ in 0..kv_count {
         let key = r.string()?;
         let kind = r.u32()?;
-        let value = r.value(kind)?;
+        let value = r.value(kind, keep.contains(&key.as_str()))?;
         metadata.insert(key, value);
     }
     Ok(Header {
@@ -311,7 +357,9 @@ impl<R: Read> Reader<R> {
         Ok(String::from_utf8_lossy(&buf).into_owned())
     }
 
-    fn value(&mut self, kind: u32) -> Result<Value, GgufError> {
+    /// A value of type `kind`; an array's values are held when `keep` says
+    /// so (or it is a short integer array).
+    fn value(&mut self, kind: u32, keep: bool) -> Result<Value, GgufError> {
         Ok(match kind {
             0 => Value::Int(u8::from_le_bytes(self.bytes()?).into()),
             1 => Value::Int(i8::from_le_bytes(self.bytes()?).into()),
@@ -328,17 +376,23 @@ impl<R: Read> Reader<R> {
                 if len > MAX_LEN || item == 9 {
                     return Err(self.malformed(format!("array of {len} items of type {item}")));
                 }
-                let integers = matches!(item, 0..=5 | 10 | 11) && len <= MAX_KEPT_INTS;
+                let integers = matches!(item, 0..=5 | 10 | 11) && (keep || len <= MAX_KEPT_INTS);
+                let strings = item == 8 && keep;
                 let mut ints = Vec::new();
+                let mut strs = Vec::new();
                 for _ in 0..len {
-                    // Only a kept array's values are stored: a long one
+                    // Only a kept array's values are stored: another one
                     // is counted, not held in memory.
-                    if let (Value::Int(n), true) = (self.value(item)?, integers) {
-                        ints.push(n);
+                    match (self.value(item, false)?, integers, strings) {
+                        (Value::Int(n), true, _) => ints.push(n),
+                        (Value::Str(s), _, true) => strs.push(s),
+                        _ => {}
                     }
                 }
                 if integers {
                     Value::Ints(ints)
+                } else if strings {
+                    Value::Strs(strs)
                 } else {
                     Value::Array(len)
                 }
@@ -412,6 +466,9 @@ pub(crate) mod tests {
         Str(&'a str),
         U32(u32),
         U32s(&'a [u32]),
+        I32s(&'a [i32]),
+        Strs(&'a [&'a str]),
+        Bool(bool),
     }
 
     /// Writes a GGUF v3 header holding exactly `entries`.
@@ -443,6 +500,26 @@ pub(crate) mod tests {
                     for v in *vs {
                         b.extend_from_slice(&v.to_le_bytes());
                     }
+                }
+                Meta::I32s(vs) => {
+                    b.extend_from_slice(&9u32.to_le_bytes());
+                    b.extend_from_slice(&5u32.to_le_bytes());
+                    b.extend_from_slice(&(vs.len() as u64).to_le_bytes());
+                    for v in *vs {
+                        b.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+                Meta::Strs(vs) => {
+                    b.extend_from_slice(&9u32.to_le_bytes());
+                    b.extend_from_slice(&8u32.to_le_bytes());
+                    b.extend_from_slice(&(vs.len() as u64).to_le_bytes());
+                    for v in *vs {
+                        s(&mut b, v);
+                    }
+                }
+                Meta::Bool(v) => {
+                    b.extend_from_slice(&7u32.to_le_bytes());
+                    b.push(u8::from(*v));
                 }
             }
         }
@@ -525,6 +602,44 @@ pub(crate) mod tests {
                 k_elements: 3072,
                 v_elements: 3072
             }
+        );
+    }
+
+    #[test]
+    fn arrays_are_kept_only_when_asked() {
+        use Meta::{Bool, I32s, Strs};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        let types: Vec<i32> = vec![1; MAX_KEPT_INTS as usize + 1];
+        write_values(
+            &path,
+            &[
+                ("tokenizer.ggml.tokens", Strs(&["a", "Ġb", "<|im_end|>"])),
+                ("tokenizer.ggml.merges", Strs(&["Ġ b"])),
+                ("tokenizer.ggml.token_type", I32s(&types)),
+                ("tokenizer.ggml.add_bos_token", Bool(false)),
+            ],
+        );
+        let plain = read_header(&path).unwrap();
+        assert_eq!(plain.strs("tokenizer.ggml.tokens"), None);
+        assert_eq!(
+            plain.metadata.get("tokenizer.ggml.token_type"),
+            Some(&Value::Array(MAX_KEPT_INTS + 1))
+        );
+        assert_eq!(plain.bool("tokenizer.ggml.add_bos_token"), Some(false));
+        let kept = read_header_keeping(
+            &path,
+            &["tokenizer.ggml.tokens", "tokenizer.ggml.token_type"],
+        )
+        .unwrap();
+        assert_eq!(
+            kept.strs("tokenizer.ggml.tokens"),
+            Some(&["a".to_string(), "Ġb".to_string(), "<|im_end|>".to_string()][..])
+        );
+        assert_eq!(kept.strs("tokenizer.ggml.merges"), None);
+        assert_eq!(
+            kept.ints("tokenizer.ggml.token_type").map(<[i64]>::len),
+            Some(types.len())
         );
     }
 

@@ -13,9 +13,10 @@ use patchwright::engine::{grammar, Backend, EngineError, Message, Request, Sampl
 /// How long the server may take to load the model and start listening.
 const STARTUP: Duration = Duration::from_secs(90);
 
-struct Server {
+pub struct Server {
     child: Child,
-    url: String,
+    /// The server's root URL.
+    pub url: String,
 }
 
 impl Drop for Server {
@@ -26,6 +27,12 @@ impl Drop for Server {
 }
 
 fn server() -> Server {
+    server_with_context(2048)
+}
+
+/// llama-cpp-python's server on loopback, serving the test model with a
+/// context of `n_ctx` tokens.
+pub fn server_with_context(n_ctx: u32) -> Server {
     let python = std::env::var("PATCHWRIGHT_TEST_SERVER_PYTHON").unwrap_or_else(|_| {
         panic!("PATCHWRIGHT_TEST_SERVER_PYTHON is not set: scripts/test installs llama-cpp-python[server] and sets it")
     });
@@ -43,7 +50,7 @@ fn server() -> Server {
             "--port",
             &port.to_string(),
             "--n_ctx",
-            "2048",
+            &n_ctx.to_string(),
             "--model",
         ])
         .arg(common::test_model())

@@ -31,5 +31,6 @@ mod sandbox_cli;
 mod scheduler;
 mod session;
 mod sweep;
+mod tokenizer;
 mod vulkan;
 mod wasi;
