@@ -544,6 +544,10 @@ pub struct GenerateArgs {
     /// `[engine] gpu_layers`).
     #[arg(long, default_value = "auto", value_name = "LAYERS")]
     pub gpu_layers: String,
+    /// The engine running a local model: llama (llama.cpp) or candle (pure
+    /// Rust, CPU; as `[engine] kind`).
+    #[arg(long, default_value = "llama", value_name = "KIND")]
+    pub engine: String,
     /// Print {"candidates": [...], "tokens": [[...]], "stats": {...},
     /// "placement": {...}} as JSON.
     #[arg(long)]

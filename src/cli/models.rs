@@ -122,7 +122,10 @@ pub fn generate(args: GenerateArgs) -> Result<i32> {
         Err(_) => serde_json::from_value(serde_json::Value::String(args.gpu_layers.clone()))
             .with_context(|| format!("--gpu-layers {}", args.gpu_layers))?,
     };
+    let kind = serde_json::from_value(serde_json::Value::String(args.engine.clone()))
+        .with_context(|| format!("--engine {} (llama or candle)", args.engine))?;
     let engine = EngineSettings {
+        kind,
         context: args.context,
         threads: args.threads,
         gpu_layers,

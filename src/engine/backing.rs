@@ -3,11 +3,12 @@
 //! ([`super::http`]); and the one-request
 //! path of `patchwright generate`.
 
+use super::candle::CandleEngine;
 use super::http::{HttpBackend, ServerSettings};
 use super::scheduler::Meter;
 use super::{
-    serve, Backend, Engine, EngineError, EngineSettings, Generation, Message, Request, Sampling,
-    Slots,
+    serve, Backend, Engine, EngineError, EngineKind, EngineSettings, Generation, Message, Request,
+    Sampling, Slots,
 };
 use crate::models::{self, ModelError, ModelRef};
 
@@ -37,6 +38,15 @@ pub fn with_model<T, E: From<EngineError>>(
         });
     };
     tracing::info!("loading {}", path.display());
+    if settings.kind == EngineKind::Candle {
+        // No scheduler: the candle engine serves each conversation itself,
+        // one call at a time.
+        let engine = CandleEngine::load(path, settings)?;
+        return body(&Backing {
+            backend: &engine,
+            meter: None,
+        });
+    }
     let engine = Engine::load(path, settings)?;
     serve(&engine, slots, |scheduler| {
         body(&Backing {
@@ -91,7 +101,10 @@ pub fn open<E: From<EngineError> + From<ModelError>>(
         None => models::default_model()?.name,
     };
     let resolved = models::resolve(&spec)?;
-    Ok(Box::new(Engine::load(&resolved.path, settings)?))
+    Ok(match settings.kind {
+        EngineKind::Llama => Box::new(Engine::load(&resolved.path, settings)?),
+        EngineKind::Candle => Box::new(CandleEngine::load(&resolved.path, settings)?),
+    })
 }
 
 /// One request in a fresh conversation: an optional system message, then

@@ -8,6 +8,7 @@
 //! rendered with the chat template stored in the model's metadata.
 
 pub mod backing;
+pub mod candle;
 pub mod chat;
 pub mod gbnf;
 pub mod grammar;
@@ -94,6 +95,8 @@ pub enum EngineError {
     Unsupported { what: &'static str },
     #[error("invalid [engine] settings: {0}")]
     Settings(String),
+    #[error("candle engine: {0}")]
+    Candle(String),
     #[error("llama.cpp failed to {action}: {message}")]
     Llama {
         action: &'static str,
@@ -107,6 +110,12 @@ pub enum EngineError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EngineSettings {
+    /// Which implementation runs the model: `"llama"` (llama.cpp, the
+    /// default: GPUs, the batching scheduler, drafts) or `"candle"` (pure
+    /// Rust on the CPU, [`candle`]; `qwen2` and `llama` models, one call at a
+    /// time). The GPU, KV and draft settings below are llama.cpp's.
+    #[serde(default)]
+    pub kind: EngineKind,
     /// Context size in tokens (prompt + reply). 0 means the model's own
     /// trained context, cut to what the KV budget holds.
     pub context: u32,
@@ -158,6 +167,55 @@ pub struct EngineSettings {
     pub jump_forward: bool,
 }
 
+/// The implementation behind `[engine] kind`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    /// llama.cpp in-process (`llama-cpp-2`).
+    #[default]
+    Llama,
+    /// candle-core on the CPU ([`candle::CandleEngine`]).
+    Candle,
+}
+
+/// One step of a greedy decoding with the two highest logits, for
+/// comparing two engines on the same tokens (`greedy_trace`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TraceStep {
+    /// The token chosen: the highest logit, the lowest id among equals.
+    pub token: u32,
+    /// Its logit.
+    pub top1: f32,
+    /// The second-highest logit.
+    pub top2: f32,
+}
+
+impl TraceStep {
+    /// The greedy step over `logits`.
+    pub fn of(logits: &[f32]) -> TraceStep {
+        let mut best = (0u32, f32::NEG_INFINITY);
+        let mut second = f32::NEG_INFINITY;
+        for (i, &l) in logits.iter().enumerate() {
+            if l > best.1 {
+                second = best.1;
+                best = (i as u32, l);
+            } else if l > second {
+                second = l;
+            }
+        }
+        TraceStep {
+            token: best.0,
+            top1: best.1,
+            top2: second,
+        }
+    }
+
+    /// The gap between the two highest logits.
+    pub fn gap(&self) -> f32 {
+        self.top1 - self.top2
+    }
+}
+
 fn default_true() -> bool {
     true
 }
@@ -177,6 +235,7 @@ fn default_chat_template() -> String {
 impl Default for EngineSettings {
     fn default() -> Self {
         EngineSettings {
+            kind: EngineKind::Llama,
             context: 8192,
             threads: 0,
             gpu_layers: GpuLayers::Auto,
@@ -638,6 +697,60 @@ impl Engine {
         check_fits(prompt, reserved, self.context_size())
     }
 
+    /// Greedy decoding of `n` tokens after `tokens` in a fresh context,
+    /// with each step's top two logits (an inspection of the model, for the
+    /// differential test against the candle engine); an end-of-generation
+    /// token does not stop it.
+    pub fn greedy_trace(&self, tokens: &[u32], n: usize) -> Result<Vec<TraceStep>, EngineError> {
+        let llama = |action: &'static str| {
+            move |e: &dyn std::fmt::Display| EngineError::Llama {
+                action,
+                message: e.to_string(),
+            }
+        };
+        let prompt: Vec<LlamaToken> = tokens
+            .iter()
+            .map(|&t| LlamaToken(i32::try_from(t).unwrap_or(i32::MAX)))
+            .collect();
+        self.check_fits(prompt.len(), n)?;
+        let mut ctx = {
+            let _guard = self.context_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let params = self
+                .context_params()
+                .with_n_ctx(NonZeroU32::new(self.context));
+            self.model
+                .new_context(backend()?, params)
+                .map_err(|e| llama("create a context")(&e))?
+        };
+        let mut batch = LlamaBatch::new(self.batch.max(1), 1);
+        for (chunk_index, chunk) in prompt.chunks(self.batch.max(1)).enumerate() {
+            batch.clear();
+            for (i, &token) in chunk.iter().enumerate() {
+                let pos = chunk_index * self.batch + i;
+                batch
+                    .add(token, pos as i32, &[0], pos + 1 == prompt.len())
+                    .map_err(|e| llama("fill a batch")(&e))?;
+            }
+            ctx.decode(&mut batch)
+                .map_err(|e| llama("evaluate the prompt")(&e))?;
+        }
+        let mut steps = Vec::with_capacity(n);
+        for k in 0..n {
+            let step = TraceStep::of(ctx.get_logits_ith(batch.n_tokens() - 1));
+            steps.push(step);
+            let token = LlamaToken(i32::try_from(step.token).unwrap_or(i32::MAX));
+            if k + 1 == n {
+                break;
+            }
+            batch.clear();
+            batch
+                .add(token, (prompt.len() + k) as i32, &[0], true)
+                .map_err(|e| llama("fill a batch")(&e))?;
+            ctx.decode(&mut batch).map_err(|e| llama("decode")(&e))?;
+        }
+        Ok(steps)
+    }
+
     /// Generates the assistant's reply to `messages`.
     pub fn complete(
         &self,
@@ -813,7 +926,10 @@ mod tests {
             }
         );
         #[rustfmt::skip]
-        let cases: [(&str, Result<EngineSettings, &str>); 8] = [
+        let cases: [(&str, Result<EngineSettings, &str>); 11] = [
+            ("kind = \"candle\"", Ok(EngineSettings { kind: EngineKind::Candle, ..EngineSettings::default() })),
+            ("kind = \"llama\"", Ok(EngineSettings::default())),
+            ("kind = \"onnx\"", Err("unknown variant `onnx`, expected `llama` or `candle`")),
             ("gpu_layers = \"all\"\nflash_attn = true\nkv_type = \"q8_0\"\nkv_budget = 1000\nsplit_mode = \"row\"\nmain_gpu = 1\nbatch = 2048\nubatch = 1024",
              Ok(EngineSettings { gpu_layers: GpuLayers::All, flash_attn: FlashAttn::On, kv_type: KvType::Q8_0,
                  kv_budget: KvBudget::Bytes(1000), split_mode: SplitMode::Row, main_gpu: 1, batch: 2048,

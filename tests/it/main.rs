@@ -6,6 +6,7 @@ mod common;
 mod aci;
 mod architecture;
 mod batch;
+mod candle;
 mod chat_template;
 mod check;
 mod decode;
