@@ -987,7 +987,7 @@ mod tests {
     #[test]
     fn a_set_arg_that_is_no_setting_is_refused_by_name() {
         let base = Settings::defaults("m");
-        const TOP: &str = "`model`, `keep_workspaces`, `engine`, `server`, `sampling`, `retrieval`, `aci`, `react`, `pipeline`, `agents`, `localizer`, `fixer`, `ranker`, `reproducer`, `environment`";
+        const TOP: &str = "`model`, `keep_workspaces`, `engine`, `server`, `sampling`, `retrieval`, `aci`, `react`, `pipeline`, `agents`, `localizer`, `fixer`, `ranker`, `reproducer`, `environment`, `sandbox`";
         let cases: &[(&str, String)] = &[
             (
                 "fixer.edit_formt=anchored",

@@ -421,10 +421,9 @@ impl HttpBackend {
             ServerKind::Vllm => backend.vllm_dialect(),
             kind => Dialect::of(kind),
         };
-        backend.context = match settings.context {
-            0 => backend.server_context(),
-            n => Some(n as usize),
-        };
+        // The server is asked for its context only once a tokenizer can
+        // count prompts (`set_tokenizer`): without one it is never used.
+        backend.context = (settings.context != 0).then_some(settings.context as usize);
         if let Some(path) = &settings.tokenizer {
             backend.set_tokenizer(path)?;
         }
@@ -460,6 +459,9 @@ impl HttpBackend {
             path.display()
         );
         self.counter = Some(counter);
+        if self.context.is_none() {
+            self.context = self.server_context();
+        }
         Ok(())
     }
 

@@ -582,7 +582,7 @@ mod tests {
 
     fn spec(python: &str, install: &str) -> Result<Spec, Box<dyn std::error::Error>> {
         let text = format!(
-            "repo = \"o/r\"\n[[env]]\nversions = [\"1.0\"]\npython = \"{python}\"\n\
+            "repo = \"o/r\"\nlog_format = \"pytest\"\n[[env]]\nversions = [\"1.0\"]\npython = \"{python}\"\n\
              pip_packages = [\"pytest==8.3.4\"]\ninstall = \"{install}\"\ntest_cmd = \"pytest -rA\"\n"
         );
         let dir = tempfile::tempdir()?;
