@@ -17,11 +17,12 @@ apt_install_missing() {
 }
 
 # System packages: bubblewrap (the sandbox), cmake + clang + libclang (the
-# llama.cpp build and its bindgen), git (workspaces), pip (model downloads).
+# llama.cpp build and its bindgen), git (workspaces), pip (model downloads),
+# and the Debian packages named, in one apt call.
 ensure_system_packages() {
     local pip=()
     python3 -m pip --version >/dev/null 2>&1 || pip=(python3-pip)
-    apt_install_missing bubblewrap cmake clang libclang-dev git "${pip[@]}"
+    apt_install_missing bubblewrap cmake clang libclang-dev git "${pip[@]}" "$@"
     command -v cargo >/dev/null || {
         echo "cargo not found: install Rust (https://rustup.rs) and retry" >&2
         exit 1
@@ -68,13 +69,17 @@ ensure_demo_venv() {
 # The Vulkan build that tests/it/vulkan.rs runs: Mesa's software Vulkan
 # driver (lavapipe, so no GPU is needed), the Vulkan headers, the shader
 # compiler and SPIR-V headers llama.cpp's Vulkan backend compiles with, then
-# `--features vulkan` into ${CARGO_TARGET_DIR:-target}/vulkan (its own
-# llama.cpp build: ~25 minutes on 2 cores the first time, seconds after).
-# Exports PATCHWRIGHT_TEST_VULKAN_BIN, the binary's absolute path.
+# `--features vulkan` in the same target directory as the CPU build: only
+# what the feature changes (llama-cpp-sys-2, llama-cpp-2, patchwright) is
+# compiled again, beside the CPU build's artifacts (cargo keys them by
+# features); every other crate is shared. The binary is copied to
+# ${CARGO_TARGET_DIR:-target}/vulkan/patchwright, and the CPU binary is put
+# back in release/ (a relink at most). Exports PATCHWRIGHT_TEST_VULKAN_BIN,
+# the copy's absolute path.
 ensure_vulkan_build() {
     apt_install_missing mesa-vulkan-drivers libvulkan-dev glslc spirv-headers
-    local dir="${CARGO_TARGET_DIR:-target}/vulkan"
-    case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
+    local target="${CARGO_TARGET_DIR:-target}"
+    case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
     # Headers older than VK_EXT_layer_settings (Debian bookworm's): the
     # missing types from scripts/vulkan-shim (see the header's comment),
     # searched before /usr/include through the compiler's environment (the
@@ -83,6 +88,54 @@ ensure_vulkan_build() {
     if ! grep -q LayerSettingEXT /usr/include/vulkan/vulkan_structs.hpp 2>/dev/null; then
         shim="$PWD/scripts/vulkan-shim${shim:+:$shim}"
     fi
-    CPLUS_INCLUDE_PATH="$shim" cargo build --release --locked --features vulkan --bin patchwright --target-dir "$dir"
-    export PATCHWRIGHT_TEST_VULKAN_BIN="$dir/release/patchwright"
+    CPLUS_INCLUDE_PATH="$shim" cargo build --release --locked --features vulkan --bin patchwright
+    mkdir -p "$target/vulkan"
+    cp -f "$target/release/patchwright" "$target/vulkan/patchwright.new"
+    mv -f "$target/vulkan/patchwright.new" "$target/vulkan/patchwright"
+    build_release
+    export PATCHWRIGHT_TEST_VULKAN_BIN="$target/vulkan/patchwright"
+}
+
+# Phase timing for scripts/test: `phase NAME CMD...` runs CMD in this shell
+# (its exports stay) and records its wall time; print_phases prints the
+# table, marking a phase that did not finish. Times are wall seconds on
+# this machine, measured with bash's EPOCHREALTIME.
+PHASE_NAMES=()
+PHASE_SECS=()
+PHASE_CURRENT=""
+PHASE_T0=0
+SCRIPT_T0="${EPOCHREALTIME/./}"
+
+# Seconds since $1 (microseconds), with one decimal.
+seconds_since() {
+    local us=$(( ${EPOCHREALTIME/./} - $1 ))
+    printf '%d.%d' $(( us / 1000000 )) $(( (us % 1000000) / 100000 ))
+}
+
+phase() {
+    local name=$1
+    shift
+    PHASE_CURRENT=$name
+    PHASE_T0="${EPOCHREALTIME/./}"
+    echo "== phase: $name" >&2
+    "$@"
+    PHASE_NAMES+=("$name")
+    PHASE_SECS+=("$(seconds_since "$PHASE_T0")")
+    PHASE_CURRENT=""
+}
+
+print_phases() {
+    local i
+    {
+        echo
+        echo "Where the time went (wall seconds):"
+        printf '  %8s  %s\n' seconds phase
+        for i in "${!PHASE_NAMES[@]}"; do
+            printf '  %8s  %s\n' "${PHASE_SECS[$i]}" "${PHASE_NAMES[$i]}"
+        done
+        if [ -n "$PHASE_CURRENT" ]; then
+            printf '  %8s  %s (did not finish)\n' "$(seconds_since "$PHASE_T0")" "$PHASE_CURRENT"
+        fi
+        printf '  %8s  %s\n' "$(seconds_since "$SCRIPT_T0")" total
+    } >&2
 }

@@ -1,8 +1,10 @@
 //! The Vulkan build (`--features vulkan`) on SmolLM2 with every layer
 //! offloaded: on a machine without a GPU, Mesa's software Vulkan driver
-//! (lavapipe) stands in. `scripts/test` installs it, builds the binary into
-//! `target/vulkan` and names it in `PATCHWRIGHT_TEST_VULKAN_BIN`; without
-//! that the test fails with the reason, it never skips.
+//! (lavapipe) stands in. `scripts/test` installs it, builds the binary in
+//! the CPU build's target directory (only what the feature changes is
+//! compiled again), copies it to `target/vulkan/patchwright` and names it
+//! in `PATCHWRIGHT_TEST_VULKAN_BIN`; without that the test fails with the
+//! reason, it never skips.
 
 use crate::common;
 
@@ -47,8 +49,8 @@ fn offloaded_on_vulkan_the_greedy_tokens_match_the_cpu_build() {
     let Some(vulkan) = std::env::var_os("PATCHWRIGHT_TEST_VULKAN_BIN") else {
         panic!(
             "PATCHWRIGHT_TEST_VULKAN_BIN is not set: it names the binary built with \
-             `cargo build --release --features vulkan --target-dir target/vulkan` \
-             (scripts/test builds it and sets it)"
+             `cargo build --release --features vulkan` (scripts/test builds it, copies it \
+             to target/vulkan/patchwright and sets it)"
         );
     };
     let cpu = generate(env!("CARGO_BIN_EXE_patchwright").as_ref(), "none");
