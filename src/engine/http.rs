@@ -6,7 +6,7 @@
 //!
 //! | kind | grammar field | `n` (candidates in one request) |
 //! |---|---|---|
-//! | `llama-cpp` (llama.cpp's `llama-server`) | `grammar` (GBNF) | yes on recent builds; older ones answer "Only one completion choice is allowed" and are then asked one candidate per request |
+//! | `llama-cpp` (llama.cpp's `llama-server`) | `grammar` (GBNF) | yes on recent builds with as many slots (`--parallel`) as candidates; older builds answer "Only one completion choice is allowed", recent ones with fewer slots "Field 'n': Value must be between 1 <= value <= 1", and either is then asked one candidate per request |
 //! | `llama-cpp` (llama-cpp-python's server) | `grammar` (GBNF) | no: `n` is dropped (`exclude = {"n", ...}` in `llama_cpp/server/app.py`), one choice comes back |
 //! | `vllm` | `structured_outputs: {"grammar": ...}` (vLLM ≥ 0.10.2); `guided_grammar` before (deprecated, removed in 0.12) | yes |
 //! | `sglang` | `ebnf` (`ChatCompletionRequest.ebnf` in `sglang/srt/entrypoints/openai/protocol.py`; its xgrammar backend reads GBNF) | yes |
@@ -99,9 +99,20 @@ pub const CONTEXT_ERROR_PATTERNS: [&str; 6] = [
     "context_length_exceeded",
 ];
 
-/// llama.cpp's server before it implemented `n`
-/// (`oaicompat_chat_params_parse` in `tools/server`).
-const N_REFUSED: &str = "only one completion choice is allowed";
+/// How llama.cpp's server refuses `n` > 1 (lower-cased): before it
+/// implemented `n` (`oaicompat_chat_params_parse` in `tools/server`), and
+/// since, when it has fewer slots than `n` (its default is one slot), from
+/// its request validation.
+const N_REFUSED: &[&str] = &[
+    "only one completion choice is allowed",
+    "field 'n': value must be between 1 <= value <= 1",
+];
+
+/// Whether a server's error body refuses `n` > 1.
+fn refuses_n(body: &str) -> bool {
+    let body = body.to_lowercase();
+    N_REFUSED.iter().any(|m| body.contains(m))
+}
 
 /// Which server dialect to speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -611,7 +622,7 @@ impl HttpBackend {
             let retryable = match &failure {
                 Failure::Status { code, body } => {
                     (*code == 429 || *code >= 500)
-                        && !body.to_lowercase().contains(N_REFUSED)
+                        && !refuses_n(body)
                         && !is_context_error(body)
                 }
                 Failure::Transport(_) => true,
@@ -657,7 +668,7 @@ impl HttpBackend {
             Ok(text) => parse_reply(&text, request.sampling.max_tokens as usize)
                 .map_err(|message| EngineError::Http { url, message }),
             Err(Failure::Status { code, body })
-                if indices.len() > 1 && body.to_lowercase().contains(N_REFUSED) =>
+                if indices.len() > 1 && refuses_n(&body) =>
             {
                 tracing::warn!(
                     "server {} refuses n > 1 (status {code}): asking one candidate per request",
@@ -1544,6 +1555,18 @@ mod tests {
             .collect();
         assert_eq!(asked, expected);
         Ok(())
+    }
+
+    #[test]
+    fn both_of_llama_cpps_refusals_of_n_are_recognised() {
+        for (body, refused) in [
+            (r#"{"error":{"code":500,"message":"Only one completion choice is allowed","type":"server_error"}}"#, true),
+            (r#"{"error":{"code":400,"message":"Field 'n': Value must be between 1 <= value <= 1, but got 4","type":"invalid_request_error"}}"#, true),
+            (r#"{"error":{"code":400,"message":"Field 'max_tokens': Value must be between 1 <= value <= 1, but got 4","type":"invalid_request_error"}}"#, false),
+            (r#"{"error":{"code":400,"message":"request (3031 tokens) exceeds the available context size (2048 tokens)","type":"exceed_context_size_error"}}"#, false),
+        ] {
+            assert_eq!(super::refuses_n(body), refused, "{body}");
+        }
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The OpenAI-compatible HTTP backend against a real server on loopback:
-//! llama-cpp-python's, serving the SmolLM2 test model. `scripts/test`
-//! installs it and names its interpreter in PATCHWRIGHT_TEST_SERVER_PYTHON.
+//! llama.cpp's own server (as the xllamacpp wheel embeds it, started by
+//! `tests/fixtures/llama_server.py`), serving the SmolLM2 test model.
+//! `scripts/test` installs it and names its interpreter in
+//! PATCHWRIGHT_TEST_SERVER_PYTHON.
 
 use crate::common;
 
@@ -26,38 +28,32 @@ impl Drop for Server {
     }
 }
 
-fn server() -> Server {
-    server_with_context(2048)
+/// llama.cpp's server on loopback, serving the test model with a context
+/// of `n_ctx` tokens and one slot (llama-server's default).
+pub fn server_with_context(n_ctx: u32) -> Server {
+    server_with(n_ctx, 1)
 }
 
-/// llama-cpp-python's server on loopback, serving the test model with a
-/// context of `n_ctx` tokens.
-pub fn server_with_context(n_ctx: u32) -> Server {
+/// The same with `parallel` slots: with more than one, the server honours
+/// `n` up to their number.
+pub fn server_with(n_ctx: u32, parallel: u32) -> Server {
     let python = std::env::var("PATCHWRIGHT_TEST_SERVER_PYTHON").unwrap_or_else(|_| {
-        panic!("PATCHWRIGHT_TEST_SERVER_PYTHON is not set: scripts/test installs llama-cpp-python[server] and sets it")
+        panic!("PATCHWRIGHT_TEST_SERVER_PYTHON is not set: scripts/test installs the xllamacpp wheel (llama.cpp's server) and sets it")
     });
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
+    let script = common::root().join("tests/fixtures/llama_server.py");
     let child = Command::new(&python)
-        .args([
-            "-m",
-            "llama_cpp.server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--n_ctx",
-            &n_ctx.to_string(),
-            "--model",
-        ])
+        .arg(&script)
         .arg(common::test_model())
+        .args([port.to_string(), n_ctx.to_string(), parallel.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {python} -m llama_cpp.server: {e}"));
+        .unwrap_or_else(|e| panic!("cannot start {python} {}: {e}", script.display()));
     let server = Server {
         child,
         url: format!("http://127.0.0.1:{port}"),
@@ -79,12 +75,12 @@ fn ask(text: &str) -> Vec<Message> {
 
 #[test]
 fn round_trips_candidates_grammar_and_limits() {
-    let server = server();
-    // `auto` recognises llama-cpp-python (`owned_by: "me"`), which drops `n`.
+    let server = server_with_context(2048);
+    // `auto` recognises llama.cpp's server (`owned_by: "llamacpp"`).
     let backend = HttpBackend::new(&server.url, "smollm2", &ServerSettings::default()).unwrap();
     assert_eq!(backend.dialect().kind, ServerKind::LlamaCpp);
     assert_eq!(backend.dialect().grammar, GrammarField::Grammar);
-    assert!(!backend.dialect().n);
+    assert!(backend.dialect().n);
     let mut conversation = backend.conversation(4, 16).unwrap();
 
     // Greedy: the same answer twice.
@@ -109,10 +105,11 @@ fn round_trips_candidates_grammar_and_limits() {
     );
     assert!(a.stats.prompt_tokens > 5);
 
-    // Four candidates under a grammar: every one follows it; asked with
-    // `n` = 4 (the kind given, so the server is asked for four in one
-    // request, answers with one, and the other three are asked one by one)
-    // and one per request (`auto`).
+    // Four candidates under a grammar: every one follows it. With one slot
+    // the server refuses `n` = 4 ("Field 'n': Value must be between 1 <=
+    // value <= 1"), and the four are asked one per request, each with its
+    // own seed and its own exact token count (the answer and the end of
+    // generation); with four slots it answers the four in one request.
     let yn = grammar::choice(&["yes", "no"]).unwrap();
     let sampled = Sampling {
         temperature: 1.2,
@@ -121,17 +118,11 @@ fn round_trips_candidates_grammar_and_limits() {
         max_tokens: 8,
     };
     let msgs = ask("Is the sky blue?");
-    let with_n = HttpBackend::new(
-        &server.url,
-        "smollm2",
-        &ServerSettings {
-            kind: ServerKind::LlamaCpp,
-            ..ServerSettings::default()
-        },
-    )
-    .unwrap();
+    let four_slots = server_with(2048, 4);
+    let with_n =
+        HttpBackend::new(&four_slots.url, "smollm2", &ServerSettings::default()).unwrap();
     assert!(with_n.dialect().n);
-    for backend in [&backend, &with_n] {
+    for (backend, one_each) in [(&backend, true), (&with_n, false)] {
         let g = backend
             .conversation(4, 8)
             .unwrap()
@@ -149,7 +140,10 @@ fn round_trips_candidates_grammar_and_limits() {
             "{:?}",
             g.candidates
         );
-        assert_eq!(g.stats.generated_tokens, vec![1, 1, 1, 1]);
+        assert_eq!(g.stats.generated_tokens.len(), 4);
+        if one_each {
+            assert_eq!(g.stats.generated_tokens, vec![2, 2, 2, 2]);
+        }
     }
 
     // A prompt larger than the server's context (2048 tokens) is the

@@ -147,7 +147,7 @@ fn vocabulary_facts_match_llama_cpp_for_every_token() {
 /// that four turns overflow a 512-token context.
 const OBSERVATION_LINES: usize = 12;
 
-/// A ReAct-like conversation with llama-cpp-python's server at a 512-token
+/// A ReAct-like conversation with llama.cpp's server at a 512-token
 /// context: the history grows past the context; the backend, counting with
 /// the GGUF's tokenizer, refuses the overflowing prompt before sending it
 /// (`TooLong`), the history is squeezed as the agents squeeze it (old
