@@ -39,7 +39,10 @@ fn runtime() -> WasiRuntime {
     WasiRuntime {
         python_wasm: dir.join("python.wasm"),
         stdlib_zip: dir.join("python-stdlib.zip"),
-        module_cache: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wasi-module-cache"),
+        // The program's own module cache beside the runtime (patchwright's
+        // `env::wasi::runtime::MODULE_CACHE_SUBDIR`), so python.wasm is
+        // compiled once for these tests and the program's alike.
+        module_cache: dir.join("module-cache"),
     }
 }
 

@@ -308,35 +308,18 @@ fn load_module(wasm: &Path, cache: &Path) -> Result<Module, SandboxError> {
         &digest[..KEY_HEX]
     );
     let file = cache.join(&name);
-    if check_ours(&file, false).is_ok() {
-        let started = Instant::now();
-        // SAFETY: deserialize_file maps the file and runs its machine code
-        // as it finds it, so it must be a file wasmtime's own serialize
-        // wrote. It is: the name holds the SHA-256 of the python.wasm it
-        // was compiled from and this engine's compatibility hash; it lies
-        // in a directory this program created 0700 (checked above), is a
-        // regular file (no symlink) owned by this user and writable by no
-        // one else, written by this function through a temporary file and
-        // a rename; the directory is never preopened to a guest (run_wasi
-        // refuses a policy that would show it), so no sandboxed command
-        // can write it. wasmtime itself checks the header, its version and
-        // the engine's settings, and refuses a mismatched file.
-        match unsafe { Module::deserialize_file(engine, &file) } {
-            Ok(m) => {
-                tracing::debug!(
-                    target: "patchwright_sandbox",
-                    "wasi: loaded the compiled module {} in {:.2} s",
-                    file.display(),
-                    started.elapsed().as_secs_f64()
-                );
-                return Ok(m);
-            }
-            Err(e) => tracing::warn!(
-                target: "patchwright_sandbox",
-                "wasi: the cached module {} cannot be loaded ({e}); compiling again",
-                file.display()
-            ),
-        }
+    if let Some(module) = load_cached(engine, &file) {
+        return Ok(module);
+    }
+    // One compile across processes (test runners, batch workers): a second
+    // process waits here, then loads what the first wrote.
+    let lock_path = cache.join(".compile.lock");
+    let lock = std::fs::File::create(&lock_path)
+        .map_err(|e| runtime_err("creating the compile lock", &lock_path, e))?;
+    lock.lock()
+        .map_err(|e| runtime_err("taking the compile lock", &lock_path, e))?;
+    if let Some(module) = load_cached(engine, &file) {
+        return Ok(module);
     }
     let started = Instant::now();
     tracing::info!(
@@ -357,6 +340,41 @@ fn load_module(wasm: &Path, cache: &Path) -> Result<Module, SandboxError> {
     write_private(&file, &bytes)?;
     remove_stale(cache, &digest[..KEY_HEX], &name);
     Ok(module)
+}
+
+/// The compiled module in `file` when it is there, trusted and loads.
+fn load_cached(engine: &Engine, file: &Path) -> Option<Module> {
+    if check_ours(file, false).is_ok() {
+        let started = Instant::now();
+        // SAFETY: deserialize_file maps the file and runs its machine code
+        // as it finds it, so it must be a file wasmtime's own serialize
+        // wrote. It is: the name holds the SHA-256 of the python.wasm it
+        // was compiled from and this engine's compatibility hash; it lies
+        // in a directory this program created 0700 (checked above), is a
+        // regular file (no symlink) owned by this user and writable by no
+        // one else, written by this function through a temporary file and
+        // a rename; the directory is never preopened to a guest (run_wasi
+        // refuses a policy that would show it), so no sandboxed command
+        // can write it. wasmtime itself checks the header, its version and
+        // the engine's settings, and refuses a mismatched file.
+        match unsafe { Module::deserialize_file(engine, file) } {
+            Ok(m) => {
+                tracing::debug!(
+                    target: "patchwright_sandbox",
+                    "wasi: loaded the compiled module {} in {:.2} s",
+                    file.display(),
+                    started.elapsed().as_secs_f64()
+                );
+                return Some(m);
+            }
+            Err(e) => tracing::warn!(
+                target: "patchwright_sandbox",
+                "wasi: the cached module {} cannot be loaded ({e}); compiling again",
+                file.display()
+            ),
+        }
+    }
+    None
 }
 
 /// Removes the compiled modules of the same python.wasm for another
