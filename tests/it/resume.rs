@@ -16,6 +16,11 @@ type Error = Box<dyn std::error::Error>;
 
 const DEMO: &str = "datasets/demo/tasks.jsonl";
 
+/// The tasks the batch runs: four of the demo's ten, enough for a kill
+/// before any result, after the first, after half, and work left to resume
+/// (what is tested is the kill points, not the number of tasks).
+const TASKS: &str = "^demo__(cachekit|confkit)-";
+
 /// Small budgets: a task takes seconds, so the kills land mid-batch.
 const CONFIG: &str = "[engine]\ncontext = 2048\n\
     [react]\nreply_tokens = 48\n[aci]\nwindow = 20\n\
@@ -30,6 +35,11 @@ fn start(out: &Path, config: &Path, extra: &[&str]) -> Result<Child, Error> {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_patchwright"));
     cmd.args(["batch", "--dataset", DEMO, "--repos", "datasets/demo/repos"])
         .args(["--model", "smollm2-135m", "--jobs", "2"])
+        .args(if extra.contains(&"--filter") {
+            &[][..]
+        } else {
+            &["--filter", TASKS][..]
+        })
         .arg("--config")
         .arg(config)
         .arg("--out")
@@ -131,11 +141,16 @@ fn finish(child: Child) -> Result<String, Error> {
     Ok(log)
 }
 
+/// The ids [`TASKS`] selects.
 fn all_ids() -> Result<Vec<String>, Error> {
-    Ok(patchwright::dataset::load(&common::root().join(DEMO))?
+    let selected = regex::Regex::new(TASKS)?;
+    let ids: Vec<String> = patchwright::dataset::load(&common::root().join(DEMO))?
         .into_iter()
         .map(|t| t.instance_id)
-        .collect())
+        .filter(|id| selected.is_match(id))
+        .collect();
+    assert_eq!(ids.len(), 4, "{TASKS} selects four demo tasks: {ids:?}");
+    Ok(ids)
 }
 
 #[test]
