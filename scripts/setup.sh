@@ -82,13 +82,17 @@ ensure_vulkan_build() {
     case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
     # Headers older than VK_EXT_layer_settings (Debian bookworm's): the
     # missing types from scripts/vulkan-shim (see the header's comment),
-    # searched before /usr/include through the compiler's environment (the
-    # llama.cpp build caches its flags, this stays out of them).
-    local shim="${CPLUS_INCLUDE_PATH:-}"
+    # searched before /usr/include through CXXFLAGS, which cc-rs hands to
+    # llama.cpp's CMake build. Of every build script in the graph only
+    # llama-cpp-sys-2's tracks CXXFLAGS, and its Vulkan build is its own
+    # unit; CPLUS_INCLUDE_PATH would do too, but every cc-rs build script
+    # (ring, wasmtime, tree-sitter) tracks that one, so each switch between
+    # the two configurations would compile them and all above them again.
+    local cxxflags="${CXXFLAGS:-}"
     if ! grep -q LayerSettingEXT /usr/include/vulkan/vulkan_structs.hpp 2>/dev/null; then
-        shim="$PWD/scripts/vulkan-shim${shim:+:$shim}"
+        cxxflags="${cxxflags:+$cxxflags }-I$PWD/scripts/vulkan-shim"
     fi
-    CPLUS_INCLUDE_PATH="$shim" cargo build --release --locked --features vulkan --bin patchwright
+    CXXFLAGS="$cxxflags" cargo build --release --locked --features vulkan --bin patchwright
     mkdir -p "$target/vulkan"
     cp -f "$target/release/patchwright" "$target/vulkan/patchwright.new"
     mv -f "$target/vulkan/patchwright.new" "$target/vulkan/patchwright"
