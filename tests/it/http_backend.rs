@@ -58,15 +58,31 @@ pub fn server_with(n_ctx: u32, parallel: u32) -> Server {
         child,
         url: format!("http://127.0.0.1:{port}"),
     };
+    // llama.cpp's server listens before its model is loaded and answers
+    // 503 "Loading model" until then: ready is `GET /health` answering 200.
     let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while !healthy(port) {
         assert!(
             started.elapsed() < STARTUP,
-            "the server did not start listening within {STARTUP:?}"
+            "the server did not become healthy within {STARTUP:?}"
         );
         std::thread::sleep(Duration::from_millis(200));
     }
     server
+}
+
+/// Whether the server on `port` answers `GET /health` with status 200.
+fn healthy(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    let mut reply = String::new();
+    stream.write_all(request.as_bytes()).is_ok()
+        && stream.read_to_string(&mut reply).is_ok()
+        && reply.starts_with("HTTP/1.1 200")
 }
 
 fn ask(text: &str) -> Vec<Message> {

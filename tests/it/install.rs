@@ -21,12 +21,23 @@ type R = Result<(), Box<dyn std::error::Error>>;
 fn install(root: &Path) -> Result<PathBuf, Box<dyn std::error::Error>> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let started = std::time::Instant::now();
-    let out = Command::new(cargo)
-        .args(["install", "--locked", "--quiet", "--path"])
+    let mut cmd = Command::new(cargo);
+    cmd.args(["install", "--locked", "--quiet", "--path"])
         .arg(common::root())
         .arg("--root")
-        .arg(root)
-        .output()?;
+        .arg(root);
+    // Without the variables cargo sets for a test (CARGO_PKG_NAME,
+    // CARGO_MANIFEST_DIR, OUT_DIR, ...): build scripts such as ring's
+    // rerun when they change (`rerun-if-env-changed`), so with them this
+    // install compiled ring, rustls, ureq and patchwright again, and the
+    // next build of the suite compiled them back.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if is_set_by_cargo_for_tests(&name) {
+            cmd.env_remove(&*name);
+        }
+    }
+    let out = cmd.output()?;
     assert!(
         out.status.success(),
         "cargo install failed: {}",
@@ -37,6 +48,21 @@ fn install(root: &Path) -> Result<PathBuf, Box<dyn std::error::Error>> {
         started.elapsed().as_secs_f64()
     );
     Ok(root.join("bin/patchwright"))
+}
+
+/// The environment variables cargo (or nextest) sets for a test process,
+/// which a cargo started by the test must not see.
+fn is_set_by_cargo_for_tests(name: &str) -> bool {
+    ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_", "CARGO_CRATE_"]
+        .iter()
+        .any(|p| name.starts_with(p))
+        || [
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+            "CARGO_RUSTC_CURRENT_DIR",
+            "OUT_DIR",
+        ]
+        .contains(&name)
 }
 
 /// Runs the installed binary from `/` with the models environment
