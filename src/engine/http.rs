@@ -621,9 +621,7 @@ impl HttpBackend {
             };
             let retryable = match &failure {
                 Failure::Status { code, body } => {
-                    (*code == 429 || *code >= 500)
-                        && !refuses_n(body)
-                        && !is_context_error(body)
+                    (*code == 429 || *code >= 500) && !refuses_n(body) && !is_context_error(body)
                 }
                 Failure::Transport(_) => true,
             };
@@ -667,9 +665,7 @@ impl HttpBackend {
         match self.send(&url, Some(&body)) {
             Ok(text) => parse_reply(&text, request.sampling.max_tokens as usize)
                 .map_err(|message| EngineError::Http { url, message }),
-            Err(Failure::Status { code, body })
-                if indices.len() > 1 && refuses_n(&body) =>
-            {
+            Err(Failure::Status { code, body }) if indices.len() > 1 && refuses_n(&body) => {
                 tracing::warn!(
                     "server {} refuses n > 1 (status {code}): asking one candidate per request",
                     self.base_url
@@ -1560,10 +1556,22 @@ mod tests {
     #[test]
     fn both_of_llama_cpps_refusals_of_n_are_recognised() {
         for (body, refused) in [
-            (r#"{"error":{"code":500,"message":"Only one completion choice is allowed","type":"server_error"}}"#, true),
-            (r#"{"error":{"code":400,"message":"Field 'n': Value must be between 1 <= value <= 1, but got 4","type":"invalid_request_error"}}"#, true),
-            (r#"{"error":{"code":400,"message":"Field 'max_tokens': Value must be between 1 <= value <= 1, but got 4","type":"invalid_request_error"}}"#, false),
-            (r#"{"error":{"code":400,"message":"request (3031 tokens) exceeds the available context size (2048 tokens)","type":"exceed_context_size_error"}}"#, false),
+            (
+                r#"{"error":{"code":500,"message":"Only one completion choice is allowed","type":"server_error"}}"#,
+                true,
+            ),
+            (
+                r#"{"error":{"code":400,"message":"Field 'n': Value must be between 1 <= value <= 1, but got 4","type":"invalid_request_error"}}"#,
+                true,
+            ),
+            (
+                r#"{"error":{"code":400,"message":"Field 'max_tokens': Value must be between 1 <= value <= 1, but got 4","type":"invalid_request_error"}}"#,
+                false,
+            ),
+            (
+                r#"{"error":{"code":400,"message":"request (3031 tokens) exceeds the available context size (2048 tokens)","type":"exceed_context_size_error"}}"#,
+                false,
+            ),
         ] {
             assert_eq!(super::refuses_n(body), refused, "{body}");
         }

@@ -135,8 +135,7 @@ fn round_trips_candidates_grammar_and_limits() {
     };
     let msgs = ask("Is the sky blue?");
     let four_slots = server_with(2048, 4);
-    let with_n =
-        HttpBackend::new(&four_slots.url, "smollm2", &ServerSettings::default()).unwrap();
+    let with_n = HttpBackend::new(&four_slots.url, "smollm2", &ServerSettings::default()).unwrap();
     assert!(with_n.dialect().n);
     for (backend, one_each) in [(&backend, true), (&with_n, false)] {
         let g = backend

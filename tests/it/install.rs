@@ -53,9 +53,14 @@ fn install(root: &Path) -> Result<PathBuf, Box<dyn std::error::Error>> {
 /// The environment variables cargo (or nextest) sets for a test process,
 /// which a cargo started by the test must not see.
 fn is_set_by_cargo_for_tests(name: &str) -> bool {
-    ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_", "CARGO_CRATE_"]
-        .iter()
-        .any(|p| name.starts_with(p))
+    [
+        "CARGO_PKG_",
+        "CARGO_MANIFEST_",
+        "CARGO_BIN_",
+        "CARGO_CRATE_",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
         || [
             "CARGO_PRIMARY_PACKAGE",
             "CARGO_TARGET_TMPDIR",

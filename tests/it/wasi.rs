@@ -88,7 +88,12 @@ fn one_task_per_repository() -> Vec<String> {
     let mut seen = std::collections::BTreeSet::new();
     all_demo_ids()
         .into_iter()
-        .filter(|id| seen.insert(id.rsplit_once('-').map_or(id.clone(), |(r, _)| r.to_string())))
+        .filter(|id| {
+            seen.insert(
+                id.rsplit_once('-')
+                    .map_or(id.clone(), |(r, _)| r.to_string()),
+            )
+        })
         .collect()
 }
 
