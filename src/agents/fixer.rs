@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::budget::{self, Budget};
 use super::call::{self, Call};
 use super::preamble;
+pub use super::shown::Show;
 use crate::aci::Location;
 use crate::dataset::Issue;
 use crate::edit;
@@ -84,6 +85,17 @@ pub struct FixerSettings {
     /// How candidates write their edits (`search_replace` when absent).
     #[serde(default)]
     pub edit_format: EditFormat,
+    /// Rounds at most: the first, then repair rounds while no candidate
+    /// passes the reproduction test ([`super::repair`]); 1 when absent.
+    #[serde(default = "one_round")]
+    pub rounds: usize,
+    /// What code the prompt shows ([`Show`]); `file` when absent.
+    #[serde(default)]
+    pub show: Show,
+}
+
+fn one_round() -> usize {
+    1
 }
 
 impl Default for FixerSettings {
@@ -91,11 +103,14 @@ impl Default for FixerSettings {
         FixerSettings {
             candidates: 4,
             temperature: 0.8,
-            max_tokens: 512,
-            // The format small models apply best (issue 16's sweep in
-            // BENCHMARKS.md); a setting written before there was a choice
+            max_tokens: 384,
+            // Chosen by what resolves (issue 32, BENCHMARKS.md): `lines`
+            // applies more often, but a wrong line number applies to the
+            // wrong lines; a setting written before there was a choice
             // reads as `search_replace` (the field's serde default).
-            edit_format: EditFormat::Lines,
+            edit_format: EditFormat::Anchored,
+            rounds: 3,
+            show: Show::File,
         }
     }
 }
@@ -117,6 +132,10 @@ pub enum Status {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
     pub index: usize,
+    /// The round that sampled it (1 is the first; 1 in files written
+    /// before there were rounds).
+    #[serde(default = "one_round")]
+    pub round: usize,
     pub temperature: f32,
     pub reply: String,
     pub status: Status,
@@ -130,6 +149,41 @@ pub struct Distinct {
     pub patch: String,
     /// Candidate indexes (the first is the representative).
     pub members: Vec<usize>,
+    /// The round of its first candidate.
+    #[serde(default = "one_round")]
+    pub round: usize,
+    /// Whether the reproduction test passes with it, as judged after its
+    /// round (None: not judged: no test, or its run failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reproduction: Option<bool>,
+    /// The lines of the test's failure with it, or why it could not run.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub failure: String,
+}
+
+impl Distinct {
+    /// A patch first written by candidate `member` of round 1, not judged.
+    pub fn new(patch: String, member: usize) -> Distinct {
+        Distinct {
+            patch,
+            members: vec![member],
+            round: 1,
+            reproduction: None,
+            failure: String::new(),
+        }
+    }
+}
+
+/// One round of the Fixer: its candidates, the new distinct patches among
+/// them, and how many of those were judged and pass the reproduction
+/// test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Round {
+    pub round: usize,
+    pub candidates: usize,
+    pub distinct: usize,
+    pub judged: usize,
+    pub passing: usize,
 }
 
 /// The Fixer's outcome (`fixes.json`).
@@ -141,9 +195,28 @@ pub struct Fixes {
     /// files written before there was a choice).
     #[serde(default)]
     pub edit_format: EditFormat,
+    /// Each round's counts (empty in files written before there were
+    /// rounds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<Round>,
+    /// The runs of lines the first round's prompt showed, per file (its
+    /// edits may touch only these); empty in files written before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shown: Vec<Location>,
 }
 
 impl Fixes {
+    /// No candidates yet, asked in `format`.
+    pub fn empty(format: EditFormat) -> Fixes {
+        Fixes {
+            candidates: Vec::new(),
+            distinct: Vec::new(),
+            edit_format: format,
+            rounds: Vec::new(),
+            shown: Vec::new(),
+        }
+    }
     pub fn generated(&self) -> usize {
         self.candidates.len()
     }
@@ -249,6 +322,23 @@ pub struct ShownCode {
 }
 
 impl ShownCode {
+    /// The runs of consecutive shown lines, as locations (no symbol).
+    pub fn visible_runs(&self) -> Vec<Location> {
+        let mut out: Vec<Location> = Vec::new();
+        for &n in &self.shown {
+            match out.last_mut() {
+                Some(l) if l.end_line + 1 == n => l.end_line = n,
+                _ => out.push(Location {
+                    path: self.path.clone(),
+                    symbol: String::new(),
+                    start_line: n,
+                    end_line: n,
+                }),
+            }
+        }
+        out
+    }
+
     /// The shown lines as runs of consecutive numbers for a grammar; with
     /// `anchored`, a line that reads as a SEARCH/REPLACE marker ends a run
     /// and is left out (it could not be parsed back from SEARCH).
@@ -627,13 +717,104 @@ fn messages_in(
     role: &str,
     instructions: &str,
 ) -> Vec<Message> {
+    messages_with(issue, sections, numbered, "", role, instructions)
+}
+
+/// [`messages_in`] with `extra` (the evidence and earlier attempts,
+/// [`Extra::text`]) between the code and the role, so the preamble and
+/// the code stay the prefix every stage shares.
+fn messages_with(
+    issue: &str,
+    sections: &[(String, String)],
+    numbered: bool,
+    extra: &str,
+    role: &str,
+    instructions: &str,
+) -> Vec<Message> {
     preamble::messages(
         issue,
         &format!(
-            "{}{role}\n\n{instructions}",
+            "{}{extra}{role}\n\n{instructions}",
             preamble::code(sections, numbered)
         ),
     )
+}
+
+/// The accepted reproduction test and the lines of its failure on the
+/// base commit, as the Fixer is shown them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evidence {
+    pub path: String,
+    pub text: String,
+    pub failure: String,
+}
+
+/// An earlier candidate shown in a repair round: its diff (or, when it
+/// was rejected, its edit) and what came of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub edit: String,
+    /// `edit` is a diff (else the reply's edit as written).
+    pub diff: bool,
+    pub outcome: String,
+}
+
+/// What the prompt shows besides the issue and the code.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Extra<'a> {
+    pub evidence: Option<&'a Evidence>,
+    pub attempts: &'a [Attempt],
+}
+
+impl Extra<'_> {
+    /// The text shown after the code (empty when there is nothing).
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        if let Some(e) = self.evidence {
+            out.push_str(&format!(
+                "A TEST THAT REPRODUCES THE ISSUE ({}):\n```python\n{}\n```\nON THE CODE ABOVE \
+                 IT FAILS:\n```\n{}\n```\n\n",
+                e.path,
+                e.text.trim_end(),
+                e.failure.trim_end()
+            ));
+        }
+        if !self.attempts.is_empty() {
+            out.push_str("EARLIER FIXES, WHICH DID NOT FIX IT:\n");
+            for (i, a) in self.attempts.iter().enumerate() {
+                let fence = if a.diff { "diff" } else { "" };
+                out.push_str(&format!(
+                    "\nFix {}:\n```{fence}\n{}\n```\n",
+                    i + 1,
+                    a.edit.trim_end()
+                ));
+                if a.diff {
+                    out.push_str(&format!(
+                        "With it the test still fails:\n```\n{}\n```\n",
+                        a.outcome.trim_end()
+                    ));
+                } else {
+                    out.push_str(&format!("{}\n", a.outcome.trim_end()));
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// What the instructions add: make the test pass; do not repeat an
+    /// earlier fix.
+    fn instruction(&self) -> &'static str {
+        match (self.evidence.is_some(), self.attempts.is_empty()) {
+            (true, true) => " The fix must make the test above pass.",
+            (true, false) => {
+                " The fix must make the test above pass. The earlier fixes did not: write a \
+                 different one."
+            }
+            (false, false) => " The earlier fixes did not work: write a different one.",
+            (false, true) => "",
+        }
+    }
 }
 
 /// The Fixer's prompt as it will be sent.
@@ -711,6 +892,7 @@ fn build_prompt(
     located: &[Located],
     identifiers: Option<&BTreeSet<String>>,
     format: EditFormat,
+    extra: Option<&Extra<'_>>,
 ) -> Built {
     let numbered = format == EditFormat::Lines;
     let (sections, cuts, code) = sections(located, identifiers, numbered);
@@ -725,13 +907,15 @@ fn build_prompt(
     } else {
         format
     };
+    let (extra_text, also) = extra.map_or((String::new(), ""), |e| (e.text(), e.instruction()));
     Built {
-        messages: messages_in(
+        messages: messages_with(
             issue,
             &sections,
             numbered,
+            &extra_text,
             role(format),
-            &instructions(format, &targets),
+            &format!("{}{also}", instructions(format, &targets)),
         ),
         paths,
         cuts,
@@ -741,14 +925,8 @@ fn build_prompt(
     }
 }
 
-/// The Fixer's prompt fitted to the context: everything whole if it fits;
-/// else, in order until it fits with the issue as every stage shows it
-/// ([`preamble::shared_issue`]: whole unless it takes more than 40% of the
-/// context), the spans whole, the spans trimmed to [`kept_lines`], and the
-/// last locations left out; else the same with the issue cut further, to
-/// a head and a tail ([`budget::fit_issue`]). When even one trimmed span
-/// and the shortest issue do not fit, the smallest prompt, with a trim
-/// whose `fits` is false.
+/// The Fixer's prompt over the located spans alone, with nothing besides
+/// the issue and the code: [`fit_prompt_with`] for [`Show::Located`].
 pub fn fit_prompt(
     conversation: &dyn Conversation,
     root: &Path,
@@ -757,17 +935,65 @@ pub fn fit_prompt(
     reply_tokens: usize,
     format: EditFormat,
 ) -> Result<Prompt, FixError> {
-    let located = read_located(root, locations);
-    if located.is_empty() {
+    fit_prompt_with(
+        conversation,
+        root,
+        issue,
+        locations,
+        reply_tokens,
+        format,
+        Show::Located,
+        &Extra::default(),
+    )
+}
+
+/// The Fixer's prompt fitted to the context: everything whole if it fits
+/// (the widest view of the code `show` allows, [`super::shown::views`],
+/// and `extra`); else, in order until it fits with the issue as every
+/// stage shows it ([`preamble::shared_issue`]: whole unless it takes more
+/// than 40% of the context), with `extra`: each view of the code, widest
+/// first, then the located spans trimmed to [`kept_lines`], and the last
+/// locations left out; then the same without `extra`; else the located
+/// spans with the issue cut further, to a head and a tail
+/// ([`budget::fit_issue`]). When even one trimmed span and the shortest
+/// issue do not fit, the smallest prompt, with a trim whose `fits` is
+/// false.
+#[allow(clippy::too_many_arguments)]
+pub fn fit_prompt_with(
+    conversation: &dyn Conversation,
+    root: &Path,
+    issue: &str,
+    locations: &[Location],
+    reply_tokens: usize,
+    format: EditFormat,
+    show: Show,
+    extra: &Extra<'_>,
+) -> Result<Prompt, FixError> {
+    let views: Vec<Vec<Located>> = super::shown::views(root, locations, show)
+        .iter()
+        .map(|v| read_located(root, v))
+        .filter(|v| !v.is_empty())
+        .collect();
+    let Some(located) = views
+        .last()
+        .filter(|_| !read_located(root, locations).is_empty())
+    else {
         return Err(FixError::NoLocations);
-    }
+    };
     let issue = issue.trim();
     let identifiers = issue_identifiers(issue);
-    let build = |text: &str, n: usize, trim: bool| {
-        build_prompt(text, &located[..n], trim.then_some(&identifiers), format)
+    let has_extra = extra.evidence.is_some() || !extra.attempts.is_empty();
+    let build = |text: &str, spans: &[Located], trim: bool, with_extra: bool| {
+        build_prompt(
+            text,
+            spans,
+            trim.then_some(&identifiers),
+            format,
+            with_extra.then_some(extra),
+        )
     };
     let all = located.len();
-    let whole = build(issue, all, false);
+    let whole = build(issue, &views[0], false, has_extra);
     let Some(budget) = Budget::of(conversation, reply_tokens) else {
         return Ok(whole.into_prompt(None));
     };
@@ -782,32 +1008,71 @@ pub fn fit_prompt(
             symbol: l.location.symbol.clone(),
         })
     };
-    let finish = |mut built: Built, issue_cut: Option<Cut>, n: usize| {
-        let mut cuts = std::mem::take(&mut built.cuts);
+    // What a narrower view or a prompt without `extra` leaves out.
+    let narrowed = |view: usize, with_extra: bool| {
+        let mut cuts: Vec<Cut> = views[..view]
+            .iter()
+            .flatten()
+            .map(|l| Cut::Location {
+                path: l.location.path.clone(),
+                symbol: l.location.symbol.clone(),
+            })
+            .collect();
+        if has_extra && !with_extra {
+            cuts.push(Cut::Location {
+                path: extra.evidence.map_or(String::new(), |e| e.path.clone()),
+                symbol: "(the reproduction test, its failure and the earlier fixes)".into(),
+            });
+        }
+        cuts
+    };
+    let finish = |mut built: Built, issue_cut: Option<Cut>, n: usize, before: Vec<Cut>| {
+        let mut cuts = before;
+        cuts.extend(std::mem::take(&mut built.cuts));
         cuts.extend(issue_cut);
         cuts.extend(dropped(n));
         let tokens = conversation.count_tokens(&built.messages)?;
         let trim = budget.trim("fixer", full_tokens, tokens, cuts);
         Ok::<Prompt, FixError>(built.into_prompt(Some(trim)))
     };
-    let shapes = std::iter::once((all, false)).chain((1..=all).rev().map(|n| (n, true)));
-    for (n, trim) in shapes {
-        let built = build(&shared.text, n, trim);
-        if budget.measure(conversation, &built.messages)?.1 {
-            return finish(built, shared.cut.clone(), n);
+    let last = views.len() - 1;
+    let variants: &[bool] = if has_extra { &[true, false] } else { &[false] };
+    for &with_extra in variants {
+        for (v, view) in views.iter().enumerate() {
+            let built = build(&shared.text, view, false, with_extra);
+            if budget.measure(conversation, &built.messages)?.1 {
+                return finish(built, shared.cut.clone(), all, narrowed(v, with_extra));
+            }
+        }
+        for n in (1..=all).rev() {
+            let built = build(&shared.text, &located[..n], true, with_extra);
+            if budget.measure(conversation, &built.messages)?.1 {
+                return finish(built, shared.cut.clone(), n, narrowed(last, with_extra));
+            }
         }
     }
     // Not even one trimmed span fits beside the shared issue: this stage
     // cuts it further, and shares only the issue's head with the others.
     for n in (1..=all).rev() {
-        let fitted =
-            budget::fit_issue(conversation, &budget, issue, |t| build(t, n, true).messages)?;
+        let fitted = budget::fit_issue(conversation, &budget, issue, |t| {
+            build(t, &located[..n], true, false).messages
+        })?;
         if let Some(cut) = fitted {
-            return finish(build(&cut.text, n, true), cut.cut, n);
+            return finish(
+                build(&cut.text, &located[..n], true, false),
+                cut.cut,
+                n,
+                narrowed(last, false),
+            );
         }
     }
     let shortest = budget::cut_issue(issue, budget::MIN_ISSUE_CHARS);
-    finish(build(&shortest.text, 1, true), shortest.cut, 1)
+    finish(
+        build(&shortest.text, &located[..1], true, false),
+        shortest.cut,
+        1,
+        narrowed(last, false),
+    )
 }
 
 /// Normalised for deduplication: no `index` lines, no trailing spaces.
@@ -820,8 +1085,10 @@ fn normalise(patch: &str) -> String {
         .join("\n")
 }
 
-/// Generates and sorts out the candidates. The workspace at `root` is
-/// left as it was (each candidate is applied, diffed and undone).
+/// Generates and sorts out one round of candidates over the located
+/// spans alone, with nothing shown besides the issue and the code. The
+/// workspace at `root` is left as it was (each candidate is applied,
+/// diffed and undone). The pipeline's Fixer is [`super::repair::run`].
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     conversation: &mut dyn Conversation,
@@ -833,18 +1100,65 @@ pub fn run(
     sampling: &Sampling,
     trajectory: &mut Trajectory,
 ) -> Result<Fixes, FixError> {
+    let mut fixes = Fixes::empty(settings.edit_format);
+    generate_round(
+        conversation,
+        root,
+        base,
+        issue,
+        locations,
+        settings,
+        sampling,
+        None,
+        &[],
+        1,
+        &mut fixes,
+        trajectory,
+    )?;
+    Ok(fixes)
+}
+
+/// The seed of round `round`'s sampled candidates: a repair round whose
+/// prompt is the first's (nothing to show of the earlier round) still
+/// draws new ones.
+pub fn round_seed(seed: u32, round: usize) -> u32 {
+    seed.wrapping_add((round.saturating_sub(1) as u32).wrapping_mul(1_000_003))
+}
+
+/// One round: the prompt (`settings.show`'s code, the `evidence` and the
+/// earlier `attempts`), N candidates, each applied, checked and diffed,
+/// added to `fixes` (indexes after those of earlier rounds; a patch the
+/// same as an earlier round's is its duplicate).
+#[allow(clippy::too_many_arguments)]
+pub fn generate_round(
+    conversation: &mut dyn Conversation,
+    root: &Path,
+    base: &str,
+    issue: &Issue,
+    locations: &[Location],
+    settings: &FixerSettings,
+    sampling: &Sampling,
+    evidence: Option<&Evidence>,
+    attempts: &[Attempt],
+    round: usize,
+    fixes: &mut Fixes,
+    trajectory: &mut Trajectory,
+) -> Result<(), FixError> {
     if locations.is_empty() {
         return Err(FixError::NoLocations);
     }
-    let prompt = fit_prompt(
+    let show = settings.show;
+    let prompt = fit_prompt_with(
         conversation,
         root,
         &issue.problem_statement,
         locations,
         settings.max_tokens as usize,
         settings.edit_format,
+        show,
+        &Extra { evidence, attempts },
     )?;
-    if prompt.format != settings.edit_format {
+    if prompt.format != settings.edit_format && round == 1 {
         tracing::warn!(
             "{}: no function or method among the located spans to rewrite: the fixer asks for \
              the {} format instead of {}",
@@ -854,11 +1168,14 @@ pub fn run(
         );
     }
     let g = prompt.grammar()?;
-    let mut fixes = Fixes {
-        candidates: Vec::new(),
-        distinct: Vec::new(),
-        edit_format: prompt.format,
-    };
+    if round == 1 {
+        fixes.edit_format = prompt.format;
+        fixes.shown = prompt
+            .code
+            .iter()
+            .flat_map(ShownCode::visible_runs)
+            .collect();
+    }
     if let Some(t) = prompt.trim.clone() {
         let fits = t.fits;
         if !fits {
@@ -873,13 +1190,17 @@ pub fn run(
         }
         trajectory.record(Step::Trimmed(Box::new(t)));
         if !fits {
-            return Ok(fixes);
+            return Ok(());
         }
     }
+    let sampling = Sampling {
+        seed: round_seed(sampling.seed, round),
+        ..sampling.clone()
+    };
     let call = Call::spread(
         "fixer",
         prompt.messages.clone(),
-        sampling,
+        &sampling,
         settings.max_tokens,
         settings.candidates,
         settings.temperature,
@@ -888,7 +1209,9 @@ pub fn run(
     let temperatures = call.temperatures.clone().unwrap_or_default();
     let generation = call::constrained(conversation, trajectory, call)?;
 
-    for (index, c) in generation.candidates.iter().enumerate() {
+    let first = fixes.candidates.len();
+    for (k, c) in generation.candidates.iter().enumerate() {
+        let index = first + k;
         let (status, patch) = try_candidate(root, base, &c.text, &prompt)?;
         let status = match (&status, &patch) {
             (Status::Kept, Some(p)) => {
@@ -906,6 +1229,9 @@ pub fn run(
                         fixes.distinct.push(Distinct {
                             patch: p.clone(),
                             members: vec![index],
+                            round,
+                            reproduction: None,
+                            failure: String::new(),
                         });
                         Status::Kept
                     }
@@ -915,13 +1241,14 @@ pub fn run(
         };
         fixes.candidates.push(Candidate {
             index,
-            temperature: temperatures.get(index).copied().unwrap_or(0.0),
+            round,
+            temperature: temperatures.get(k).copied().unwrap_or(0.0),
             reply: c.text.clone(),
             status,
             patch,
         });
     }
-    Ok(fixes)
+    Ok(())
 }
 
 /// The edits a reply asks for.
@@ -1402,7 +1729,7 @@ mod tests {
         };
         assert_eq!(
             (t.fits, t.prompt_tokens, t.context, t.reserved),
-            (false, 658, 700, 512)
+            (false, 658, 700, 384)
         );
         assert_eq!(
             t.cuts[1],
@@ -1554,6 +1881,7 @@ mod tests {
             &read_located(root, locs),
             trim.then_some(&ids),
             format,
+            None,
         )
         .into_prompt(None)
     }

@@ -4,13 +4,16 @@
 
 pub mod budget;
 pub mod call;
+pub mod evidence;
 pub mod fixer;
 pub mod history;
 pub mod localize;
 pub mod preamble;
 pub mod ranker;
 pub mod react;
+pub mod repair;
 pub mod reproduce;
+pub mod shown;
 pub mod template;
 
 use crate::aci::command::{EXPLORE, NAMES};
@@ -428,16 +431,10 @@ mod shared_prefix_tests {
         let fixes = Fixes {
             candidates: Vec::new(),
             distinct: vec![
-                Distinct {
-                    patch: "--- a\n+++ b\n".into(),
-                    members: vec![0],
-                },
-                Distinct {
-                    patch: "--- c\n+++ d\n".into(),
-                    members: vec![1],
-                },
+                Distinct::new("--- a\n+++ b\n".into(), 0),
+                Distinct::new("--- c\n+++ d\n".into(), 1),
             ],
-            edit_format: EditFormat::Lines,
+            ..Fixes::empty(EditFormat::Lines)
         };
         let ranker = ranker::compare_messages(issue, &fixes, &[0, 1]);
         let prompts = [&localizer, &reproducer, &fixer.messages, &ranker];

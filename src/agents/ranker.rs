@@ -215,7 +215,38 @@ pub fn prepare_like(
     }
 }
 
-/// Tries every distinct candidate and orders them. `environment` is the
+/// Runs the reproduction `test` with `patch` applied, in a worktree of
+/// `ws` at `dir` prepared like the task's (its layer at `layer`); both are
+/// removed after. Whether the test says the patch fixes what it
+/// reproduced ([`check::fixed`]), and the run's output.
+pub fn judge_patch(
+    ws: &Workspace,
+    environment: Option<&TaskEnv>,
+    patch: &str,
+    test: &SubmittedTest,
+    dir: &Path,
+    layer: &Path,
+    timeout_s: u64,
+) -> Result<(bool, String), RankError> {
+    let cand = ws.clone_to(dir)?;
+    let ran = (|| -> Result<(bool, String), RankError> {
+        crate::repo::apply_patch(cand.path(), patch)?;
+        let env = prepare_like(environment, cand.path(), layer)?;
+        test.place(cand.path())?;
+        let (outcome, verdict) =
+            check::run_test(cand.path(), env.as_ref(), &test.command, timeout_s)?;
+        let fixed = check::fixed(env.as_ref(), test, &outcome, &verdict);
+        Ok((fixed, outcome.output))
+    })();
+    // Scratch: a failure to delete it is harmless.
+    let _ = cand.remove();
+    let _ = std::fs::remove_dir_all(layer);
+    ran
+}
+
+/// Tries every distinct candidate and orders them. A candidate already
+/// judged against the reproduction test (its `reproduction`, from the
+/// Fixer's rounds) is not run against it again. `environment` is the
 /// task's (the workspace `ws` installed in it); each candidate's worktree
 /// is prepared the same way.
 #[allow(clippy::too_many_arguments)]
@@ -291,7 +322,9 @@ pub fn rank(
                         crate::repo::apply_patch(cand.path(), &d.patch)?;
                         let layer = scratch.join(format!("candidate-{i}-layer"));
                         let env = prepare_like(environment, cand.path(), &layer)?;
-                        if let Some(test) = reproduction {
+                        if let (Some(_), Some(known)) = (reproduction, d.reproduction) {
+                            e.reproduction = Some(known);
+                        } else if let Some(test) = reproduction {
                             test.place(cand.path())?;
                             let (outcome, verdict) = check::run_test(
                                 cand.path(),
@@ -585,12 +618,14 @@ mod tests {
         Fixes {
             candidates: Vec::new(),
             distinct: (0..5)
-                .map(|i| super::super::fixer::Distinct {
-                    patch: format!("diff --git a/m{i}.py b/m{i}.py\n{}", "+x = 1\n".repeat(280)),
-                    members: vec![i],
+                .map(|i| {
+                    super::super::fixer::Distinct::new(
+                        format!("diff --git a/m{i}.py b/m{i}.py\n{}", "+x = 1\n".repeat(280)),
+                        i,
+                    )
                 })
                 .collect(),
-            edit_format: Default::default(),
+            ..Fixes::empty(Default::default())
         }
     }
 

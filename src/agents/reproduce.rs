@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
 use super::call::{self, Call};
-use super::{fixer, preamble, ranker, template};
+use super::{evidence, fixer, preamble, ranker, template};
 use crate::aci::check::{self, Verdict};
 use crate::aci::{Location, SubmittedTest};
 use crate::dataset::Issue;
@@ -52,6 +52,10 @@ pub struct ReproducerSettings {
     /// Most tokens of one candidate: a short test file (imports and one
     /// or two test functions) takes 100 to 300.
     pub max_tokens: u32,
+    /// Which failing candidates are accepted ([`Accept`]): `issue`, the
+    /// issue reproduced (an assertion, or an exception the issue names),
+    /// or `failure`, any failure in a test's body.
+    pub accept: Accept,
 }
 
 impl Default for ReproducerSettings {
@@ -64,6 +68,7 @@ impl Default for ReproducerSettings {
             candidates: 4,
             temperature: 0.8,
             max_tokens: 320,
+            accept: Accept::Issue,
         }
     }
 }
@@ -84,37 +89,7 @@ pub const EXCERPT_TESTS: usize = 2;
 /// The new test file's name, in the template's directory.
 pub const TEST_FILE_NAME: &str = "test_reproduce_issue.py";
 
-/// Exceptions that, raised in the test file's own lines, are the test's
-/// bug, not the issue's: a name it never imported, a file it assumed, a
-/// module that does not exist. Measured on the demo: 9 of the 20 failing
-/// samples of the first five tasks failed this way, and agreement between
-/// samples does not filter them (five `NameError`s on one task).
-pub const TEST_BUG_EXCEPTIONS: [&str; 4] = [
-    "NameError",
-    "FileNotFoundError",
-    "ModuleNotFoundError",
-    "UnboundLocalError",
-];
-
-/// The exception of [`TEST_BUG_EXCEPTIONS`] that pytest reports as raised
-/// in a line of the test file itself (`path:LINE: NameError`, the last
-/// line of a failure's traceback), if any.
-pub fn test_bug(output: &str, test_path: &str) -> Option<&'static str> {
-    let file = test_path.rsplit('/').next().unwrap_or(test_path);
-    output.lines().find_map(|line| {
-        let line = line.trim();
-        let (place, exception) = line.rsplit_once(": ")?;
-        let (path, number) = place.rsplit_once(':')?;
-        let in_test = (path == test_path || path.ends_with(&format!("/{file}")) || path == file)
-            && !number.is_empty()
-            && number.bytes().all(|b| b.is_ascii_digit());
-        let exception = exception.trim();
-        in_test
-            .then(|| TEST_BUG_EXCEPTIONS.iter().find(|e| **e == exception))
-            .flatten()
-            .copied()
-    })
-}
+pub use super::evidence::{test_bug, Accept, TEST_BUG_EXCEPTIONS};
 
 /// Characters of a candidate's test output kept in its sample (the end,
 /// where the failure or the error is).
@@ -147,8 +122,12 @@ pub enum ReproduceError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SampleStatus {
-    /// It failed on the base commit inside a test's body: accepted.
+    /// It failed on the base commit inside a test's body, as `accept`
+    /// asks (the issue reproduced): accepted.
     Failed,
+    /// It failed, but not as the issue describes (Agentless's "other
+    /// issues": a wrong call, an exception the issue does not name).
+    Other,
     /// It passed: it does not reproduce the issue.
     Passed,
     /// Its run was broken (an import or syntax error, no test ran, a
@@ -173,12 +152,20 @@ pub struct Sample {
     /// What it failed with ([`check::failure_signature`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
+    /// Literals of its assertions found in the issue's text
+    /// ([`evidence::issue_literals`]): an expectation from the issue.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub issue_literals: usize,
     /// The same file as an earlier candidate (its index), run once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_as: Option<usize>,
     /// The end of its test run's output.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub output: String,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The reproducer's result: the accepted test (if any) and every sample.
@@ -324,8 +311,9 @@ pub fn code_of(reply: &str) -> Option<String> {
 }
 
 /// The accepted sample to keep (index into `samples`): among those that
-/// failed on the base commit, one of the signature most of them share
-/// (a sample without one shares with none); ties, and several of the
+/// failed on the base commit, one whose assertions take most literals
+/// from the issue, then one of the signature most of them share (a
+/// sample without one shares with none); ties, and several of the
 /// winning signature, go to the lowest index.
 pub fn choose(samples: &[Sample]) -> Option<usize> {
     let accepted: Vec<&Sample> = samples
@@ -338,15 +326,16 @@ pub fn choose(samples: &[Sample]) -> Option<usize> {
             *counts.entry(sig.as_str()).or_default() += 1;
         }
     }
-    let mut best: Option<(usize, usize)> = None;
+    let mut best: Option<(usize, (usize, usize))> = None;
     for s in &accepted {
         let votes = s
             .signature
             .as_deref()
             .and_then(|sig| counts.get(sig).copied())
             .unwrap_or(1);
-        if best.is_none_or(|(_, v)| votes > v) {
-            best = Some((s.index, votes));
+        let score = (s.issue_literals, votes);
+        if best.is_none_or(|(_, v)| score > v) {
+            best = Some((s.index, score));
         }
     }
     best.map(|(i, _)| i)
@@ -375,8 +364,9 @@ pub fn messages(
         &format!(
             "{}{ROLE}{example}\n\nWrite a NEW test file, {new_path}, with one or two test \
              functions that reproduce the issue: each calls the code as the issue describes and \
-             asserts the behaviour the issue expects, so that it FAILS on the code above and \
-             passes once the issue is fixed. Import what you need as the existing tests do. \
+             asserts the behaviour the issue expects, with the expected values taken from the \
+             issue's text, so that it FAILS in that assertion on the code above and passes once \
+             the issue is fixed. Import what you need as the existing tests do. \
              Reply with the whole file in one ```python block that starts with its imports.",
             preamble::code(sections, true)
         ),
@@ -604,7 +594,11 @@ pub fn run(
         );
     }
     let command = template::test_command(inputs.env, &path);
-    let tried = try_all(inputs, &path, &command, &distinct);
+    let judging = Judging {
+        issue: &issue.problem_statement,
+        accept: settings.accept,
+    };
+    let tried = try_all(inputs, &judging, &path, &command, &distinct);
 
     let mut seen: Vec<Option<usize>> = vec![None; distinct.len()];
     for (index, c) in generation.candidates.iter().enumerate() {
@@ -616,6 +610,7 @@ pub fn run(
             status: SampleStatus::NoTest,
             reason: String::new(),
             signature: None,
+            issue_literals: 0,
             same_as: None,
             output: String::new(),
         };
@@ -628,6 +623,8 @@ pub fn run(
                 sample.output = tail(&t.output, SAMPLE_OUTPUT_CHARS);
                 if t.status == SampleStatus::Failed {
                     sample.signature = check::failure_signature(&t.output);
+                    sample.issue_literals =
+                        evidence::issue_literals(&distinct[k], &issue.problem_statement);
                 }
             }
         } else {
@@ -650,11 +647,12 @@ pub fn run(
     }
     let count = |s: SampleStatus| out.samples.iter().filter(|x| x.status == s).count();
     tracing::info!(
-        "  reproducer: {} candidates ({} distinct): {} fail on the base commit, {} pass, {} \
-         broken, {} without a test, {} not tried; {}",
+        "  reproducer: {} candidates ({} distinct): {} reproduce the issue on the base \
+         commit, {} fail otherwise, {} pass, {} broken, {} without a test, {} not tried; {}",
         out.samples.len(),
         distinct.len(),
         count(SampleStatus::Failed),
+        count(SampleStatus::Other),
         count(SampleStatus::Passed),
         count(SampleStatus::Broken),
         count(SampleStatus::NoTest),
@@ -676,7 +674,19 @@ fn tail(text: &str, chars: usize) -> String {
 /// Runs each of `files` as the test file `path` in its own worktree and
 /// sandbox, at most [`MAX_PARALLEL_RUNS`] at once; one result per file,
 /// in order.
-fn try_all(inputs: &Inputs<'_>, path: &str, command: &str, files: &[String]) -> Vec<Tried> {
+/// What a failing candidate is judged by.
+struct Judging<'a> {
+    issue: &'a str,
+    accept: Accept,
+}
+
+fn try_all(
+    inputs: &Inputs<'_>,
+    judging: &Judging<'_>,
+    path: &str,
+    command: &str,
+    files: &[String],
+) -> Vec<Tried> {
     let next = AtomicUsize::new(0);
     let workers = MAX_PARALLEL_RUNS.min(files.len());
     let results: Vec<(usize, Tried)> = std::thread::scope(|s| {
@@ -689,7 +699,7 @@ fn try_all(inputs: &Inputs<'_>, path: &str, command: &str, files: &[String]) -> 
                         let Some(text) = files.get(k) else {
                             break;
                         };
-                        done.push((k, try_one(inputs, k, path, command, text)));
+                        done.push((k, try_one(inputs, judging, k, path, command, text)));
                     }
                     done
                 })
@@ -719,7 +729,14 @@ fn try_all(inputs: &Inputs<'_>, path: &str, command: &str, files: &[String]) -> 
 
 /// One candidate file run on the base commit in a worktree of its own,
 /// prepared like the task's.
-fn try_one(inputs: &Inputs<'_>, k: usize, path: &str, command: &str, text: &str) -> Tried {
+fn try_one(
+    inputs: &Inputs<'_>,
+    judging: &Judging<'_>,
+    k: usize,
+    path: &str,
+    command: &str,
+    text: &str,
+) -> Tried {
     let dir = inputs.scratch.join(format!("reproduce-{k}"));
     let layer = inputs.scratch.join(format!("reproduce-{k}-layer"));
     let error = |reason: String| Tried {
@@ -757,7 +774,13 @@ fn try_one(inputs: &Inputs<'_>, k: usize, path: &str, command: &str, text: &str)
                         SampleStatus::Broken,
                         format!("{e} raised in the test's own lines: the test's bug"),
                     ),
-                    None => (SampleStatus::Failed, String::new()),
+                    None => {
+                        match evidence::judge(&outcome.output, path, judging.issue, judging.accept)
+                        {
+                            Ok(()) => (SampleStatus::Failed, String::new()),
+                            Err(why) => (SampleStatus::Other, why),
+                        }
+                    }
                 },
                 Verdict::Passed => (SampleStatus::Passed, String::new()),
                 Verdict::Broken(why) => (SampleStatus::Broken, why),
@@ -824,6 +847,7 @@ mod tests {
             status,
             reason: String::new(),
             signature: signature.map(str::to_string),
+            issue_literals: 0,
             same_as: None,
             output: String::new(),
         }

@@ -122,6 +122,11 @@ pub struct LocationsArtifact {
     /// mode) or could compare with (`react` mode), best first.
     #[serde(default)]
     pub candidates: Vec<Candidate>,
+    /// The function where the accepted reproduction test's traceback
+    /// ends, added first to `locations` because no location covered it
+    /// ([`crate::agents::evidence::traceback_location`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceback: Option<Location>,
 }
 
 /// What the pipeline produced for one task.
@@ -465,7 +470,7 @@ pub fn run(
     tracing::info!("{id}: stage 1/5, edit localizer");
     trajectory.stage("localize");
     let localizer = &settings.localizer;
-    let locations: LocationsArtifact =
+    let mut locations: LocationsArtifact =
         shared_stage!("localize", &agents.localizer, Some(localizer), {
             let ranked =
                 candidates::rank(&cx.index, ws.path(), &issue.problem_statement).candidates;
@@ -493,6 +498,7 @@ pub fn run(
                         source: choice.source,
                         locations: choice.locations,
                         candidates: choice.shown,
+                        traceback: None,
                     }
                 }
                 LocalizerMode::React => {
@@ -508,6 +514,7 @@ pub fn run(
                         source: "localizer".into(),
                         locations: aci.locations().to_vec(),
                         candidates: ranked.iter().take(localizer.candidates).cloned().collect(),
+                        traceback: None,
                     };
                     if locations.locations.is_empty() {
                         locations.source = "index".into();
@@ -566,10 +573,37 @@ pub fn run(
         None
     };
 
+    let test = reproduction.as_ref().and_then(|a| a.test.as_ref());
+    // The accepted test's traceback confirms the location, or corrects it.
+    if let Some(t) = test {
+        let files: Vec<String> = cx.index.files.iter().map(|f| f.path.clone()).collect();
+        if let Some(found) = crate::agents::evidence::traceback_location(
+            ws.path(),
+            &files,
+            &t.output,
+            &t.path,
+            &locations.locations,
+        ) {
+            tracing::info!(
+                "  the reproduction's traceback ends in {}::{}, which no location covers: added",
+                found.path,
+                found.symbol
+            );
+            locations.locations.insert(0, found.clone());
+            locations.traceback = Some(found);
+            write_artifact(artifacts, "locations", &locations)?;
+        }
+    }
+
     tracing::info!(
-        "{id}: stage 4/5, fixer ({} candidates from {} location(s))",
+        "{id}: stage 4/5, fixer ({} candidates from {} location(s), {} round(s) at most)",
         settings.fixer.candidates,
-        locations.locations.len()
+        locations.locations.len(),
+        if test.is_some() {
+            settings.fixer.rounds.max(1)
+        } else {
+            1
+        }
     );
     trajectory.stage("fix");
     let fixes = {
@@ -577,14 +611,17 @@ pub fn run(
             settings.fixer.candidates.max(1),
             settings.fixer.max_tokens as usize,
         )?;
-        fixer::run(
+        crate::agents::repair::run(
             conversation.as_mut(),
-            ws.path(),
-            ws.base_commit(),
+            ws,
+            env,
             issue,
             &locations.locations,
+            test,
             &settings.fixer,
             &settings.sampling,
+            scratch,
+            settings.ranker.test_timeout_s,
             trajectory,
         )?
     };

@@ -13,7 +13,7 @@ use crate::record::grade::ErrorKind;
 use crate::record::metrics::Metrics;
 
 use super::masai::Outcome;
-use crate::aci::{check, SubmittedTest};
+use crate::aci::{check, Location, SubmittedTest};
 use crate::agents::ranker::{prepare_like, touched_files};
 use crate::dataset::Task;
 use crate::edit::EditError;
@@ -108,6 +108,40 @@ pub fn gold_functions(root: &Path, patch: &str) -> Vec<String> {
         }
     }
     out.into_iter().collect()
+}
+
+/// `path::qualname` of every function, method or class of the base
+/// version whose lines (from its `def` or `class` line to its end) all lie
+/// in the `shown` runs of lines.
+pub fn shown_functions(root: &Path, shown: &[Location]) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    let mut paths: Vec<&str> = shown.iter().map(|l| l.path.as_str()).collect();
+    paths.dedup();
+    for path in paths {
+        let Ok(text) = crate::aci::read_text(root, path) else {
+            continue;
+        };
+        let runs: Vec<&Location> = shown.iter().filter(|l| l.path == path).collect();
+        for s in symbols::parse_symbols(path, &text).symbols {
+            if runs
+                .iter()
+                .any(|r| r.start_line <= s.def_line && s.end_line <= r.end_line)
+            {
+                out.insert(format!("{path}::{}", s.qualname));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// Whether `patch` changes a line of one of the `located` spans (old-side
+/// line numbers; a pure insertion counts at the line it follows).
+pub fn touches(patch: &str, located: &[Location]) -> bool {
+    changed_lines(patch).iter().any(|(path, lines)| {
+        located
+            .iter()
+            .any(|l| &l.path == path && lines.iter().any(|&n| l.start_line <= n && n <= l.end_line))
+    })
 }
 
 fn share(gold: &[String], hit: impl Fn(&str) -> bool) -> Option<f64> {
@@ -229,11 +263,22 @@ pub fn compute(
         .map(|l| format!("{}::{}", l.path, l.symbol))
         .collect();
     m.file_hit = share(&m.gold_files, |g| m.located_files.iter().any(|f| f == g));
-    m.function_hit = share(&m.gold_functions, |g| {
+    m.located_function_hit = share(&m.gold_functions, |g| {
         m.located_functions
             .iter()
             .any(|f| g == f || g.starts_with(&format!("{f}.")))
     });
+    let shown = shown_functions(ws.path(), &outcome.fixes.shown);
+    m.function_hit = if outcome.fixes.shown.is_empty() {
+        m.located_function_hit
+    } else {
+        share(&m.gold_functions, |g| {
+            shown.iter().any(|f| f == g)
+                || m.located_functions
+                    .iter()
+                    .any(|f| g == f || g.starts_with(&format!("{f}.")))
+        })
+    };
     if let Some(test) = outcome.reproduction.as_ref().and_then(|r| r.test.as_ref()) {
         m.reproduction_fails_on_base = Some(true);
         match reproduction_passes(ws, env, &task.patch, test, &scratch.join("gold")) {
@@ -250,6 +295,14 @@ pub fn compute(
     m.candidates_applied = f.applied();
     m.candidates_parsed = f.parsed();
     m.candidates_distinct = f.distinct.len();
+    m.candidates_per_round = f.rounds.iter().map(|r| r.candidates).collect();
+    m.passing_per_round = f.rounds.iter().map(|r| r.passing).collect();
+    m.candidates_off_located = f
+        .candidates
+        .iter()
+        .filter_map(|c| c.patch.as_deref())
+        .filter(|p| !touches(p, locs))
+        .count();
     let mut resolving = Vec::new();
     let mut checked = true;
     for (i, d) in f.distinct.iter().enumerate() {

@@ -15,9 +15,15 @@ pub struct Metrics {
     pub located_functions: Vec<String>,
     /// Share of the gold files among the located ones.
     pub file_hit: Option<f64>,
+    /// Share of the gold functions the Fixer was shown whole: located, or
+    /// shown beside the located code (its whole file, a callee, a
+    /// sibling: `[fixer] show`). Runs written before the Fixer's shown
+    /// code was recorded: among the located ones.
+    pub function_hit: Option<f64>,
     /// Share of the gold functions among the located ones (a located class
     /// covers its methods).
-    pub function_hit: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub located_function_hit: Option<f64>,
     /// The reproduction test fails on the base commit (it was accepted so).
     pub reproduction_fails_on_base: Option<bool>,
     /// … and passes with the gold patch.
@@ -26,6 +32,16 @@ pub struct Metrics {
     pub candidates_applied: usize,
     pub candidates_parsed: usize,
     pub candidates_distinct: usize,
+    /// The Fixer's rounds: candidates sampled in each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates_per_round: Vec<usize>,
+    /// … and new distinct candidates passing the reproduction test in each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passing_per_round: Vec<usize>,
+    /// Candidates whose edit touches none of the located lines (the
+    /// located spans themselves, not the code shown beside them).
+    #[serde(default)]
+    pub candidates_off_located: usize,
     /// Distinct candidates that resolve the task (every FAIL_TO_PASS and
     /// PASS_TO_PASS test passes); None when it could not be checked.
     pub resolving: Option<Vec<usize>>,

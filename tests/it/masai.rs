@@ -294,7 +294,9 @@ fn sampled_reproductions_agree_on_the_failure_and_the_template_needs_no_model() 
             SampleStatus::Passed,
             SampleStatus::Broken,
             SampleStatus::Failed,
-            SampleStatus::Failed,
+            // A KeyError the test raises itself, which the issue never
+            // names: "other issues", not a reproduction.
+            SampleStatus::Other,
             SampleStatus::Failed
         ],
         "{:#?}",
@@ -311,7 +313,7 @@ fn sampled_reproductions_agree_on_the_failure_and_the_template_needs_no_model() 
             None,
             None,
             Some("assert N == N"),
-            Some("KeyError: 'nope'"),
+            None,
             Some("assert N == N")
         ]
     );
@@ -319,6 +321,13 @@ fn sampled_reproductions_agree_on_the_failure_and_the_template_needs_no_model() 
         repro.samples[1].reason.contains("no_such_name"),
         "{}",
         repro.samples[1].reason
+    );
+    assert!(
+        repro.samples[3]
+            .reason
+            .starts_with("other issues: it failed with KeyError"),
+        "{}",
+        repro.samples[3].reason
     );
     // The majority's failure, its first candidate.
     assert_eq!(repro.chosen, Some(2));
@@ -376,6 +385,150 @@ fn sampled_reproductions_agree_on_the_failure_and_the_template_needs_no_model() 
     assert_eq!(again_repro.chosen, Some(2));
     assert_eq!(again_repro.test.as_ref().unwrap().text, test.text);
     assert_eq!(again.outcome.patch, o.patch);
+}
+
+/// Reproduction candidates that fail for reasons the issue does not
+/// describe: a fixture that crashes in its set-up, a wrong call.
+const OTHER_FAILURES: [&str; 3] = [
+    "```python\nimport pytest\nfrom cachekit import memoize\n\n\n@pytest.fixture\ndef store():\n    raise RuntimeError('set-up failed')\n\n\ndef test_uses_store(store):\n    assert memoize(cache=store) is not None\n```",
+    "```python\nfrom cachekit import memoize\n\n\ndef test_wrong_call():\n    @memoize(size=3)\n    def one(x):\n        return 1\n\n    assert one(1) == 1\n```",
+    "```python\nfrom cachekit import memoize\n\n\ndef test_two_functions():\n    @memoize\n    def user_name(user_id):\n        return f'user-{user_id}'\n\n    @memoize\n    def user_email(user_id):\n        return f'user{user_id}@example.com'\n\n    assert user_name(7) == 'user-7'\n    assert user_email(7) == 'user7@example.com'\n```",
+];
+
+#[test]
+fn a_repair_round_fixes_what_the_first_round_did_not() {
+    let task = task("demo__cachekit-1");
+    let mut calls: Vec<Vec<&str>> = LOCALIZER.iter().map(|t| vec![*t]).collect();
+    calls.push(OTHER_FAILURES.to_vec());
+    // Round 1: a wrong fix and one that does not apply; round 2: the fix
+    // (and the wrong one again, its duplicate).
+    calls.push(vec![WRONG, MISSES]);
+    calls.push(vec![GOLD, WRONG]);
+    let scripted = Scripted::new(calls);
+    let mut settings = settings(true, 2);
+    settings.reproducer.mode = ReproducerMode::Sample;
+    settings.reproducer.candidates = OTHER_FAILURES.len();
+    settings.fixer.rounds = 3;
+    let r = run(&task, &settings, &scripted);
+    let o = &r.outcome;
+
+    // The set-up crash is broken, the wrong call is "other issues"; the
+    // test whose expectation is the issue's is accepted.
+    let repro = o.reproduction.as_ref().unwrap();
+    let statuses: Vec<SampleStatus> = repro.samples.iter().map(|s| s.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            SampleStatus::Broken,
+            SampleStatus::Other,
+            SampleStatus::Failed
+        ],
+        "{:#?}",
+        repro.samples
+    );
+    assert!(
+        repro.samples[0].reason.contains("setup"),
+        "{}",
+        repro.samples[0].reason
+    );
+    assert!(
+        repro.samples[1].reason.contains("TypeError"),
+        "{}",
+        repro.samples[1].reason
+    );
+    assert_eq!(repro.samples[2].issue_literals, 2);
+    assert_eq!(repro.chosen, Some(2));
+
+    // Two rounds: the second shown the first's failing fix and what the
+    // test printed with it, and the fixer stops once one passes.
+    assert_eq!(
+        model_calls(&r.trajectory),
+        [("localizer", 1); 3]
+            .into_iter()
+            .chain([("reproducer", 3), ("fixer", 2), ("fixer", 2)])
+            .map(|(p, n)| (p.to_string(), n))
+            .collect::<Vec<_>>()
+    );
+    let prompts: Vec<String> = r
+        .trajectory
+        .steps
+        .iter()
+        .filter_map(|s| match &s.step {
+            Step::ModelCall(c) if c.purpose == "fixer" => {
+                c.messages.last().map(|m| m.content.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(prompts.len(), 2);
+    for p in &prompts {
+        assert!(
+            p.contains("A TEST THAT REPRODUCES THE ISSUE (tests/test_reproduce_issue.py)"),
+            "{p}"
+        );
+        assert!(
+            p.contains("assert user_email(7) == 'user7@example.com'"),
+            "{p}"
+        );
+        assert!(p.contains("AssertionError"), "{p}");
+    }
+    assert!(!prompts[0].contains("EARLIER FIXES"), "{}", prompts[0]);
+    assert!(
+        prompts[1].contains("EARLIER FIXES, WHICH DID NOT FIX IT"),
+        "{}",
+        prompts[1]
+    );
+    assert!(
+        prompts[1].contains("+def memoize(func=None, *, cache={}, key=make_key, typed=True):"),
+        "{}",
+        prompts[1]
+    );
+    assert!(
+        prompts[1].contains("With it the test still fails"),
+        "{}",
+        prompts[1]
+    );
+
+    let f = &o.fixes;
+    let rounds: Vec<(usize, usize, usize, usize, usize)> = f
+        .rounds
+        .iter()
+        .map(|r| (r.round, r.candidates, r.distinct, r.judged, r.passing))
+        .collect();
+    assert_eq!(rounds, [(1, 2, 1, 1, 0), (2, 2, 1, 1, 1)]);
+    assert_eq!(f.distinct.len(), 2);
+    assert_eq!(
+        (f.distinct[0].round, f.distinct[0].reproduction),
+        (1, Some(false))
+    );
+    assert_eq!(
+        (f.distinct[1].round, f.distinct[1].reproduction),
+        (2, Some(true))
+    );
+    assert_eq!(f.distinct[0].members, [0, 3]);
+    let ranking = o.ranking.as_ref().unwrap();
+    assert_eq!(ranking.order, [1, 0]);
+    assert_eq!(o.patch, task.patch);
+    // The whole file was shown (it fits), so every function of it counts.
+    assert_eq!(f.shown.len(), 1);
+    assert_eq!(f.shown[0].path, "cachekit/decorators.py");
+    assert_eq!(f.shown[0].start_line, 1);
+
+    let m = metrics::compute(
+        &task,
+        &r.ws,
+        Some(&r.env),
+        common::demo_pool(),
+        o,
+        &r.trajectory.steps,
+        &r.artifacts.join("m"),
+    );
+    assert_eq!(m.candidates_per_round, [2, 2]);
+    assert_eq!(m.passing_per_round, [0, 1]);
+    assert_eq!(m.candidates_generated, 4);
+    assert_eq!(m.function_hit, Some(1.0));
+    assert_eq!(m.reproduction_passes_with_gold, Some(true));
+    assert_eq!(m.any_resolves, Some(true));
 }
 
 /// An artifact written before the test stages changed (an episode, a
@@ -571,6 +724,7 @@ fn random_replies_through_each_grammar_apply() {
             temperature: 1.0,
             max_tokens,
             edit_format: format,
+            ..FixerSettings::default()
         };
         let mut conversation = engine.conversation(8, max_tokens as usize).unwrap();
         let mut trajectory = Trajectory::new(&task.instance_id);

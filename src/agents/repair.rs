@@ -1,0 +1,304 @@
+//! The Fixer's rounds: its candidates judged by execution, then repaired.
+//! Each round's new distinct patches are run against the accepted
+//! reproduction test, each in its own worktree and sandbox, prepared like
+//! the task's. When none passes and rounds are left (`[fixer] rounds`), a
+//! repair round shows the Fixer the best few of the round (their diffs
+//! and what the test printed with them; or, when none applied cleanly,
+//! the rejected edits and why) and samples new candidates from the same
+//! conversation, so the shared prompt is not evaluated again. It stops at
+//! the first round with a passing candidate. Without a reproduction test
+//! there is nothing to judge by, and one round is all.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::evidence;
+use super::fixer::{self, Attempt, Evidence, FixError, FixerSettings, Fixes, Round, Status};
+use super::ranker;
+use crate::aci::{Location, SubmittedTest};
+use crate::dataset::Issue;
+use crate::engine::{Conversation, Sampling};
+use crate::env::task::TaskEnv;
+use crate::repo::Workspace;
+use crate::trajectory::Trajectory;
+
+/// Earlier candidates shown in a repair round: the best few, so the
+/// prompt stays within a small model's context.
+pub const MAX_ATTEMPTS_SHOWN: usize = 2;
+
+/// Lines of an earlier candidate's diff shown.
+pub const ATTEMPT_PATCH_LINES: usize = 30;
+
+/// Lines of an earlier candidate's failing run shown.
+pub const ATTEMPT_FAILURE_LINES: usize = 12;
+
+/// Candidates judged at once: each is a worktree, an install and a test
+/// run in a sandbox, beside the model's threads.
+pub const MAX_PARALLEL_RUNS: usize = 3;
+
+/// Where candidates are judged.
+pub struct Judge<'a> {
+    /// The task's workspace at the base commit.
+    pub ws: &'a Workspace,
+    pub env: Option<&'a TaskEnv>,
+    /// The accepted reproduction test.
+    pub test: &'a SubmittedTest,
+    /// Worktrees and layers go under it.
+    pub scratch: &'a Path,
+    pub timeout_s: u64,
+}
+
+impl Judge<'_> {
+    /// Runs the test with each patch (in parallel, at most
+    /// [`MAX_PARALLEL_RUNS`]): whether it passes, and the failure's lines
+    /// (or why it could not run).
+    fn all(&self, round: usize, patches: &[(usize, String)]) -> Vec<(usize, Option<bool>, String)> {
+        let next = AtomicUsize::new(0);
+        let workers = MAX_PARALLEL_RUNS.min(patches.len());
+        let mut out: Vec<(usize, Option<bool>, String)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut done = Vec::new();
+                        loop {
+                            let k = next.fetch_add(1, Ordering::SeqCst);
+                            let Some((i, patch)) = patches.get(k) else {
+                                break;
+                            };
+                            let dir = self.scratch.join(format!("judge-{round}-{i}"));
+                            let layer = self.scratch.join(format!("judge-{round}-{i}-layer"));
+                            let judged = ranker::judge_patch(
+                                self.ws,
+                                self.env,
+                                patch,
+                                self.test,
+                                &dir,
+                                &layer,
+                                self.timeout_s,
+                            );
+                            done.push(match judged {
+                                Ok((passes, output)) => {
+                                    let failure = if passes {
+                                        String::new()
+                                    } else {
+                                        evidence::excerpt(&output)
+                                    };
+                                    (*i, Some(passes), failure)
+                                }
+                                Err(e) => (*i, None, format!("it could not be run: {e}")),
+                            });
+                        }
+                        done
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        });
+        out.sort_by_key(|(i, _, _)| *i);
+        out
+    }
+}
+
+/// The earlier candidates a repair round shows: the round's distinct
+/// patches that failed the test, most votes first; when fewer than
+/// [`MAX_ATTEMPTS_SHOWN`], its candidates rejected for a syntax error.
+pub fn attempts(fixes: &Fixes, round: usize) -> Vec<Attempt> {
+    let mut failed: Vec<&fixer::Distinct> = fixes
+        .distinct
+        .iter()
+        .filter(|d| d.round == round && d.reproduction == Some(false))
+        .collect();
+    failed.sort_by_key(|d| std::cmp::Reverse(d.members.len()));
+    let mut out: Vec<Attempt> = failed
+        .into_iter()
+        .take(MAX_ATTEMPTS_SHOWN)
+        .map(|d| Attempt {
+            edit: head(&d.patch, ATTEMPT_PATCH_LINES),
+            diff: true,
+            outcome: tail(&d.failure, ATTEMPT_FAILURE_LINES),
+        })
+        .collect();
+    for c in fixes.candidates.iter().filter(|c| c.round == round) {
+        if out.len() >= MAX_ATTEMPTS_SHOWN {
+            break;
+        }
+        if let Status::SyntaxError(why) = &c.status {
+            let edit = c
+                .reply
+                .split_once('\n')
+                .map_or(c.reply.as_str(), |(_, rest)| rest);
+            out.push(Attempt {
+                edit: head(edit.trim(), ATTEMPT_PATCH_LINES),
+                diff: false,
+                outcome: format!("It was rejected: it breaks the syntax ({why})."),
+            });
+        }
+    }
+    out
+}
+
+fn head(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    let mut out = all[..all.len().min(lines)].join("\n");
+    if all.len() > lines {
+        out.push_str(&format!("\n... ({} more lines)", all.len() - lines));
+    }
+    out
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The Fixer's rounds (see the module's documentation). `test` is the
+/// accepted reproduction test; the Fixer is shown it and its failure on
+/// the base commit, and candidates are judged by it. The workspace is
+/// left as it was.
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    conversation: &mut dyn Conversation,
+    ws: &Workspace,
+    env: Option<&TaskEnv>,
+    issue: &Issue,
+    locations: &[Location],
+    test: Option<&SubmittedTest>,
+    settings: &FixerSettings,
+    sampling: &Sampling,
+    scratch: &Path,
+    timeout_s: u64,
+    trajectory: &mut Trajectory,
+) -> Result<Fixes, FixError> {
+    let evidence = test.map(|t| Evidence {
+        path: t.path.clone(),
+        text: t.text.clone(),
+        failure: evidence::excerpt(&t.output),
+    });
+    let mut fixes = Fixes::empty(settings.edit_format);
+    let rounds = if test.is_some() {
+        settings.rounds.max(1)
+    } else {
+        1
+    };
+    let mut shown: Vec<Attempt> = Vec::new();
+    for round in 1..=rounds {
+        let before = fixes.distinct.len();
+        fixer::generate_round(
+            conversation,
+            ws.path(),
+            ws.base_commit(),
+            issue,
+            locations,
+            settings,
+            sampling,
+            evidence.as_ref(),
+            &shown,
+            round,
+            &mut fixes,
+            trajectory,
+        )?;
+        let candidates = fixes.candidates.iter().filter(|c| c.round == round).count();
+        let mut summary = Round {
+            round,
+            candidates,
+            distinct: fixes.distinct.len() - before,
+            judged: 0,
+            passing: 0,
+        };
+        if let Some(test) = test {
+            let patches: Vec<(usize, String)> = (before..fixes.distinct.len())
+                .map(|i| (i, fixes.distinct[i].patch.clone()))
+                .collect();
+            let judge = Judge {
+                ws,
+                env,
+                test,
+                scratch,
+                timeout_s,
+            };
+            for (i, passes, failure) in judge.all(round, &patches) {
+                if let Some(d) = fixes.distinct.get_mut(i) {
+                    d.reproduction = passes;
+                    d.failure = failure;
+                }
+                summary.judged += usize::from(passes.is_some());
+                summary.passing += usize::from(passes == Some(true));
+            }
+        }
+        tracing::info!(
+            "  fixer round {round}: {} candidates, {} new distinct, {} judged, {} pass the \
+             reproduction test",
+            summary.candidates,
+            summary.distinct,
+            summary.judged,
+            summary.passing
+        );
+        let passing = summary.passing;
+        fixes.rounds.push(summary);
+        if passing > 0 || round == rounds {
+            break;
+        }
+        shown = attempts(&fixes, round);
+    }
+    Ok(fixes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::fixer::{Candidate, Distinct, EditFormat};
+
+    #[test]
+    fn a_repair_round_shows_the_best_failing_patches_then_rejected_edits() {
+        let distinct = |patch: &str, members: Vec<usize>, round: usize, reproduction| Distinct {
+            patch: patch.into(),
+            members,
+            round,
+            reproduction,
+            failure: format!("failure of {patch}"),
+        };
+        let candidate = |index: usize, round: usize, status: Status| Candidate {
+            index,
+            round,
+            temperature: 0.0,
+            reply: format!("Reasoning: r{index}\nedit {index}"),
+            status,
+            patch: None,
+        };
+        let fixes = Fixes {
+            candidates: vec![
+                candidate(0, 1, Status::SyntaxError("a.py:3:1: bad".into())),
+                candidate(1, 2, Status::SyntaxError("a.py:9:1: bad".into())),
+                candidate(2, 2, Status::Kept),
+            ],
+            distinct: vec![
+                distinct("p0", vec![0], 1, Some(false)),
+                distinct("p1", vec![2], 2, None),
+                distinct("p2", vec![3, 4], 2, Some(false)),
+            ],
+            edit_format: EditFormat::Anchored,
+            rounds: Vec::new(),
+            shown: Vec::new(),
+        };
+        let got: Vec<(String, bool, String)> = attempts(&fixes, 2)
+            .into_iter()
+            .map(|a| (a.edit, a.diff, a.outcome))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("p2".to_string(), true, "failure of p2".to_string()),
+                (
+                    "edit 1".to_string(),
+                    false,
+                    "It was rejected: it breaks the syntax (a.py:9:1: bad).".to_string()
+                ),
+            ]
+        );
+        assert_eq!(attempts(&fixes, 1).len(), 2);
+        assert!(attempts(&fixes, 3).is_empty());
+    }
+}
