@@ -422,6 +422,41 @@ pub fn run_test(
     Ok((outcome, verdict))
 }
 
+/// Seconds the compile check may take: parsing a few files.
+pub const COMPILE_TIMEOUT_S: u64 = 60;
+
+/// The marker of a compile error in the check's output.
+const COMPILE_ERROR: &str = "COMPILE-ERROR ";
+
+/// Compiles `paths` (relative to `dir`) with Python's own `compile`, in
+/// the sandbox with `env`'s interpreter (else `python3`): writes nothing,
+/// runs nothing of them. `Ok(Some(error))` for the first that does not
+/// compile (`path:line: SyntaxError: message`), `Ok(None)` when all do,
+/// or when no interpreter answered (the check then says nothing).
+pub fn compile_error(
+    dir: &std::path::Path,
+    env: Option<&crate::env::task::TaskEnv>,
+    paths: &[String],
+) -> Result<Option<String>, RunTestError> {
+    const SCRIPT: &str = "import sys\nfor f in sys.argv[1:]:\n    try:\n        compile(open(f, 'rb').read(), f, 'exec')\n    except (SyntaxError, ValueError) as e:\n        print('COMPILE-ERROR %s:%s: %s: %s' % (f, getattr(e, 'lineno', 0), type(e).__name__, getattr(e, 'msg', e)))\n        sys.exit(1)\n";
+    let mut policy = crate::env::task::policy_for(dir, env)?;
+    policy.limits.timeout_ms = COMPILE_TIMEOUT_S * 1000;
+    let mut argv = vec![
+        "bash".to_string(),
+        "-c".to_string(),
+        "py=$(command -v python || command -v python3) && exec \"$py\" -c \"$0\" \"$@\""
+            .to_string(),
+        SCRIPT.to_string(),
+    ];
+    argv.extend(paths.iter().cloned());
+    let outcome = patchwright_sandbox::run(&policy, &argv)?;
+    Ok(outcome
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix(COMPILE_ERROR))
+        .map(|e| e.trim().to_string()))
+}
+
 /// Whether a submitted test, run again (`outcome`, judged `verdict`)
 /// after a change, says the change fixes what it reproduced. With an
 /// environment from a spec, reading both runs with the spec's log format:

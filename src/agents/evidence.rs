@@ -304,6 +304,49 @@ pub fn excerpt(output: &str) -> String {
         .join("\n")
 }
 
+/// [`excerpt`] made the same from run to run: absolute paths of
+/// repository files (a worktree's, a sandbox's) as the repository's paths,
+/// and object addresses (`0x7f…`) as `0x…`, so that a prompt showing it
+/// is the same when replayed.
+pub fn excerpt_in(output: &str, files: &BTreeSet<&str>) -> String {
+    let text = excerpt(output);
+    let mut out = String::with_capacity(text.len());
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < text.len() {
+        let starts_path = bytes[i] == b'/' && (i == 0 || b" \t\"'(=<".contains(&bytes[i - 1]));
+        if starts_path {
+            let end = text[i..]
+                .find(|c: char| c.is_whitespace() || "\"',:)>".contains(c))
+                .map_or(text.len(), |n| i + n);
+            let token = &text[i..end];
+            if let Some(rel) = token
+                .ends_with(".py")
+                .then(|| repository_path(token, files))
+                .flatten()
+            {
+                out.push_str(&rel);
+                i = end;
+                continue;
+            }
+        }
+        if bytes[i] == b'0' && bytes.get(i + 1) == Some(&b'x') {
+            let hex = text[i + 2..]
+                .find(|c: char| !c.is_ascii_hexdigit())
+                .map_or(text.len() - i - 2, |n| n);
+            if hex >= 6 {
+                out.push_str("0x…");
+                i += 2 + hex;
+                continue;
+            }
+        }
+        let c = text[i..].chars().next().unwrap_or(' ');
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
+}
+
 /// Literals of a test's assertions found in the issue's text: quoted
 /// strings and numbers of two or more characters on `assert` lines. A
 /// test whose expectation comes from the issue scores above one that
@@ -333,6 +376,61 @@ pub fn issue_literals(test: &str, issue: &str) -> usize {
         }
     }
     found.len()
+}
+
+/// The test file's line where a run's first failure left it: the first
+/// frame in the test file (the test function's own line, outside any
+/// helper it calls).
+pub fn failing_line(output: &str, test_path: &str) -> Option<usize> {
+    frames(output)
+        .into_iter()
+        .find(|f| is_test_path(&f.path, test_path))
+        .map(|f| f.line)
+}
+
+/// The test file cut after the statement at `line` (1-based): what runs
+/// after the assertion that failed on the base commit never ran there, so
+/// nothing says it tests the issue; a small model's test often goes on to
+/// assert what the issue never asked for. `None` when no statement starts
+/// at `line`, nothing follows it, or the cut file does not parse.
+pub fn cut_after(text: &str, line: usize) -> Option<String> {
+    let tree = crate::index::symbols::parse_tree(text)?;
+    let row = line.checked_sub(1)?;
+    let mut cursor = tree.walk();
+    let mut end_row: Option<usize> = None;
+    // The outermost statement starting on the line (a whole `with` or `if`
+    // block when the line opens one).
+    'walk: loop {
+        let node = cursor.node();
+        let r = node.start_position().row..=node.end_position().row;
+        if r.contains(&row) {
+            let statement =
+                node.kind().ends_with("statement") || node.kind() == "decorated_definition";
+            if statement && node.start_position().row == row {
+                end_row = Some(node.end_position().row);
+                break 'walk;
+            }
+            if cursor.goto_first_child() {
+                continue;
+            }
+        }
+        while !cursor.goto_next_sibling() {
+            if !cursor.goto_parent() {
+                break 'walk;
+            }
+        }
+    }
+    let end_row = end_row?;
+    let lines: Vec<&str> = text.lines().collect();
+    if end_row + 1 >= lines.len() || lines[end_row + 1..].iter().all(|l| l.trim().is_empty()) {
+        return None;
+    }
+    let cut = format!("{}\n", lines[..=end_row].join("\n"));
+    // `has_error` counts missing nodes too (a `try` left without its
+    // `except`), which an error list does not.
+    crate::index::symbols::parse_tree(&cut)
+        .is_some_and(|t| !t.root_node().has_error())
+        .then_some(cut)
 }
 
 /// The function of the repository where a failing reproduction test's
@@ -676,5 +774,37 @@ tests/test_reproduce_issue.py:3: NameError";
             None
         );
         Ok(())
+    }
+
+    #[test]
+    fn a_test_is_cut_after_the_assertion_that_failed() {
+        let test = "from m import f\n\n\ndef test_a():\n    x = f(\n        1,\n    )\n    assert x == 2\n    assert f(3) == 9\n    f.clear()\n\n\ndef test_b():\n    assert f(0) == 0\n";
+        let cases: &[(&str, usize, Option<&str>)] = &[
+            ("the first assertion", 8, Some("from m import f\n\n\ndef test_a():\n    x = f(\n        1,\n    )\n    assert x == 2\n")),
+            ("a statement over three lines", 5, Some("from m import f\n\n\ndef test_a():\n    x = f(\n        1,\n    )\n")),
+            ("inside a statement", 6, None),
+            ("the last line", 14, None),
+        ];
+        for (name, line, want) in cases {
+            assert_eq!(cut_after(test, *line).as_deref(), *want, "{name}");
+        }
+        assert_eq!(
+            failing_line(ASSERTION, "tests/test_reproduce_issue.py"),
+            Some(14)
+        );
+        assert_eq!(
+            failing_line(LIBRARY, "tests/test_reproduce_issue.py"),
+            Some(5)
+        );
+    }
+
+    #[test]
+    fn an_excerpt_is_the_same_from_run_to_run() {
+        let files: BTreeSet<&str> = ["confkit/parser.py"].into_iter().collect();
+        let output = "___ test_a ___\n  File \"/tmp/x1/scratch/judge-1-2/confkit/parser.py\", line 3\nE   assert <function f at 0x7fb2190816c0> == 1\n/tmp/x1/site/other.py:4: in g\n";
+        assert_eq!(
+            excerpt_in(output, &files),
+            "___ test_a ___\n  File \"confkit/parser.py\", line 3\nE   assert <function f at 0x…> == 1\n/tmp/x1/site/other.py:4: in g"
+        );
     }
 }

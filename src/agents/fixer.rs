@@ -1111,12 +1111,19 @@ pub fn run(
         sampling,
         None,
         &[],
+        None,
         1,
         &mut fixes,
         trajectory,
     )?;
     Ok(fixes)
 }
+
+/// Python's own compile of the files a candidate changed (paths in the
+/// worktree `root`): the first error, or `None`. It catches what
+/// tree-sitter's tolerant parse lets through (an unexpected indent, a
+/// `return` outside a function).
+pub type CompileCheck<'a> = dyn Fn(&Path, &[String]) -> Option<String> + Sync + 'a;
 
 /// The seed of round `round`'s sampled candidates: a repair round whose
 /// prompt is the first's (nothing to show of the earlier round) still
@@ -1140,6 +1147,7 @@ pub fn generate_round(
     sampling: &Sampling,
     evidence: Option<&Evidence>,
     attempts: &[Attempt],
+    compile: Option<&CompileCheck<'_>>,
     round: usize,
     fixes: &mut Fixes,
     trajectory: &mut Trajectory,
@@ -1212,7 +1220,7 @@ pub fn generate_round(
     let first = fixes.candidates.len();
     for (k, c) in generation.candidates.iter().enumerate() {
         let index = first + k;
-        let (status, patch) = try_candidate(root, base, &c.text, &prompt)?;
+        let (status, patch) = try_candidate(root, base, &c.text, &prompt, compile)?;
         let status = match (&status, &patch) {
             (Status::Kept, Some(p)) => {
                 let key = normalise(p);
@@ -1429,6 +1437,7 @@ fn try_candidate(
     base: &str,
     reply: &str,
     prompt: &Prompt,
+    compile: Option<&CompileCheck<'_>>,
 ) -> Result<(Status, Option<String>), RepoError> {
     let paths = &prompt.paths;
     let edits = edits_of(reply, prompt);
@@ -1478,8 +1487,14 @@ fn try_candidate(
                 Some(why) => (Status::SyntaxError(why), None),
                 None => {
                     let patch = crate::repo::diff_against(root, base)?;
+                    let touched = super::ranker::touched_files(&patch);
+                    let compiled = compile
+                        .filter(|_| !patch.trim().is_empty())
+                        .and_then(|check| check(root, &touched));
                     if patch.trim().is_empty() {
                         (Status::NoChange, None)
+                    } else if let Some(why) = compiled {
+                        (Status::SyntaxError(why), None)
                     } else {
                         (Status::Kept, Some(patch))
                     }

@@ -9,13 +9,14 @@
 //! the first round with a passing candidate. Without a reproduction test
 //! there is nothing to judge by, and one round is all.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::evidence;
 use super::fixer::{self, Attempt, Evidence, FixError, FixerSettings, Fixes, Round, Status};
 use super::ranker;
-use crate::aci::{Location, SubmittedTest};
+use crate::aci::{check, Location, SubmittedTest};
 use crate::dataset::Issue;
 use crate::engine::{Conversation, Sampling};
 use crate::env::task::TaskEnv;
@@ -52,7 +53,12 @@ impl Judge<'_> {
     /// Runs the test with each patch (in parallel, at most
     /// [`MAX_PARALLEL_RUNS`]): whether it passes, and the failure's lines
     /// (or why it could not run).
-    fn all(&self, round: usize, patches: &[(usize, String)]) -> Vec<(usize, Option<bool>, String)> {
+    fn all(
+        &self,
+        round: usize,
+        patches: &[(usize, String)],
+        files: &BTreeSet<&str>,
+    ) -> Vec<(usize, Option<bool>, String)> {
         let next = AtomicUsize::new(0);
         let workers = MAX_PARALLEL_RUNS.min(patches.len());
         let mut out: Vec<(usize, Option<bool>, String)> = std::thread::scope(|s| {
@@ -81,7 +87,7 @@ impl Judge<'_> {
                                     let failure = if passes {
                                         String::new()
                                     } else {
-                                        evidence::excerpt(&output)
+                                        evidence::excerpt_in(&output, files)
                                     };
                                     (*i, Some(passes), failure)
                                 }
@@ -154,6 +160,19 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// Python's compile of `paths` in `root`, in the sandbox with the task's
+/// interpreter ([`check::compile_error`]); a check that cannot run says
+/// nothing.
+fn compile_error(root: &Path, env: Option<&TaskEnv>, paths: &[String]) -> Option<String> {
+    match check::compile_error(root, env, paths) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::debug!("the compile check could not run: {e}");
+            None
+        }
+    }
+}
+
 /// The Fixer's rounds (see the module's documentation). `test` is the
 /// accepted reproduction test; the Fixer is shown it and its failure on
 /// the base commit, and candidates are judged by it. The workspace is
@@ -172,12 +191,33 @@ pub fn run(
     timeout_s: u64,
     trajectory: &mut Trajectory,
 ) -> Result<Fixes, FixError> {
+    let all = crate::index::python_files(ws.path()).unwrap_or_default();
+    let files: BTreeSet<&str> = all.iter().map(String::as_str).collect();
     let evidence = test.map(|t| Evidence {
         path: t.path.clone(),
         text: t.text.clone(),
-        failure: evidence::excerpt(&t.output),
+        failure: evidence::excerpt_in(&t.output, &files),
     });
     let mut fixes = Fixes::empty(settings.edit_format);
+    // Files that do not compile on the base commit (Python 2 code, a file
+    // for another interpreter) are not held against a candidate.
+    let located: Vec<String> = locations.iter().map(|l| l.path.clone()).collect();
+    let broken_at_base: Vec<String> = located
+        .iter()
+        .filter(|p| compile_error(ws.path(), env, std::slice::from_ref(*p)).is_some())
+        .cloned()
+        .collect();
+    let compile = |root: &Path, paths: &[String]| -> Option<String> {
+        let paths: Vec<String> = paths
+            .iter()
+            .filter(|p| p.ends_with(".py") && !broken_at_base.contains(p))
+            .cloned()
+            .collect();
+        if paths.is_empty() {
+            return None;
+        }
+        compile_error(root, env, &paths)
+    };
     let rounds = if test.is_some() {
         settings.rounds.max(1)
     } else {
@@ -196,6 +236,7 @@ pub fn run(
             sampling,
             evidence.as_ref(),
             &shown,
+            Some(&compile),
             round,
             &mut fixes,
             trajectory,
@@ -219,7 +260,7 @@ pub fn run(
                 scratch,
                 timeout_s,
             };
-            for (i, passes, failure) in judge.all(round, &patches) {
+            for (i, passes, failure) in judge.all(round, &patches, &files) {
                 if let Some(d) = fixes.distinct.get_mut(i) {
                     d.reproduction = passes;
                     d.failure = failure;

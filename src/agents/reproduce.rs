@@ -156,6 +156,10 @@ pub struct Sample {
     /// ([`evidence::issue_literals`]): an expectation from the issue.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub issue_literals: usize,
+    /// The accepted test was cut after this line (1-based), the statement
+    /// where it failed on the base commit ([`evidence::cut_after`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_after: Option<usize>,
     /// The same file as an earlier candidate (its index), run once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_as: Option<usize>,
@@ -611,6 +615,7 @@ pub fn run(
             reason: String::new(),
             signature: None,
             issue_literals: 0,
+            cut_after: None,
             same_as: None,
             output: String::new(),
         };
@@ -636,11 +641,43 @@ pub fn run(
     if let Some(i) = out.chosen {
         let k = first_of.get(i).copied().flatten();
         if let (Some(k), Some(t)) = (k, k.and_then(|k| tried.get(k))) {
+            let mut text = distinct[k].clone();
+            let mut output = t.output.clone();
+            // Cut after the statement that failed, when the cut file still
+            // fails on the base commit the way it is accepted.
+            let cut = evidence::failing_line(&output, &path)
+                .and_then(|line| evidence::cut_after(&text, line).map(|c| (line, c)));
+            if let Some((line, cut)) = cut {
+                let again = try_all(
+                    inputs,
+                    &judging,
+                    &path,
+                    &command,
+                    std::slice::from_ref(&cut),
+                );
+                match again.first() {
+                    Some(a) if a.status == SampleStatus::Failed => {
+                        tracing::info!(
+                            "  reproducer: the accepted test cut after line {line}, where it \
+                             failed on the base commit"
+                        );
+                        text = cut;
+                        output = a.output.clone();
+                        if let Some(s) = out.samples.get_mut(i) {
+                            s.cut_after = Some(line);
+                        }
+                    }
+                    _ => tracing::info!(
+                        "  reproducer: the accepted test cut after line {line} no longer fails \
+                         as it did: kept whole"
+                    ),
+                }
+            }
             out.test = Some(SubmittedTest {
                 path: path.clone(),
                 command: command.clone(),
-                text: distinct[k].clone(),
-                output: t.output.clone(),
+                text,
+                output,
                 files: Vec::new(),
             });
         }
@@ -848,6 +885,7 @@ mod tests {
             reason: String::new(),
             signature: signature.map(str::to_string),
             issue_literals: 0,
+            cut_after: None,
             same_as: None,
             output: String::new(),
         }

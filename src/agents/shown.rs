@@ -39,13 +39,25 @@ pub enum Show {
 }
 
 /// The spans of each view to try, widest first: `show`'s and those it
-/// falls back to. A view the same as the previous one is left out.
+/// falls back to. Of two views showing the same lines, the narrower one
+/// is kept.
 pub fn views(root: &Path, located: &[Location], show: Show) -> Vec<Vec<Location>> {
     let mut out: Vec<Vec<Location>> = Vec::new();
+    let ranges = |v: &[Location]| -> Vec<(String, usize, usize)> {
+        v.iter()
+            .map(|l| (l.path.clone(), l.start_line, l.end_line))
+            .collect()
+    };
     let mut push = |v: Vec<Location>| {
-        if !v.is_empty() && out.last() != Some(&v) {
-            out.push(v);
+        if v.is_empty() {
+            return;
         }
+        // A view showing the same lines as the wider one before it
+        // replaces it (its names are the located ones).
+        if out.last().is_some_and(|w| ranges(w) == ranges(&v)) {
+            out.pop();
+        }
+        out.push(v);
     };
     if show == Show::File {
         push(whole_files(root, located));

@@ -392,17 +392,21 @@ fn sampled_reproductions_agree_on_the_failure_and_the_template_needs_no_model() 
 const OTHER_FAILURES: [&str; 3] = [
     "```python\nimport pytest\nfrom cachekit import memoize\n\n\n@pytest.fixture\ndef store():\n    raise RuntimeError('set-up failed')\n\n\ndef test_uses_store(store):\n    assert memoize(cache=store) is not None\n```",
     "```python\nfrom cachekit import memoize\n\n\ndef test_wrong_call():\n    @memoize(size=3)\n    def one(x):\n        return 1\n\n    assert one(1) == 1\n```",
-    "```python\nfrom cachekit import memoize\n\n\ndef test_two_functions():\n    @memoize\n    def user_name(user_id):\n        return f'user-{user_id}'\n\n    @memoize\n    def user_email(user_id):\n        return f'user{user_id}@example.com'\n\n    assert user_name(7) == 'user-7'\n    assert user_email(7) == 'user7@example.com'\n```",
+    "```python\nfrom cachekit import memoize\n\n\ndef test_two_functions():\n    @memoize\n    def user_name(user_id):\n        return f'user-{user_id}'\n\n    @memoize\n    def user_email(user_id):\n        return f'user{user_id}@example.com'\n\n    assert user_name(7) == 'user-7'\n    assert user_email(7) == 'user7@example.com'\n    assert len(user_name.cache) == 2\n```",
 ];
+
+/// A fix that leaves an indented line under nothing: tree-sitter parses
+/// it, Python does not compile it.
+const UNINDENTED: &str = "Reasoning: a fresh dict.\n\ncachekit/decorators.py\n<<<<<<< SEARCH\n    def decorator(function):\n        store = cache\n=======\n        store = {}\n>>>>>>> REPLACE\n";
 
 #[test]
 fn a_repair_round_fixes_what_the_first_round_did_not() {
     let task = task("demo__cachekit-1");
     let mut calls: Vec<Vec<&str>> = LOCALIZER.iter().map(|t| vec![*t]).collect();
     calls.push(OTHER_FAILURES.to_vec());
-    // Round 1: a wrong fix and one that does not apply; round 2: the fix
-    // (and the wrong one again, its duplicate).
-    calls.push(vec![WRONG, MISSES]);
+    // Round 1: a wrong fix and one that does not compile; round 2: the
+    // fix (and the wrong one again, its duplicate).
+    calls.push(vec![WRONG, UNINDENTED]);
     calls.push(vec![GOLD, WRONG]);
     let scripted = Scripted::new(calls);
     let mut settings = settings(true, 2);
@@ -438,6 +442,18 @@ fn a_repair_round_fixes_what_the_first_round_did_not() {
     );
     assert_eq!(repro.samples[2].issue_literals, 2);
     assert_eq!(repro.chosen, Some(2));
+    // Cut after the assertion that failed on the base commit: the one
+    // after it asks for what the issue never did (the gold patch fails it).
+    assert_eq!(repro.samples[2].cut_after, Some(14));
+    let accepted = repro.test.as_ref().unwrap();
+    assert!(
+        !accepted.text.contains("len(user_name.cache)"),
+        "{}",
+        accepted.text
+    );
+    assert!(accepted
+        .text
+        .ends_with("assert user_email(7) == 'user7@example.com'\n"));
 
     // Two rounds: the second shown the first's failing fix and what the
     // test printed with it, and the fixer stops once one passes.
@@ -487,6 +503,19 @@ fn a_repair_round_fixes_what_the_first_round_did_not() {
         prompts[1].contains("With it the test still fails"),
         "{}",
         prompts[1]
+    );
+    assert!(
+        prompts[1].contains("It was rejected: it breaks the syntax (cachekit/decorators.py:"),
+        "{}",
+        prompts[1]
+    );
+    assert!(prompts[1].contains("IndentationError"), "{}", prompts[1]);
+    // Python's compile rejects what tree-sitter let through: it never
+    // reaches the Ranker.
+    assert!(
+        matches!(&o.fixes.candidates[1].status, patchwright::agents::fixer::Status::SyntaxError(e) if e.contains("IndentationError")),
+        "{:?}",
+        o.fixes.candidates[1].status
     );
 
     let f = &o.fixes;
