@@ -159,6 +159,10 @@ pub struct Distinct {
     /// The lines of the test's failure with it, or why it could not run.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub failure: String,
+    /// Regression tests that passed on the base commit and fail with it
+    /// (run when it passes the reproduction test).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regressions: Vec<String>,
 }
 
 impl Distinct {
@@ -170,13 +174,14 @@ impl Distinct {
             round: 1,
             reproduction: None,
             failure: String::new(),
+            regressions: Vec::new(),
         }
     }
 }
 
 /// One round of the Fixer: its candidates, the new distinct patches among
-/// them, and how many of those were judged and pass the reproduction
-/// test.
+/// them, and how many of those were judged, and pass the reproduction
+/// test without breaking a regression test.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Round {
     pub round: usize,
@@ -788,13 +793,11 @@ impl Extra<'_> {
                     i + 1,
                     a.edit.trim_end()
                 ));
-                if a.diff {
-                    out.push_str(&format!(
-                        "With it the test still fails:\n```\n{}\n```\n",
-                        a.outcome.trim_end()
-                    ));
-                } else {
-                    out.push_str(&format!("{}\n", a.outcome.trim_end()));
+                match a.outcome.split_once('\n') {
+                    Some((lead, rest)) if a.diff => {
+                        out.push_str(&format!("{lead}\n```\n{}\n```\n", rest.trim_end()))
+                    }
+                    _ => out.push_str(&format!("{}\n", a.outcome.trim_end())),
                 }
             }
             out.push('\n');
@@ -1240,6 +1243,7 @@ pub fn generate_round(
                             round,
                             reproduction: None,
                             failure: String::new(),
+                            regressions: Vec::new(),
                         });
                         Status::Kept
                     }

@@ -215,28 +215,124 @@ pub fn prepare_like(
     }
 }
 
+/// The regression tests of a change to `touched` files: the test files
+/// ([`regression_tests`]), the script that runs them the repository's
+/// way, its log's format, and the tests among them that pass on the base
+/// commit (none, with the reason, when they could not run there or ran
+/// past the time limit).
+#[derive(Debug, Clone)]
+pub struct Regression {
+    pub files: Vec<String>,
+    pub script: String,
+    pub format: LogFormat,
+    pub base_passing: BTreeSet<String>,
+    pub skipped: Option<String>,
+}
+
+impl Regression {
+    /// Finds the regression tests of `touched` and runs them on the base
+    /// commit in `ws`.
+    pub fn baseline(
+        ws: &Workspace,
+        environment: Option<&TaskEnv>,
+        touched: &[String],
+        timeout_s: u64,
+    ) -> Regression {
+        let all = crate::index::python_files(ws.path()).unwrap_or_default();
+        let mut files = regression_tests(ws.path(), &all, touched);
+        let (script, format) = test_run(environment, &files);
+        let mut skipped = None;
+        let base_passing = if files.is_empty() {
+            BTreeSet::new()
+        } else {
+            match run_in(ws.path(), environment, timeout_s, &script) {
+                // Too slow on the base commit: as slow per candidate, and
+                // what passed before the limit says nothing of the rest.
+                Ok(o) if o.timed_out => {
+                    skipped = Some(format!(
+                        "the regression tests ran past {timeout_s} s on the base commit"
+                    ));
+                    files.clear();
+                    BTreeSet::new()
+                }
+                Ok(o) => passing(format, &o.output),
+                Err(e) => {
+                    skipped = Some(format!("the regression tests could not run: {e}"));
+                    files.clear();
+                    BTreeSet::new()
+                }
+            }
+        };
+        Regression {
+            files,
+            script,
+            format,
+            base_passing,
+            skipped,
+        }
+    }
+
+    /// The tests passing on the base commit that do not pass in `dir`.
+    fn broken_in(
+        &self,
+        dir: &Path,
+        env: Option<&TaskEnv>,
+        timeout_s: u64,
+    ) -> Result<Vec<String>, RankError> {
+        if self.files.is_empty() {
+            return Ok(Vec::new());
+        }
+        let o = run_in(dir, env, timeout_s, &self.script)?;
+        let passed = passing(self.format, &o.output);
+        Ok(self.base_passing.difference(&passed).cloned().collect())
+    }
+}
+
+/// A patch judged by execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judged {
+    /// The reproduction test says the patch fixes what it reproduced
+    /// ([`check::fixed`]).
+    pub fixed: bool,
+    /// The test run's output.
+    pub output: String,
+    /// Regression tests passing on the base commit that fail with it (run
+    /// only when `fixed`).
+    pub regressions: Vec<String>,
+}
+
 /// Runs the reproduction `test` with `patch` applied, in a worktree of
-/// `ws` at `dir` prepared like the task's (its layer at `layer`); both are
-/// removed after. Whether the test says the patch fixes what it
-/// reproduced ([`check::fixed`]), and the run's output.
+/// `ws` at `dir` prepared like the task's (its layer at `layer`), then,
+/// when it passes, the `regression` tests; the worktree and layer are
+/// removed after.
+#[allow(clippy::too_many_arguments)]
 pub fn judge_patch(
     ws: &Workspace,
     environment: Option<&TaskEnv>,
     patch: &str,
     test: &SubmittedTest,
+    regression: Option<&Regression>,
     dir: &Path,
     layer: &Path,
     timeout_s: u64,
-) -> Result<(bool, String), RankError> {
+) -> Result<Judged, RankError> {
     let cand = ws.clone_to(dir)?;
-    let ran = (|| -> Result<(bool, String), RankError> {
+    let ran = (|| -> Result<Judged, RankError> {
         crate::repo::apply_patch(cand.path(), patch)?;
         let env = prepare_like(environment, cand.path(), layer)?;
         test.place(cand.path())?;
         let (outcome, verdict) =
             check::run_test(cand.path(), env.as_ref(), &test.command, timeout_s)?;
         let fixed = check::fixed(env.as_ref(), test, &outcome, &verdict);
-        Ok((fixed, outcome.output))
+        let regressions = match regression {
+            Some(r) if fixed => r.broken_in(cand.path(), env.as_ref(), timeout_s)?,
+            _ => Vec::new(),
+        };
+        Ok(Judged {
+            fixed,
+            output: outcome.output,
+            regressions,
+        })
     })();
     // Scratch: a failure to delete it is harmless.
     let _ = cand.remove();
@@ -267,38 +363,14 @@ pub fn rank(
         .iter()
         .flat_map(|d| touched_files(&d.patch))
         .collect();
-    let all = crate::index::python_files(ws.path()).unwrap_or_default();
-    let regression = regression_tests(ws.path(), &all, &touched);
-    let (regression_script, format) = test_run(environment, &regression);
-    let mut regression = regression;
-    let mut regression_skipped = None;
-    let base_passing = if regression.is_empty() {
-        BTreeSet::new()
-    } else {
-        match run_in(
-            ws.path(),
-            environment,
-            settings.test_timeout_s,
-            &regression_script,
-        ) {
-            // Too slow on the base commit: as slow per candidate, and what
-            // passed before the limit says nothing of the rest.
-            Ok(o) if o.timed_out => {
-                regression_skipped = Some(format!(
-                    "the regression tests ran past {} s on the base commit",
-                    settings.test_timeout_s
-                ));
-                regression.clear();
-                BTreeSet::new()
-            }
-            Ok(o) => passing(format, &o.output),
-            Err(e) => {
-                regression_skipped = Some(format!("the regression tests could not run: {e}"));
-                regression.clear();
-                BTreeSet::new()
-            }
-        }
-    };
+    let baseline = Regression::baseline(ws, environment, &touched, settings.test_timeout_s);
+    let Regression {
+        files: regression,
+        script: regression_script,
+        format,
+        base_passing,
+        skipped: regression_skipped,
+    } = baseline;
 
     let evaluations: Vec<Evaluation> = std::thread::scope(|s| {
         let handles: Vec<_> = fixes

@@ -33,9 +33,17 @@ pub const ATTEMPT_PATCH_LINES: usize = 30;
 /// Lines of an earlier candidate's failing run shown.
 pub const ATTEMPT_FAILURE_LINES: usize = 12;
 
+/// Broken regression tests named per earlier candidate.
+pub const MAX_REGRESSIONS_SHOWN: usize = 5;
+
 /// Candidates judged at once: each is a worktree, an install and a test
 /// run in a sandbox, beside the model's threads.
 pub const MAX_PARALLEL_RUNS: usize = 3;
+
+/// A distinct patch's judgement: its index, whether the reproduction test
+/// passes (None: it could not be run), the failure's lines (or why it
+/// could not run), the regression tests it breaks.
+type Judgement = (usize, Option<bool>, String, Vec<String>);
 
 /// Where candidates are judged.
 pub struct Judge<'a> {
@@ -44,6 +52,8 @@ pub struct Judge<'a> {
     pub env: Option<&'a TaskEnv>,
     /// The accepted reproduction test.
     pub test: &'a SubmittedTest,
+    /// The regression tests a passing patch must not break.
+    pub regression: Option<&'a ranker::Regression>,
     /// Worktrees and layers go under it.
     pub scratch: &'a Path,
     pub timeout_s: u64,
@@ -58,10 +68,10 @@ impl Judge<'_> {
         round: usize,
         patches: &[(usize, String)],
         files: &BTreeSet<&str>,
-    ) -> Vec<(usize, Option<bool>, String)> {
+    ) -> Vec<Judgement> {
         let next = AtomicUsize::new(0);
         let workers = MAX_PARALLEL_RUNS.min(patches.len());
-        let mut out: Vec<(usize, Option<bool>, String)> = std::thread::scope(|s| {
+        let mut out: Vec<Judgement> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..workers)
                 .map(|_| {
                     s.spawn(|| {
@@ -78,20 +88,23 @@ impl Judge<'_> {
                                 self.env,
                                 patch,
                                 self.test,
+                                self.regression,
                                 &dir,
                                 &layer,
                                 self.timeout_s,
                             );
                             done.push(match judged {
-                                Ok((passes, output)) => {
-                                    let failure = if passes {
+                                Ok(j) => {
+                                    let failure = if j.fixed {
                                         String::new()
                                     } else {
-                                        evidence::excerpt_in(&output, files)
+                                        evidence::excerpt_in(&j.output, files)
                                     };
-                                    (*i, Some(passes), failure)
+                                    (*i, Some(j.fixed), failure, j.regressions)
                                 }
-                                Err(e) => (*i, None, format!("it could not be run: {e}")),
+                                Err(e) => {
+                                    (*i, None, format!("it could not be run: {e}"), Vec::new())
+                                }
                             });
                         }
                         done
@@ -103,7 +116,7 @@ impl Judge<'_> {
                 .flat_map(|h| h.join().unwrap_or_default())
                 .collect()
         });
-        out.sort_by_key(|(i, _, _)| *i);
+        out.sort_by_key(|(i, _, _, _)| *i);
         out
     }
 }
@@ -115,16 +128,43 @@ pub fn attempts(fixes: &Fixes, round: usize) -> Vec<Attempt> {
     let mut failed: Vec<&fixer::Distinct> = fixes
         .distinct
         .iter()
-        .filter(|d| d.round == round && d.reproduction == Some(false))
+        .filter(|d| {
+            d.round == round
+                && (d.reproduction == Some(false)
+                    || (d.reproduction == Some(true) && !d.regressions.is_empty()))
+        })
         .collect();
-    failed.sort_by_key(|d| std::cmp::Reverse(d.members.len()));
+    // Those that fix the reproduction but break other tests first: one
+    // step from a fix.
+    failed.sort_by_key(|d| {
+        (
+            d.reproduction != Some(true),
+            std::cmp::Reverse(d.members.len()),
+        )
+    });
     let mut out: Vec<Attempt> = failed
         .into_iter()
         .take(MAX_ATTEMPTS_SHOWN)
         .map(|d| Attempt {
             edit: head(&d.patch, ATTEMPT_PATCH_LINES),
             diff: true,
-            outcome: tail(&d.failure, ATTEMPT_FAILURE_LINES),
+            outcome: if d.reproduction == Some(true) {
+                let shown: Vec<&str> = d
+                    .regressions
+                    .iter()
+                    .take(MAX_REGRESSIONS_SHOWN)
+                    .map(String::as_str)
+                    .collect();
+                format!(
+                    "With it the test passes, but these tests, which passed before, now fail:\n{}",
+                    shown.join("\n")
+                )
+            } else {
+                format!(
+                    "With it the test still fails:\n{}",
+                    tail(&d.failure, ATTEMPT_FAILURE_LINES)
+                )
+            },
         })
         .collect();
     for c in fixes.candidates.iter().filter(|c| c.round == round) {
@@ -224,6 +264,7 @@ pub fn run(
         1
     };
     let mut shown: Vec<Attempt> = Vec::new();
+    let mut regression: Option<ranker::Regression> = None;
     for round in 1..=rounds {
         let before = fixes.distinct.len();
         fixer::generate_round(
@@ -253,20 +294,29 @@ pub fn run(
             let patches: Vec<(usize, String)> = (before..fixes.distinct.len())
                 .map(|i| (i, fixes.distinct[i].patch.clone()))
                 .collect();
+            // The regression tests of the located files, run once on the
+            // base commit.
+            if regression.is_none() {
+                let located: Vec<String> = locations.iter().map(|l| l.path.clone()).collect();
+                regression = Some(ranker::Regression::baseline(ws, env, &located, timeout_s));
+            }
             let judge = Judge {
                 ws,
                 env,
                 test,
+                regression: regression.as_ref(),
                 scratch,
                 timeout_s,
             };
-            for (i, passes, failure) in judge.all(round, &patches, &files) {
+            for (i, passes, failure, regressions) in judge.all(round, &patches, &files) {
+                let clean = passes == Some(true) && regressions.is_empty();
                 if let Some(d) = fixes.distinct.get_mut(i) {
                     d.reproduction = passes;
                     d.failure = failure;
+                    d.regressions = regressions;
                 }
                 summary.judged += usize::from(passes.is_some());
-                summary.passing += usize::from(passes == Some(true));
+                summary.passing += usize::from(clean);
             }
         }
         tracing::info!(
@@ -300,6 +350,7 @@ mod tests {
             round,
             reproduction,
             failure: format!("failure of {patch}"),
+            regressions: Vec::new(),
         };
         let candidate = |index: usize, round: usize, status: Status| Candidate {
             index,
@@ -331,7 +382,11 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("p2".to_string(), true, "failure of p2".to_string()),
+                (
+                    "p2".to_string(),
+                    true,
+                    "With it the test still fails:\nfailure of p2".to_string()
+                ),
                 (
                     "edit 1".to_string(),
                     false,
@@ -341,5 +396,20 @@ mod tests {
         );
         assert_eq!(attempts(&fixes, 1).len(), 2);
         assert!(attempts(&fixes, 3).is_empty());
+        // One that passes the test but breaks a regression test comes
+        // first, with the tests it breaks.
+        let mut more = fixes.clone();
+        let mut p3 = distinct("p3", vec![5], 2, Some(true));
+        p3.regressions = vec!["tests/test_a.py::test_x".into()];
+        more.distinct.push(p3);
+        let got: Vec<String> = attempts(&more, 2).into_iter().map(|a| a.outcome).collect();
+        assert_eq!(
+            got,
+            [
+                "With it the test passes, but these tests, which passed before, now fail:\n\
+                 tests/test_a.py::test_x",
+                "With it the test still fails:\nfailure of p2",
+            ]
+        );
     }
 }
