@@ -1011,16 +1011,27 @@ pub fn fit_prompt_with(
             symbol: l.location.symbol.clone(),
         })
     };
-    // What a narrower view or a prompt without `extra` leaves out.
+    // What a narrower view or a prompt without `extra` leaves out: the
+    // wider views' spans the chosen one does not show as they are.
     let narrowed = |view: usize, with_extra: bool| {
-        let mut cuts: Vec<Cut> = views[..view]
-            .iter()
-            .flatten()
-            .map(|l| Cut::Location {
+        let span = |l: &Located| {
+            (
+                l.location.path.clone(),
+                l.location.start_line,
+                l.location.end_line,
+            )
+        };
+        let kept: Vec<_> = views[view].iter().map(span).collect();
+        let mut cuts: Vec<Cut> = Vec::new();
+        for l in views[..view].iter().flatten() {
+            let cut = Cut::Location {
                 path: l.location.path.clone(),
                 symbol: l.location.symbol.clone(),
-            })
-            .collect();
+            };
+            if !kept.contains(&span(l)) && !cuts.contains(&cut) {
+                cuts.push(cut);
+            }
+        }
         if has_extra && !with_extra {
             cuts.push(Cut::Location {
                 path: extra.evidence.map_or(String::new(), |e| e.path.clone()),

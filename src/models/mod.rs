@@ -545,7 +545,7 @@ mod tests {
     fn manifest_is_valid_and_has_one_default() {
         let m = manifest().unwrap();
         assert_eq!(m.iter().filter(|k| k.default).count(), 1);
-        assert_eq!(default_model().unwrap().name, "qwen2.5-coder-0.5b");
+        assert_eq!(default_model().unwrap().name, "qwen2.5-coder-1.5b");
         for k in &m {
             assert_eq!(k.sha256.len(), 64, "{}", k.name);
             assert!(
