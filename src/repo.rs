@@ -62,6 +62,19 @@ impl From<crate::confined::ConfinedError> for RepoError {
     }
 }
 
+/// The paths a patch changes.
+pub fn touched_files(patch: &str) -> Vec<String> {
+    let mut out: Vec<String> = patch
+        .lines()
+        .filter_map(|l| l.strip_prefix("diff --git a/"))
+        .filter_map(|l| l.split(" b/").next())
+        .map(str::to_string)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// `owner/name` → `owner__name`, SWE-bench's convention for instance ids.
 pub fn mirror_name(repo: &str) -> Option<String> {
     let (owner, name) = repo.split_once('/')?;

@@ -30,9 +30,7 @@ use crate::record::trajectory::{Cut, Step, Trim};
 use crate::repo::RepoError;
 use crate::trajectory::Trajectory;
 
-/// Lines shown around each located span, so SEARCH can include a line of
-/// context and the model sees the surroundings.
-pub const CONTEXT_LINES: usize = 5;
+pub use super::shown::CONTEXT_LINES;
 
 /// How a candidate writes its edit. Each is enforced by a grammar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -1502,7 +1500,7 @@ fn try_candidate(
                 Some(why) => (Status::SyntaxError(why), None),
                 None => {
                     let patch = crate::repo::diff_against(root, base)?;
-                    let touched = super::ranker::touched_files(&patch);
+                    let touched = crate::repo::touched_files(&patch);
                     let compiled = compile
                         .filter(|_| !patch.trim().is_empty())
                         .and_then(|check| check(root, &touched));

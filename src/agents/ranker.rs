@@ -120,18 +120,7 @@ pub enum RankError {
     Edit(#[from] EditError),
 }
 
-/// The paths a patch changes.
-pub fn touched_files(patch: &str) -> Vec<String> {
-    let mut out: Vec<String> = patch
-        .lines()
-        .filter_map(|l| l.strip_prefix("diff --git a/"))
-        .filter_map(|l| l.split(" b/").next())
-        .map(str::to_string)
-        .collect();
-    out.sort();
-    out.dedup();
-    out
-}
+pub use crate::repo::touched_files;
 
 /// The regression test files of a change to `touched`: the test files
 /// whose imports reach a touched module (closest first, at most

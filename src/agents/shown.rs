@@ -18,9 +18,13 @@ use crate::index::symbols::{self, Symbol, SymbolKind};
 /// the prompt.
 pub const MAX_RELATED: usize = 6;
 
+/// Lines shown around each located span, so SEARCH can include a line of
+/// context and the model sees the surroundings.
+pub const CONTEXT_LINES: usize = 5;
+
 /// Lines apart under which two spans of a file are shown as one: twice the
 /// context shown around each, so their shown ranges would touch.
-pub const MERGE_GAP_LINES: usize = 2 * super::fixer::CONTEXT_LINES + 1;
+pub const MERGE_GAP_LINES: usize = 2 * CONTEXT_LINES + 1;
 
 /// What the Fixer is shown (`[fixer] show`); each rule falls back to the
 /// next when its prompt does not fit the context.
