@@ -255,7 +255,7 @@ fn run_drives_the_masai_pipeline_on_one_task() {
          [agents.test_template]\nmax_steps = 2\ntemperature = 0.0\n\
          [agents.reproducer]\nmax_steps = 2\ntemperature = 0.0\n\
          [agents.localizer]\nmax_steps = 3\ntemperature = 0.0\n\
-         [fixer]\ncandidates = 3\nmax_tokens = 96\n",
+         [fixer]\ncandidates = 3\nmax_tokens = 96\nrounds = 1\n",
     )
     .unwrap();
     let out = dir.path().join("run");
