@@ -1,6 +1,8 @@
-//! MASAI's Fixer: from the issue and the code at the localised spans, N
-//! candidate edits in one batched generation sharing the prompt (one
-//! greedy, N−1 sampled), each a short chain of thought then edits in the
+//! MASAI's Fixer, one round: from the issue, the code at and around the
+//! localised spans ([`Show`]), and when given the reproduction test with
+//! its failure and the earlier rounds' fixes ([`Extra`]), N candidate
+//! edits in one batched generation sharing the prompt (one greedy, N−1
+//! sampled), each a short chain of thought then edits in the
 //! configured [`EditFormat`], enforced by grammar. Candidates that do
 //! not apply, break the syntax, or change nothing are dropped; duplicates
 //! (the same normalised diff) are merged and counted.

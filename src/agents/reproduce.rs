@@ -6,8 +6,12 @@
 //! like the task's, and run the repository's way in its own sandbox, in
 //! parallel. A candidate is accepted when it fails on the base commit
 //! inside a test's body (`aci::check::verdict_in`'s `Failed`, not a
-//! collection or import error); among several, the one whose failure most
-//! accepted candidates share.
+//! collection, import or set-up error) as the issue describes
+//! ([`evidence::judge`]: in an assertion, or with an exception the issue
+//! names; anything else is "other issues"); among several, the one whose
+//! assertions take most from the issue, then the one whose failure most
+//! accepted candidates share. The accepted test is cut after the statement
+//! that failed ([`evidence::cut_after`]) when the cut one still fails so.
 
 use std::collections::BTreeMap;
 use std::path::Path;
