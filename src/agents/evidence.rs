@@ -435,10 +435,11 @@ pub fn cut_after(text: &str, line: usize) -> Option<String> {
 
 /// The function of the repository where a failing reproduction test's
 /// traceback ends (its deepest frame in a file of `files` that is not a
-/// test file), when no location covers that line: evidence that the bug
-/// is there, to add to the located spans before the Fixer runs. `None`
-/// when the failure is raised in the test itself, or the frame is already
-/// located (the location confirmed).
+/// test file), when the test crashed (an exception, not an assertion) and
+/// no location covers that line: evidence that the bug is there, to add
+/// to the located spans before the Fixer runs. `None` when the failures
+/// are assertions, when the crash is raised in the test itself, or when
+/// the frame is already located (the location confirmed).
 pub fn traceback_location(
     root: &std::path::Path,
     files: &[String],
@@ -447,6 +448,15 @@ pub fn traceback_location(
     located: &[crate::aci::Location],
 ) -> Option<crate::aci::Location> {
     use crate::index::symbols::{self, SymbolKind};
+    // An assertion's deepest frame is where the check is (the test, or a
+    // test helper of the repository such as pytest's `pytester`), not
+    // where the bug is: only a crash points at the code.
+    let crashes = failures(output)
+        .iter()
+        .any(|f| !ASSERTION_EXCEPTIONS.contains(&f.exception.as_str()));
+    if !crashes {
+        return None;
+    }
     let known: BTreeSet<&str> = files.iter().map(String::as_str).collect();
     let frame = frames(output).into_iter().rev().find_map(|f| {
         let path = repository_path(&f.path, &known)?;
@@ -765,6 +775,24 @@ tests/test_reproduce_issue.py:3: NameError";
                 LIBRARY,
                 p,
                 &[loc("confkit/parser.py", "_split_option", 10, 16)]
+            ),
+            None
+        );
+        // An assertion in a helper of the repository: where the check is,
+        // not the bug.
+        let helper = LIBRARY
+            .replace(
+                "ValueError: too many values to unpack (expected 2)",
+                "AssertionError",
+            )
+            .replace("parser.py:15: ValueError", "parser.py:15: AssertionError");
+        assert_eq!(
+            traceback_location(
+                dir.path(),
+                &files,
+                &helper,
+                p,
+                &[loc("confkit/config.py", "loads", 100, 104)]
             ),
             None
         );
