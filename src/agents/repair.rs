@@ -321,7 +321,7 @@ pub fn run(
         }
         tracing::info!(
             "  fixer round {round}: {} candidates, {} new distinct, {} judged, {} pass the \
-             reproduction test",
+             reproduction test and break no regression test",
             summary.candidates,
             summary.distinct,
             summary.judged,
