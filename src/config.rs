@@ -991,7 +991,7 @@ mod tests {
         let cases: &[(&str, String)] = &[
             (
                 "fixer.edit_formt=anchored",
-                "`fixer.edit_formt`: unknown field `edit_formt`, expected one of `candidates`, `temperature`, `max_tokens`, `edit_format` in `fixer`".into(),
+                "`fixer.edit_formt`: unknown field `edit_formt`, expected one of `candidates`, `temperature`, `max_tokens`, `edit_format`, `rounds`, `show` in `fixer`".into(),
             ),
             (
                 "colour=1",

@@ -286,17 +286,20 @@ pub fn localizer(issue: &Issue) -> Agent<'static> {
 mod tests {
     /// The sources that solve a task: every agent, and the pipelines that
     /// drive them. They take a `dataset::Issue`, which has no answer in it.
-    const SOLVERS: [(&str, &str); 13] = [
+    const SOLVERS: [(&str, &str); 16] = [
         ("src/agents/mod.rs", include_str!("mod.rs")),
         ("src/agents/budget.rs", include_str!("budget.rs")),
         ("src/agents/call.rs", include_str!("call.rs")),
+        ("src/agents/evidence.rs", include_str!("evidence.rs")),
         ("src/agents/fixer.rs", include_str!("fixer.rs")),
         ("src/agents/history.rs", include_str!("history.rs")),
         ("src/agents/localize.rs", include_str!("localize.rs")),
         ("src/agents/preamble.rs", include_str!("preamble.rs")),
         ("src/agents/ranker.rs", include_str!("ranker.rs")),
         ("src/agents/react.rs", include_str!("react.rs")),
+        ("src/agents/repair.rs", include_str!("repair.rs")),
         ("src/agents/reproduce.rs", include_str!("reproduce.rs")),
+        ("src/agents/shown.rs", include_str!("shown.rs")),
         ("src/agents/template.rs", include_str!("template.rs")),
         (
             "src/pipeline/masai.rs",
