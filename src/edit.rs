@@ -299,6 +299,12 @@ pub fn replace(
     replace: &str,
     path: &str,
 ) -> Result<(String, Matched), EditError> {
+    let fitted = if path.ends_with(".py") {
+        overindented(search, replace)
+    } else {
+        None
+    };
+    let replace = fitted.as_deref().unwrap_or(replace);
     let exact = content.matches(search).count();
     if exact == 1 {
         return Ok((content.replacen(search, replace, 1), Matched::Exact));
@@ -710,6 +716,34 @@ fn indent_of(line: &str) -> &str {
     &line[..line.len() - line.trim_start().len()]
 }
 
+/// A Python replacement indented deeper throughout than SEARCH's first
+/// line, moved left to it. Small models often indent a whole REPLACE one
+/// level too deep, which Python rejects ("unexpected indent"); replacing
+/// code with code that only sits deeper than everything it replaced is
+/// not otherwise a change a fix makes.
+fn overindented(search: &str, replace: &str) -> Option<String> {
+    let first = search.lines().find(|l| !l.trim().is_empty())?;
+    let base = indent_of(first).len();
+    let least = replace
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| indent_of(l).len())
+        .min()?;
+    let cut = least.checked_sub(base).filter(|&c| c > 0)?;
+    Some(
+        replace
+            .lines()
+            .map(|l| {
+                if l.trim().is_empty() {
+                    "\n".to_string()
+                } else {
+                    format!("{}\n", &l[cut..])
+                }
+            })
+            .collect(),
+    )
+}
+
 /// Shifts `replace` by the indentation difference between what SEARCH said
 /// and what the file has.
 fn reindent(replace: &str, wanted: &[&str], found: &[&str]) -> String {
@@ -795,6 +829,24 @@ mod tests {
                     Matched::TrailingWhitespace,
                 )),
             ),
+            // A replacement one level too deep throughout is moved left
+            // to SEARCH's first line; one that opens a deeper block is not.
+            (
+                "    if x > 1:\n        return x\n",
+                "        if x >= 1:\n\n            return x\n",
+                Ok((
+                    "def f(x):\n    if x >= 1:\n\n        return x\n    return 0\n",
+                    Matched::Exact,
+                )),
+            ),
+            (
+                "    return 0\n",
+                "    if x:\n        return 1\n    return 0\n",
+                Ok((
+                    "def f(x):\n    if x > 1:\n        return x\n    if x:\n        return 1\n    return 0\n",
+                    Matched::Exact,
+                )),
+            ),
             (
                 "    return y\n",
                 "",
@@ -814,6 +866,12 @@ mod tests {
             let got = got.as_ref().map(|(s, m)| (s.as_str(), *m));
             assert_eq!(got, expected.as_ref().map(|(s, m)| (*s, *m)), "{search:?}");
         }
+        // Only Python's indentation is corrected.
+        let text = "a:\n  b\n";
+        assert_eq!(
+            replace(text, "  b\n", "    c\n", "f.yaml"),
+            Ok(("a:\n    c\n".to_string(), Matched::Exact))
+        );
     }
 
     #[test]
