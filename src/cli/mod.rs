@@ -423,7 +423,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub empty: bool,
     /// Output directory.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = absolute_dir)]
     pub out: PathBuf,
     /// Tasks graded at once [default: half the CPUs, at least 1].
     #[arg(long, value_name = "J")]
@@ -453,7 +453,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub repos: Option<PathBuf>,
     /// Run directory to write [default: runs/ID].
-    #[arg(long, value_name = "RUN_DIR")]
+    #[arg(long, value_name = "RUN_DIR", value_parser = absolute_dir)]
     pub out: Option<PathBuf>,
     /// Model: a name from `patchwright models list`, or a GGUF file.
     #[arg(long, value_name = "NAME|PATH")]
@@ -697,7 +697,12 @@ pub struct BatchArgs {
     pub repos: Option<PathBuf>,
     /// Run directory to write. Running again with the same settings and
     /// model resumes it; other settings are refused. Required unless --list.
-    #[arg(long, value_name = "RUN_DIR", required_unless_present = "list")]
+    #[arg(
+        long,
+        value_name = "RUN_DIR",
+        required_unless_present = "list",
+        value_parser = absolute_dir
+    )]
     pub out: Option<PathBuf>,
     /// Print the selected instance ids, one a line, and do nothing else.
     #[arg(long)]
@@ -717,7 +722,7 @@ pub struct SweepArgs {
     pub repos: Option<PathBuf>,
     /// Sweep directory: sweep.json, points/<NN>_<label>/ (one run directory
     /// each), shared/, table.csv and table.json. Running again resumes.
-    #[arg(long, value_name = "SWEEP_DIR")]
+    #[arg(long, value_name = "SWEEP_DIR", value_parser = absolute_dir)]
     pub out: PathBuf,
     /// A grid axis: a settings key (dotted, as in the config file, or one
     /// of temperature, candidates, window, history, steps, model) and its
@@ -735,7 +740,7 @@ pub struct SweepArgs {
 pub struct MergeArgs {
     /// The merged run directory (created, or resumed when it already holds
     /// this run).
-    #[arg(long, value_name = "RUN_DIR")]
+    #[arg(long, value_name = "RUN_DIR", value_parser = absolute_dir)]
     pub out: PathBuf,
     /// The shards' run directories (same settings and model).
     #[arg(required = true, value_name = "SHARD_DIR")]
@@ -1055,5 +1060,56 @@ impl ExecArgs {
             policy.extra_ro_binds.push(p);
         }
         Ok(policy)
+    }
+}
+
+/// A run's output directory made absolute against the working directory,
+/// `..` taken off lexically (as `cd` does): its tasks' layers and scratch
+/// are bound into the sandbox, which takes only absolute paths without
+/// `..`.
+fn absolute_dir(value: &str) -> std::io::Result<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in std::path::absolute(value)?.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_directories_are_made_absolute() -> Result<(), Box<dyn std::error::Error>> {
+        let cwd = std::env::current_dir()?;
+        let cases: [&[&str]; 4] = [
+            &["batch", "--out", "runs/x"],
+            &["sweep", "--out", "./runs/x", "--grid", "fixer.rounds=1,2"],
+            &["merge", "--out", "runs/y/../x", "a", "b"],
+            &["batch", "--out", "../z/../runs//x/."],
+        ];
+        for args in cases {
+            let cli =
+                Cli::try_parse_from(std::iter::once("patchwright").chain(args.iter().copied()))?;
+            let out = match cli.command {
+                Command::Batch(a) => a.out,
+                Command::Sweep(a) => Some(a.out),
+                Command::Merge(a) => Some(a.out),
+                _ => None,
+            };
+            let want = if args[2].starts_with("..") {
+                cwd.parent().unwrap_or(&cwd).join("runs/x")
+            } else {
+                cwd.join("runs/x")
+            };
+            assert_eq!(out, Some(want), "{args:?}");
+        }
+        Ok(())
     }
 }
