@@ -8,6 +8,8 @@ pub mod evidence;
 pub mod fixer;
 pub mod history;
 pub mod localize;
+pub mod missing;
+pub mod parallel;
 pub mod preamble;
 pub mod ranker;
 pub mod react;

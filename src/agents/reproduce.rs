@@ -10,18 +10,19 @@
 //! ([`evidence::judge`]: in an assertion, or with an exception the issue
 //! names; anything else is "other issues"); among several, the one whose
 //! assertions take most from the issue, then the one whose failure most
-//! accepted candidates share. The accepted test is cut after the statement
-//! that failed ([`evidence::cut_after`]) when the cut one still fails so.
+//! accepted candidates share. A candidate broken by a name it used without
+//! importing runs again with the import, when the repository defines the
+//! name ([`missing`]). The accepted test is cut after the statement that
+//! failed ([`evidence::cut_after`]) when the cut one still fails so.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
 use super::call::{self, Call};
-use super::{evidence, fixer, preamble, ranker, template};
+use super::{evidence, fixer, missing, parallel, preamble, ranker, template};
 use crate::aci::check::{self, Verdict};
 use crate::aci::{Location, SubmittedTest};
 use crate::dataset::Issue;
@@ -76,10 +77,6 @@ impl Default for ReproducerSettings {
         }
     }
 }
-
-/// Candidates run at once: each is a worktree, an install and a test run
-/// in a sandbox, beside the model's threads.
-pub const MAX_PARALLEL_RUNS: usize = 3;
 
 /// Lines of the template's head (its imports) shown in the prompt.
 pub const EXCERPT_HEAD_LINES: usize = 30;
@@ -167,6 +164,10 @@ pub struct Sample {
     /// The same file as an earlier candidate (its index), run once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_as: Option<usize>,
+    /// Imports added to its file before the run that counts: names it used
+    /// without importing ([`missing`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub imports: Vec<String>,
     /// The end of its test run's output.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub output: String,
@@ -606,7 +607,34 @@ pub fn run(
         issue: &issue.problem_statement,
         accept: settings.accept,
     };
-    let tried = try_all(inputs, &judging, &path, &command, &distinct);
+    let mut tried = try_all(inputs, &judging, &path, &command, &distinct);
+    // A test broken by a name it forgot to import runs again with the
+    // import (see [`missing`]).
+    let mut completed: Vec<Vec<String>> = vec![Vec::new(); distinct.len()];
+    for _ in 0..missing::COMPLETION_ROUNDS {
+        let mended: Vec<(usize, String, String)> = tried
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.status == SampleStatus::Broken)
+            .filter_map(|(k, t)| {
+                let name = missing::undefined_name(&t.output)?;
+                let line = missing::import_for(root, &all, name, &path, &distinct[k])?;
+                let text = missing::with_import(&distinct[k], &line);
+                (!distinct[k].lines().any(|l| l == line)).then_some((k, line, text))
+            })
+            .collect();
+        if mended.is_empty() {
+            break;
+        }
+        let texts: Vec<String> = mended.iter().map(|(_, _, text)| text.clone()).collect();
+        let again = try_all(inputs, &judging, &path, &command, &texts);
+        for ((k, line, text), t) in mended.into_iter().zip(again) {
+            tracing::info!("  reproducer: candidate file {k} run again with `{line}` added");
+            distinct[k] = text;
+            tried[k] = t;
+            completed[k].push(line);
+        }
+    }
 
     let mut seen: Vec<Option<usize>> = vec![None; distinct.len()];
     for (index, c) in generation.candidates.iter().enumerate() {
@@ -621,11 +649,13 @@ pub fn run(
             issue_literals: 0,
             cut_after: None,
             same_as: None,
+            imports: Vec::new(),
             output: String::new(),
         };
         if let Some(k) = first_of.get(index).copied().flatten() {
             sample.same_as = seen[k];
             seen[k].get_or_insert(index);
+            sample.imports = completed[k].clone();
             if let Some(t) = tried.get(k) {
                 sample.status = t.status;
                 sample.reason = t.reason.clone();
@@ -712,15 +742,14 @@ fn tail(text: &str, chars: usize) -> String {
     text.chars().skip(total.saturating_sub(chars)).collect()
 }
 
-/// Runs each of `files` as the test file `path` in its own worktree and
-/// sandbox, at most [`MAX_PARALLEL_RUNS`] at once; one result per file,
-/// in order.
 /// What a failing candidate is judged by.
 struct Judging<'a> {
     issue: &'a str,
     accept: Accept,
 }
 
+/// Runs each of `files` as the test file `path` in its own worktree and
+/// sandbox ([`parallel::map`]); one result per file, in order.
 fn try_all(
     inputs: &Inputs<'_>,
     judging: &Judging<'_>,
@@ -728,44 +757,18 @@ fn try_all(
     command: &str,
     files: &[String],
 ) -> Vec<Tried> {
-    let next = AtomicUsize::new(0);
-    let workers = MAX_PARALLEL_RUNS.min(files.len());
-    let results: Vec<(usize, Tried)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, Ordering::SeqCst);
-                        let Some(text) = files.get(k) else {
-                            break;
-                        };
-                        done.push((k, try_one(inputs, judging, k, path, command, text)));
-                    }
-                    done
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
-    let mut out: Vec<Option<Tried>> = (0..files.len()).map(|_| None).collect();
-    for (k, t) in results {
-        if let Some(slot) = out.get_mut(k) {
-            *slot = Some(t);
-        }
-    }
-    out.into_iter()
-        .map(|t| {
-            t.unwrap_or_else(|| Tried {
-                status: SampleStatus::Error,
-                reason: "its worker panicked".into(),
-                output: String::new(),
-            })
+    parallel::map(files, |k, text| {
+        try_one(inputs, judging, k, path, command, text)
+    })
+    .into_iter()
+    .map(|t| {
+        t.unwrap_or_else(|| Tried {
+            status: SampleStatus::Error,
+            reason: "its run panicked".into(),
+            output: String::new(),
         })
-        .collect()
+    })
+    .collect()
 }
 
 /// One candidate file run on the base commit in a worktree of its own,
@@ -891,6 +894,7 @@ mod tests {
             issue_literals: 0,
             cut_after: None,
             same_as: None,
+            imports: Vec::new(),
             output: String::new(),
         }
     }

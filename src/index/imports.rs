@@ -215,6 +215,19 @@ fn module_names(path: &str, packages: &HashSet<&str>) -> Vec<String> {
     names
 }
 
+/// The name `path` is imported by from its source root (the directory
+/// above its topmost chain of packages, see the module doc), the packages
+/// known from `files` (the repository's `.py` files): `lib/mpl/axes.py` is
+/// `mpl.axes`, `tests/test_x.py` with no `__init__.py` beside it `test_x`.
+pub fn module_name(path: &str, files: &[String]) -> Option<String> {
+    let packages: HashSet<&str> = files
+        .iter()
+        .filter_map(|f| f.strip_suffix("/__init__.py"))
+        .collect();
+    let parts: Vec<&str> = path.strip_suffix(".py")?.split('/').collect();
+    dotted(&parts[package_root(&parts, &packages)..])
+}
+
 /// The index of the first path part below the file's source root: the
 /// directory above its topmost unbroken chain of packages.
 fn package_root(parts: &[&str], packages: &HashSet<&str>) -> usize {
@@ -626,6 +639,32 @@ mod tests {
             check(name, trees, touched, *cap, want)?;
         }
         Ok(())
+    }
+
+    #[test]
+    fn a_files_module_is_named_from_its_source_root() {
+        let files: Vec<String> = [
+            "lib/mpl/__init__.py",
+            "lib/mpl/axes.py",
+            "pkg/__init__.py",
+            "pkg/sub/__init__.py",
+            "pkg/sub/m.py",
+            "tests/test_x.py",
+            "setup.py",
+        ]
+        .map(String::from)
+        .to_vec();
+        let cases = [
+            ("lib/mpl/axes.py", Some("mpl.axes")),
+            ("lib/mpl/__init__.py", Some("mpl")),
+            ("pkg/sub/m.py", Some("pkg.sub.m")),
+            ("tests/test_x.py", Some("test_x")),
+            ("setup.py", Some("setup")),
+            ("README.md", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(module_name(path, &files).as_deref(), want, "{path}");
+        }
     }
 
     #[test]
