@@ -291,7 +291,13 @@ pub fn excerpt(output: &str) -> String {
         .skip(start + 1)
         .find(|(_, l)| l.contains(" short test summary info ") || l.starts_with("====="))
         .map_or(lines.len(), |(i, _)| i);
-    let part: Vec<&str> = lines[start..end]
+    shown_lines(&lines[start..end])
+}
+
+/// The lines of a report shown: blank lines and rules dropped, at most
+/// [`FAILURE_LINES`] (the last ones), each cut to [`FAILURE_LINE_CHARS`].
+fn shown_lines(report: &[&str]) -> String {
+    let part: Vec<&str> = report
         .iter()
         .copied()
         .filter(|l| !l.trim().is_empty() && !l.trim().chars().all(|c| c == '_' || c == ' '))
@@ -304,12 +310,43 @@ pub fn excerpt(output: &str) -> String {
         .join("\n")
 }
 
+/// pytest's failure report of the test `id` (`path::name` or
+/// `path::Class::name`) in `output`: the lines from its `___ name ___`
+/// (or `___ Class.name ___`) header to the next header or summary, shown
+/// like [`excerpt_in`]'s. None when the output has no report of it (a
+/// test runner other than pytest, a test that errored in collection).
+pub fn test_excerpt_in(output: &str, id: &str, files: &BTreeSet<&str>) -> Option<String> {
+    let (_, name) = id.split_once("::")?;
+    let name = name.replace("::", ".");
+    let lines: Vec<&str> = output.lines().collect();
+    fn header(l: &str) -> Option<&str> {
+        let t = l.trim();
+        (t.starts_with("___") && t.ends_with("___") && t.len() > 8)
+            .then(|| t.trim_matches('_').trim())
+    }
+    let start = lines
+        .iter()
+        .position(|l| header(l) == Some(name.as_str()))?;
+    let end = lines
+        .iter()
+        .enumerate()
+        .skip(start + 1)
+        .find(|(_, l)| header(l).is_some() || l.starts_with("====="))
+        .map_or(lines.len(), |(i, _)| i);
+    Some(normalised(&shown_lines(&lines[start..end]), files))
+}
+
 /// [`excerpt`] made the same from run to run: absolute paths of
 /// repository files (a worktree's, a sandbox's) as the repository's paths,
 /// and object addresses (`0x7f…`) as `0x…`, so that a prompt showing it
 /// is the same when replayed.
 pub fn excerpt_in(output: &str, files: &BTreeSet<&str>) -> String {
-    let text = excerpt(output);
+    normalised(&excerpt(output), files)
+}
+
+/// `text` with absolute paths of repository files as the repository's
+/// paths and object addresses as `0x…` (see [`excerpt_in`]).
+fn normalised(text: &str, files: &BTreeSet<&str>) -> String {
     let mut out = String::with_capacity(text.len());
     let bytes = text.as_bytes();
     let mut i = 0;
@@ -703,6 +740,40 @@ tests/test_reproduce_issue.py:3: NameError";
         let e = excerpt(&format!("Traceback (most recent call last)\n{long}"));
         assert_eq!(e.lines().count(), FAILURE_LINES);
         assert!(e.ends_with("line 99"), "{e}");
+    }
+
+    #[test]
+    fn one_tests_report_is_found_by_its_id() {
+        let files: BTreeSet<&str> = ["pkg/a.py"].into_iter().collect();
+        let output = "==== FAILURES ====\n\
+            ____ test_one ____\n    def test_one():\n>       assert f() == 1\nE       assert 2 == 1\n\
+            tests/test_a.py:3: AssertionError\n\
+            ____ TestB.test_two[x-1] ____\n  File \"/w/judge-1-0/pkg/a.py\", line 9\nE   TypeError: no\n\
+            ====== short test summary info ======\nFAILED tests/test_a.py::test_one\n";
+        let cases = [
+            (
+                "tests/test_a.py::test_one",
+                Some(
+                    "____ test_one ____\n    def test_one():\n>       assert f() == 1\n\
+                     E       assert 2 == 1\ntests/test_a.py:3: AssertionError",
+                ),
+            ),
+            (
+                "tests/test_a.py::TestB::test_two[x-1]",
+                Some(
+                    "____ TestB.test_two[x-1] ____\n  File \"pkg/a.py\", line 9\nE   TypeError: no",
+                ),
+            ),
+            ("tests/test_a.py::test_three", None),
+            ("test_one", None),
+        ];
+        for (id, expected) in cases {
+            assert_eq!(
+                test_excerpt_in(output, id, &files).as_deref(),
+                expected,
+                "{id}"
+            );
+        }
     }
 
     #[test]

@@ -156,7 +156,9 @@ pub struct Distinct {
     /// round (None: not judged: no test, or its run failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reproduction: Option<bool>,
-    /// The lines of the test's failure with it, or why it could not run.
+    /// The lines of the reproduction test's failure with it, or why it
+    /// could not run; when it passes the test, the failure of the first
+    /// regression test it breaks.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub failure: String,
     /// Regression tests that passed on the base commit and fail with it
@@ -811,8 +813,8 @@ impl Extra<'_> {
         match (self.evidence.is_some(), self.attempts.is_empty()) {
             (true, true) => " The fix must make the test above pass.",
             (true, false) => {
-                " The fix must make the test above pass. The earlier fixes did not: write a \
-                 different one."
+                " The fix must make the test above pass and keep the tests that passed before \
+                 passing. The earlier fixes did not: write a different one."
             }
             (false, false) => " The earlier fixes did not work: write a different one.",
             (false, true) => "",

@@ -261,19 +261,21 @@ impl Regression {
         }
     }
 
-    /// The tests passing on the base commit that do not pass in `dir`.
+    /// The tests passing on the base commit that do not pass in `dir`,
+    /// and the run's output.
     fn broken_in(
         &self,
         dir: &Path,
         env: Option<&TaskEnv>,
         timeout_s: u64,
-    ) -> Result<Vec<String>, RankError> {
+    ) -> Result<(Vec<String>, String), RankError> {
         if self.files.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), String::new()));
         }
         let o = run_in(dir, env, timeout_s, &self.script)?;
         let passed = passing(self.format, &o.output);
-        Ok(self.base_passing.difference(&passed).cloned().collect())
+        let broken = self.base_passing.difference(&passed).cloned().collect();
+        Ok((broken, o.output))
     }
 }
 
@@ -288,6 +290,8 @@ pub struct Judged {
     /// Regression tests passing on the base commit that fail with it (run
     /// only when `fixed`).
     pub regressions: Vec<String>,
+    /// The regression tests' output (empty when they did not run).
+    pub regression_output: String,
 }
 
 /// Runs the reproduction `test` with `patch` applied, in a worktree of
@@ -313,14 +317,15 @@ pub fn judge_patch(
         let (outcome, verdict) =
             check::run_test(cand.path(), env.as_ref(), &test.command, timeout_s)?;
         let fixed = check::fixed(env.as_ref(), test, &outcome, &verdict);
-        let regressions = match regression {
+        let (regressions, regression_output) = match regression {
             Some(r) if fixed => r.broken_in(cand.path(), env.as_ref(), timeout_s)?,
-            _ => Vec::new(),
+            _ => (Vec::new(), String::new()),
         };
         Ok(Judged {
             fixed,
             output: outcome.output,
             regressions,
+            regression_output,
         })
     })();
     // Scratch: a failure to delete it is harmless.

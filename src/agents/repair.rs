@@ -2,20 +2,21 @@
 //! Each round's new distinct patches are run against the accepted
 //! reproduction test, each in its own worktree and sandbox, prepared like
 //! the task's. When none passes and rounds are left (`[fixer] rounds`), a
-//! repair round shows the Fixer the best few of the round (their diffs
-//! and what the test printed with them; or, when none applied cleanly,
-//! the rejected edits and why) and samples new candidates from the same
+//! repair round shows the Fixer the nearest misses (a patch of any round
+//! that passes the test but breaks other tests, with what the first of
+//! those printed; then the round's failing patches, with what the test
+//! printed; or, when none applied cleanly, the rejected edits and why)
+//! and samples new candidates from the same
 //! conversation, so the shared prompt is not evaluated again. It stops at
 //! the first round with a passing candidate. Without a reproduction test
 //! there is nothing to judge by, and one round is all.
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::evidence;
 use super::fixer::{self, Attempt, Evidence, FixError, FixerSettings, Fixes, Round, Status};
-use super::ranker;
+use super::{parallel, ranker};
 use crate::aci::{check, Location, SubmittedTest};
 use crate::dataset::Issue;
 use crate::engine::{Conversation, Sampling};
@@ -35,10 +36,6 @@ pub const ATTEMPT_FAILURE_LINES: usize = 12;
 
 /// Broken regression tests named per earlier candidate.
 pub const MAX_REGRESSIONS_SHOWN: usize = 5;
-
-/// Candidates judged at once: each is a worktree, an install and a test
-/// run in a sandbox, beside the model's threads.
-pub const MAX_PARALLEL_RUNS: usize = 3;
 
 /// A distinct patch's judgement: its index, whether the reproduction test
 /// passes (None: it could not be run), the failure's lines (or why it
@@ -60,90 +57,78 @@ pub struct Judge<'a> {
 }
 
 impl Judge<'_> {
-    /// Runs the test with each patch (in parallel, at most
-    /// [`MAX_PARALLEL_RUNS`]): whether it passes, and the failure's lines
-    /// (or why it could not run).
+    /// Runs the test with each patch ([`parallel::map`]): whether it
+    /// passes, and the failure's lines (or why it could not run).
     fn all(
         &self,
         round: usize,
         patches: &[(usize, String)],
         files: &BTreeSet<&str>,
     ) -> Vec<Judgement> {
-        let next = AtomicUsize::new(0);
-        let workers = MAX_PARALLEL_RUNS.min(patches.len());
-        let mut out: Vec<Judgement> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..workers)
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut done = Vec::new();
-                        loop {
-                            let k = next.fetch_add(1, Ordering::SeqCst);
-                            let Some((i, patch)) = patches.get(k) else {
-                                break;
-                            };
-                            let dir = self.scratch.join(format!("judge-{round}-{i}"));
-                            let layer = self.scratch.join(format!("judge-{round}-{i}-layer"));
-                            let judged = ranker::judge_patch(
-                                self.ws,
-                                self.env,
-                                patch,
-                                self.test,
-                                self.regression,
-                                &dir,
-                                &layer,
-                                self.timeout_s,
-                            );
-                            done.push(match judged {
-                                Ok(j) => {
-                                    let failure = if j.fixed {
-                                        String::new()
-                                    } else {
-                                        evidence::excerpt_in(&j.output, files)
-                                    };
-                                    (*i, Some(j.fixed), failure, j.regressions)
-                                }
-                                Err(e) => {
-                                    (*i, None, format!("it could not be run: {e}"), Vec::new())
-                                }
-                            });
-                        }
-                        done
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_default())
-                .collect()
+        let judged = parallel::map(patches, |_, (i, patch)| {
+            let dir = self.scratch.join(format!("judge-{round}-{i}"));
+            let layer = self.scratch.join(format!("judge-{round}-{i}-layer"));
+            ranker::judge_patch(
+                self.ws,
+                self.env,
+                patch,
+                self.test,
+                self.regression,
+                &dir,
+                &layer,
+                self.timeout_s,
+            )
         });
-        out.sort_by_key(|(i, _, _, _)| *i);
-        out
+        patches
+            .iter()
+            .zip(judged)
+            .map(|((i, _), judged)| match judged {
+                Some(Ok(j)) => {
+                    // What failed: the reproduction test, else the first
+                    // regression test broken.
+                    let failure = match j.regressions.first() {
+                        _ if !j.fixed => evidence::excerpt_in(&j.output, files),
+                        Some(id) => evidence::test_excerpt_in(&j.regression_output, id, files)
+                            .unwrap_or_default(),
+                        None => String::new(),
+                    };
+                    (*i, Some(j.fixed), failure, j.regressions)
+                }
+                Some(Err(e)) => (*i, None, format!("it could not be run: {e}"), Vec::new()),
+                None => (*i, None, "its run panicked".into(), Vec::new()),
+            })
+            .collect()
     }
 }
 
-/// The earlier candidates a repair round shows: the round's distinct
-/// patches that failed the test, most votes first; when fewer than
-/// [`MAX_ATTEMPTS_SHOWN`], its candidates rejected for a syntax error.
+/// The earlier candidates a repair round shows, at most
+/// [`MAX_ATTEMPTS_SHOWN`]: first those of any round up to `round` that
+/// pass the reproduction test but break regression tests (one step from
+/// a fix: fewest broken, then latest, then most votes), then the
+/// distinct patches of `round` that failed the test, most votes first;
+/// when fewer, the candidates of `round` rejected for a syntax error.
 pub fn attempts(fixes: &Fixes, round: usize) -> Vec<Attempt> {
-    let mut failed: Vec<&fixer::Distinct> = fixes
+    let mut breaking: Vec<&fixer::Distinct> = fixes
         .distinct
         .iter()
-        .filter(|d| {
-            d.round == round
-                && (d.reproduction == Some(false)
-                    || (d.reproduction == Some(true) && !d.regressions.is_empty()))
-        })
+        .filter(|d| d.round <= round && d.reproduction == Some(true) && !d.regressions.is_empty())
         .collect();
-    // Those that fix the reproduction but break other tests first: one
-    // step from a fix.
-    failed.sort_by_key(|d| {
+    breaking.sort_by_key(|d| {
         (
-            d.reproduction != Some(true),
+            d.regressions.len(),
+            std::cmp::Reverse(d.round),
             std::cmp::Reverse(d.members.len()),
         )
     });
-    let mut out: Vec<Attempt> = failed
+    let mut failed: Vec<&fixer::Distinct> = fixes
+        .distinct
+        .iter()
+        .filter(|d| d.round == round && d.reproduction == Some(false))
+        .collect();
+    failed.sort_by_key(|d| std::cmp::Reverse(d.members.len()));
+    let mut out: Vec<Attempt> = breaking
         .into_iter()
+        .chain(failed)
         .take(MAX_ATTEMPTS_SHOWN)
         .map(|d| Attempt {
             edit: head(&d.patch, ATTEMPT_PATCH_LINES),
@@ -155,10 +140,15 @@ pub fn attempts(fixes: &Fixes, round: usize) -> Vec<Attempt> {
                     .take(MAX_REGRESSIONS_SHOWN)
                     .map(String::as_str)
                     .collect();
-                format!(
+                let mut outcome = format!(
                     "With it the test passes, but these tests, which passed before, now fail:\n{}",
                     shown.join("\n")
-                )
+                );
+                if !d.failure.is_empty() {
+                    outcome.push_str("\n\n");
+                    outcome.push_str(&tail(&d.failure, ATTEMPT_FAILURE_LINES));
+                }
+                outcome
             } else {
                 format!(
                     "With it the test still fails:\n{}",
@@ -297,7 +287,6 @@ pub fn run(
             // The regression tests of the located files, run once on the
             // base commit.
             if regression.is_none() {
-                let located: Vec<String> = locations.iter().map(|l| l.path.clone()).collect();
                 regression = Some(ranker::Regression::baseline(ws, env, &located, timeout_s));
             }
             let judge = Judge {
@@ -343,7 +332,7 @@ mod tests {
     use crate::agents::fixer::{Candidate, Distinct, EditFormat};
 
     #[test]
-    fn a_repair_round_shows_the_best_failing_patches_then_rejected_edits() {
+    fn a_repair_round_shows_the_nearest_misses_then_rejected_edits() {
         let distinct = |patch: &str, members: Vec<usize>, round: usize, reproduction| Distinct {
             patch: patch.into(),
             members,
@@ -407,9 +396,22 @@ mod tests {
             got,
             [
                 "With it the test passes, but these tests, which passed before, now fail:\n\
-                 tests/test_a.py::test_x",
+                 tests/test_a.py::test_x\n\nfailure of p3",
                 "With it the test still fails:\nfailure of p2",
             ]
         );
+        // It stays in view in later rounds, before what they failed with;
+        // of two, the one that breaks fewer tests first.
+        let mut p4 = distinct("p4", vec![6], 1, Some(true));
+        p4.regressions = vec![
+            "tests/test_a.py::test_x".into(),
+            "tests/test_a.py::test_y".into(),
+        ];
+        more.distinct.push(p4);
+        more.distinct.push(distinct("p5", vec![7], 3, Some(false)));
+        let got: Vec<String> = attempts(&more, 3).into_iter().map(|a| a.edit).collect();
+        assert_eq!(got, ["p3", "p4"]);
+        let got: Vec<String> = attempts(&more, 1).into_iter().map(|a| a.edit).collect();
+        assert_eq!(got, ["p4", "p0"]);
     }
 }
