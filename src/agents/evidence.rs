@@ -129,7 +129,10 @@ pub fn failures(output: &str) -> Vec<Failure> {
     let mut out = Vec::new();
     for line in output.lines() {
         if let Some((path, number, after)) = pytest_location(line) {
-            if let Some(exception) = exception_of(after).filter(|_| !after.starts_with("in ")) {
+            // pytest's line ends with the exception's name; a warning's
+            // (`path:LINE: DeprecationWarning: message`) goes on.
+            let bare = !after.contains([' ', ':']);
+            if let Some(exception) = exception_of(after).filter(|_| bare) {
                 out.push(Failure {
                     exception,
                     raised_at: Some(Frame {
@@ -144,6 +147,7 @@ pub fn failures(output: &str) -> Vec<Failure> {
         return out;
     }
     // Python's own tracebacks: the last frame, then the exception line.
+    // sympy's runner prints the frames without the `Traceback` header.
     let mut last_frame: Option<Frame> = None;
     let mut in_traceback = false;
     for line in output.lines() {
@@ -152,11 +156,12 @@ pub fn failures(output: &str) -> Vec<Failure> {
             last_frame = None;
             continue;
         }
-        if !in_traceback {
+        if let Some(f) = python_frame(line) {
+            in_traceback = true;
+            last_frame = Some(f);
             continue;
         }
-        if let Some(f) = python_frame(line) {
-            last_frame = Some(f);
+        if !in_traceback {
             continue;
         }
         if !line.starts_with(' ') {
@@ -579,6 +584,20 @@ Traceback (most recent call last):
     num[1] = long(num[1], 16)
 ValueError: invalid literal for int() with base 10: '1L'";
 
+    /// sympy's runner without a `Traceback` header, after a warning.
+    const SYMPY_BARE: &str = "\
+/w/sympy/core/basic.py:3: DeprecationWarning: Using or importing the ABCs from 'collections'
+  from collections import Mapping, defaultdict
+test_issue_reproduce E                                                    [FAIL]
+ sympy/functions/elementary/tests/test_reproduce_issue.py:test_issue_reproduce _
+  File \"/w/sympy/functions/elementary/tests/test_reproduce_issue.py\", line 11, in test_issue_reproduce
+    assert coth(log(tan(2))) == 1/2
+  File \"/w/sympy/functions/elementary/hyperbolic.py\", line 590, in eval
+    if cotm is S.ComplexInfinity:
+NameError: name 'cotm' is not defined
+
+=========== tests finished: 0 passed, 1 exceptions, in 0.02 seconds ============";
+
     #[test]
     fn failures_are_read_with_where_they_were_raised() {
         let cases: &[(&str, &str, &str, Option<(&str, usize)>)] = &[
@@ -605,6 +624,12 @@ ValueError: invalid literal for int() with base 10: '1L'";
                 SYMPY,
                 "ValueError",
                 Some(("/w/sympy/core/numbers.py", 1042)),
+            ),
+            (
+                "frames without a header, after a warning",
+                SYMPY_BARE,
+                "NameError",
+                Some(("/w/sympy/functions/elementary/hyperbolic.py", 590)),
             ),
         ];
         for (name, output, exception, at) in cases {
