@@ -288,7 +288,7 @@ pub fn localizer(issue: &Issue) -> Agent<'static> {
 mod tests {
     /// The sources that solve a task: every agent, and the pipelines that
     /// drive them. They take a `dataset::Issue`, which has no answer in it.
-    const SOLVERS: [(&str, &str); 16] = [
+    const SOLVERS: [(&str, &str); 18] = [
         ("src/agents/mod.rs", include_str!("mod.rs")),
         ("src/agents/budget.rs", include_str!("budget.rs")),
         ("src/agents/call.rs", include_str!("call.rs")),
@@ -296,6 +296,8 @@ mod tests {
         ("src/agents/fixer.rs", include_str!("fixer.rs")),
         ("src/agents/history.rs", include_str!("history.rs")),
         ("src/agents/localize.rs", include_str!("localize.rs")),
+        ("src/agents/missing.rs", include_str!("missing.rs")),
+        ("src/agents/parallel.rs", include_str!("parallel.rs")),
         ("src/agents/preamble.rs", include_str!("preamble.rs")),
         ("src/agents/ranker.rs", include_str!("ranker.rs")),
         ("src/agents/react.rs", include_str!("react.rs")),
