@@ -8,7 +8,6 @@
 //! mended without a model call; a name the repository does not define is
 //! left as it is.
 
-use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::index::{imports, is_test_file};
@@ -57,34 +56,27 @@ fn defines(line: &str, name: &str) -> bool {
     }
 }
 
-/// `from MODULE import NAME` for the module of the repository at `root`
-/// that defines `name` at its top level; `files` are the repository's
-/// `.py` files, `test_path` the test's own. Modules that are not tests
-/// come first, then test modules (never `conftest.py`, which is not
-/// imported by name); among several, one of a package the test already
-/// imports from (as `test`, its text, says), then the shortest module
-/// name, then by name. None when no module defines it.
-pub fn import_for(
-    root: &Path,
-    files: &[String],
-    name: &str,
-    test_path: &str,
-    test: &str,
-) -> Option<String> {
-    import_among(files, name, test_path, test, |f| {
+/// `from MODULE import NAME` for the one module of the repository at
+/// `root` that defines `name` at its top level; `files` are the
+/// repository's `.py` files, `test_path` the test's own. Modules that are
+/// not tests are looked at first, then test modules (never `conftest.py`,
+/// which is not imported by name). None when no module defines it, or
+/// when several do: a short name (`x`, defined at the top of many of
+/// sympy's modules) is more often one the test forgot to define than one
+/// it forgot to import, and a guessed module would import the wrong thing.
+pub fn import_for(root: &Path, files: &[String], name: &str, test_path: &str) -> Option<String> {
+    import_among(files, name, test_path, |f| {
         let path = root.join(f);
         let small = std::fs::metadata(&path).is_ok_and(|m| m.len() <= MAX_FILE_BYTES);
         small.then(|| std::fs::read_to_string(&path).ok()).flatten()
     })
 }
 
-/// [`import_for`] over files read by `read`; `test` is the test's text
-/// (which packages it imports from).
+/// [`import_for`] over files read by `read`.
 fn import_among(
     files: &[String],
     name: &str,
     test_path: &str,
-    test: &str,
     read: impl Fn(&str) -> Option<String>,
 ) -> Option<String> {
     let defining: Vec<&String> = files
@@ -92,28 +84,13 @@ fn import_among(
         .filter(|f| f.as_str() != test_path && !f.ends_with("conftest.py"))
         .filter(|f| read(f).is_some_and(|text| text.lines().any(|l| defines(l, name))))
         .collect();
-    let imported: BTreeSet<&str> = test
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim_start();
-            l.strip_prefix("from ")
-                .or_else(|| l.strip_prefix("import "))
-                .map(|m| m.split(['.', ' ', ',']).next().unwrap_or(""))
-        })
-        .collect();
-    defining
-        .into_iter()
-        .filter_map(|f| Some((is_test_file(f), imports::module_name(f, files)?)))
-        .min_by_key(|(test_module, module)| {
-            let top = module.split('.').next().unwrap_or("");
-            (
-                *test_module,
-                !imported.contains(top),
-                module.matches('.').count(),
-                module.clone(),
-            )
-        })
-        .map(|(_, module)| format!("from {module} import {name}"))
+    let (tests, modules): (Vec<&String>, Vec<&String>) =
+        defining.into_iter().partition(|f| is_test_file(f));
+    let module = match (modules.as_slice(), tests.as_slice()) {
+        ([one], _) | ([], [one]) => imports::module_name(one, files)?,
+        _ => return None,
+    };
+    Some(format!("from {module} import {name}"))
 }
 
 /// `text` with the import `line` added: before its first import that is
@@ -209,6 +186,7 @@ mod tests {
             "other/deep/ranges.py",
             "tests/conftest.py",
             "tests/test_ttl.py",
+            "tests/test_version.py",
             "tests/test_reproduce_issue.py",
         ]
         .map(String::from)
@@ -223,39 +201,52 @@ mod tests {
                     }
                     "tests/conftest.py" => "class Clock:\n    pass\n",
                     "tests/test_ttl.py" => "class FakeClock:\n    pass\n",
+                    "tests/test_version.py" => "class Version:\n    pass\n",
                     "tests/test_reproduce_issue.py" => "def helper():\n    pass\n",
                     _ => "",
                 }
                 .to_string(),
             )
         };
-        let test = "import pytest\nfrom other import x\n";
         let cases = [
-            // The package the test imports from wins over a shorter name.
-            (
-                "max_satisfying",
-                test,
-                Some("from other.deep.ranges import max_satisfying"),
-            ),
-            (
-                "max_satisfying",
-                "",
-                Some("from semverkit.ranges import max_satisfying"),
-            ),
-            ("FakeClock", "", Some("from test_ttl import FakeClock")),
+            // Two modules define it: which one is a guess.
+            ("max_satisfying", None),
+            // A module's definition wins over a test module's.
+            ("Version", Some("from semverkit.version import Version")),
+            ("FakeClock", Some("from test_ttl import FakeClock")),
             // A method is not importable; conftest is not imported by
             // name; the test's own definitions are not its missing names.
-            ("parse", "", None),
-            ("Clock", "", None),
-            ("helper", "", None),
+            ("parse", None),
+            ("Clock", None),
+            ("helper", None),
         ];
-        for (name, test, want) in cases {
+        for (name, want) in cases {
             assert_eq!(
-                import_among(&files, name, "tests/test_reproduce_issue.py", test, read).as_deref(),
+                import_among(&files, name, "tests/test_reproduce_issue.py", read).as_deref(),
                 want,
                 "{name}"
             );
         }
+        // With one of the two gone, the other is the import.
+        let only = |f: &str| {
+            read(f).map(|t| {
+                if f == "other/deep/ranges.py" {
+                    String::new()
+                } else {
+                    t
+                }
+            })
+        };
+        assert_eq!(
+            import_among(
+                &files,
+                "max_satisfying",
+                "tests/test_reproduce_issue.py",
+                only
+            )
+            .as_deref(),
+            Some("from semverkit.ranges import max_satisfying")
+        );
     }
 
     #[test]

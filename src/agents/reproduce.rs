@@ -618,7 +618,7 @@ pub fn run(
             .filter(|(_, t)| t.status == SampleStatus::Broken)
             .filter_map(|(k, t)| {
                 let name = missing::undefined_name(&t.output)?;
-                let line = missing::import_for(root, &all, name, &path, &distinct[k])?;
+                let line = missing::import_for(root, &all, name, &path)?;
                 let text = missing::with_import(&distinct[k], &line);
                 (!distinct[k].lines().any(|l| l == line)).then_some((k, line, text))
             })
