@@ -2,11 +2,12 @@
 //! use a name of the repository in a test without importing it
 //! (`max_satisfying`, a test helper class): the test then fails with a
 //! `NameError`, a bug of the test that says nothing of the issue. Python's
-//! message names the missing name; when the repository defines it at the
-//! top level of a module, the test gets `from MODULE import NAME` and runs
-//! again. It is what SWE-agent's linter reports as an undefined name,
-//! mended without a model call; a name the repository does not define is
-//! left as it is.
+//! message names the missing name; when exactly one module of the
+//! repository defines it at its top level, the test gets
+//! `from MODULE import NAME` and runs again. It is what SWE-agent's linter
+//! reports as an undefined name, mended without a model call; a name the
+//! repository does not define, or defines in several modules, is left as
+//! it is.
 
 use std::path::Path;
 

@@ -11,8 +11,8 @@
 //! names; anything else is "other issues"); among several, the one whose
 //! assertions take most from the issue, then the one whose failure most
 //! accepted candidates share. A candidate broken by a name it used without
-//! importing runs again with the import, when the repository defines the
-//! name ([`missing`]). The accepted test is cut after the statement that
+//! importing runs again with the import, when one module of the
+//! repository defines the name ([`missing`]). The accepted test is cut after the statement that
 //! failed ([`evidence::cut_after`]) when the cut one still fails so.
 
 use std::collections::BTreeMap;
