@@ -277,13 +277,9 @@ pub fn judge(output: &str, test_path: &str, issue: &str, accept: Accept) -> Resu
 /// ones), each cut to [`FAILURE_LINE_CHARS`].
 pub fn excerpt(output: &str) -> String {
     let lines: Vec<&str> = output.lines().collect();
-    let is_header = |l: &str| {
-        let t = l.trim();
-        t.starts_with("___") && t.ends_with("___") && t.len() > 8
-    };
     let start = lines
         .iter()
-        .position(|l| is_header(l))
+        .position(|l| report_header(l).is_some())
         .or_else(|| {
             lines
                 .iter()
@@ -297,6 +293,12 @@ pub fn excerpt(output: &str) -> String {
         .find(|(_, l)| l.contains(" short test summary info ") || l.starts_with("====="))
         .map_or(lines.len(), |(i, _)| i);
     shown_lines(&lines[start..end])
+}
+
+/// The test named by a pytest failure report's `___ name ___` header.
+fn report_header(line: &str) -> Option<&str> {
+    let t = line.trim();
+    (t.starts_with("___") && t.ends_with("___") && t.len() > 8).then(|| t.trim_matches('_').trim())
 }
 
 /// The lines of a report shown: blank lines and rules dropped, at most
@@ -324,19 +326,14 @@ pub fn test_excerpt_in(output: &str, id: &str, files: &BTreeSet<&str>) -> Option
     let (_, name) = id.split_once("::")?;
     let name = name.replace("::", ".");
     let lines: Vec<&str> = output.lines().collect();
-    fn header(l: &str) -> Option<&str> {
-        let t = l.trim();
-        (t.starts_with("___") && t.ends_with("___") && t.len() > 8)
-            .then(|| t.trim_matches('_').trim())
-    }
     let start = lines
         .iter()
-        .position(|l| header(l) == Some(name.as_str()))?;
+        .position(|l| report_header(l) == Some(name.as_str()))?;
     let end = lines
         .iter()
         .enumerate()
         .skip(start + 1)
-        .find(|(_, l)| header(l).is_some() || l.starts_with("====="))
+        .find(|(_, l)| report_header(l).is_some() || l.starts_with("====="))
         .map_or(lines.len(), |(i, _)| i);
     Some(normalised(&shown_lines(&lines[start..end]), files))
 }
