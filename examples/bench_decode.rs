@@ -124,7 +124,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for (k, &n) in CANDIDATES.iter().enumerate() {
                 let row = 2 * f + k;
                 let temperatures = std::iter::once(0.0)
-                    .chain(std::iter::repeat(0.8).take(n - 1))
+                    .chain(std::iter::repeat_n(0.8, n - 1))
                     .collect::<Vec<f32>>();
                 let mut reference: Option<Vec<String>> = None;
                 for (m, (mode, _, _)) in modes.iter().enumerate() {

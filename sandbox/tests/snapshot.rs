@@ -5,6 +5,10 @@
 //! change: `UPDATE_SNAPSHOTS=1 cargo test -p patchwright-sandbox --test snapshot`
 //! and review the diff.
 
+// A failed assumption in a test is the test failing: the workspace's
+// unwrap/expect/panic lints (Cargo.toml) are for library code.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::path::{Path, PathBuf};
 
 use patchwright_sandbox::{

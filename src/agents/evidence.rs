@@ -595,9 +595,12 @@ NameError: name 'cotm' is not defined
 
 =========== tests finished: 0 passed, 1 exceptions, in 0.02 seconds ============";
 
+    /// A case: its name, the output, the exception read, where it was raised.
+    type FailureCase<'a> = (&'a str, &'a str, &'a str, Option<(&'a str, usize)>);
+
     #[test]
     fn failures_are_read_with_where_they_were_raised() {
-        let cases: &[(&str, &str, &str, Option<(&str, usize)>)] = &[
+        let cases: &[FailureCase<'_>] = &[
             (
                 "assertion",
                 ASSERTION,

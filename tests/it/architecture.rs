@@ -580,6 +580,114 @@ fn layer_order() {
     }
 }
 
+/// The top-level modules as ARCHITECTURE.md's "Layers" lists them, lowest
+/// first: the indented lines after the section's heading, comma-separated.
+fn documented_layers(architecture: &str) -> Vec<String> {
+    architecture
+        .lines()
+        .skip_while(|l| l.trim() != "## Layers")
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .skip_while(|l| !l.starts_with("    "))
+        .take_while(|l| l.starts_with("    "))
+        .flat_map(|l| l.split(','))
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty())
+        .collect()
+}
+
+/// Every use of a top-level module by another that the documented order
+/// puts at or above it (the module, the one it uses, and where), and the
+/// modules missing from the order or listed without existing.
+fn layer_violations(
+    documented: &[String],
+    nodes: &BTreeSet<String>,
+    top: &BTreeMap<String, BTreeMap<String, Site>>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let position = |m: &str| documented.iter().position(|d| d == m);
+    for m in nodes {
+        if position(m).is_none() {
+            out.push(format!("{m} is a module but not in the documented layers"));
+        }
+    }
+    for d in documented {
+        if !nodes.contains(d) {
+            out.push(format!("{d} is in the documented layers but is no module"));
+        }
+    }
+    for (from, edges) in top {
+        for (to, (file, line)) in edges {
+            if let (Some(f), Some(t)) = (position(from), position(to)) {
+                if t >= f {
+                    out.push(format!(
+                        "{from} uses {to}, which the documented layers put above it: {file}:{line}"
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The modules keep the order ARCHITECTURE.md documents: no module uses
+/// one listed above it, and the list names every module.
+#[test]
+fn modules_keep_the_documented_layer_order() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let architecture = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let documented = documented_layers(&architecture);
+    assert!(
+        documented.len() > 10,
+        "ARCHITECTURE.md's \"Layers\" lists too few modules: {documented:?}"
+    );
+    let files = crate_files();
+    let layers = layers(&files);
+    let top = layers.get(&Vec::new()).cloned().unwrap_or_default();
+    let nodes: BTreeSet<String> = files
+        .iter()
+        .filter_map(|(_, m, _)| m.first().cloned())
+        .collect();
+    let violations = layer_violations(&documented, &nodes, &top);
+    assert!(
+        violations.is_empty(),
+        "the modules break ARCHITECTURE.md's \"Layers\" (lowest first: {}); move the \
+         module or fix the document:\n{}",
+        documented.join(", "),
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn layer_violations_name_each_use_of_a_higher_module() {
+    let documented: Vec<String> = ["low", "mid", "high"].map(String::from).to_vec();
+    let nodes: BTreeSet<String> = ["low", "mid", "high", "new"].map(String::from).into();
+    let edge = |to: &str, line: usize| (to.to_string(), ("src/x.rs".to_string(), line));
+    let cases: &[(&str, Vec<(&str, Vec<(String, Site)>)>, Vec<&str>)] = &[
+        (
+            "downward uses",
+            vec![("high", vec![edge("low", 1), edge("mid", 2)])],
+            vec![],
+        ),
+        (
+            "an upward use",
+            vec![("low", vec![edge("mid", 7)])],
+            vec!["low uses mid, which the documented layers put above it: src/x.rs:7"],
+        ),
+    ];
+    for (name, edges, expected) in cases {
+        let top: BTreeMap<String, BTreeMap<String, Site>> = edges
+            .iter()
+            .map(|(from, to)| (from.to_string(), to.iter().cloned().collect()))
+            .collect();
+        let mut want = vec!["new is a module but not in the documented layers".to_string()];
+        want.extend(expected.iter().map(|s| s.to_string()));
+        assert_eq!(layer_violations(&documented, &nodes, &top), want, "{name}");
+    }
+    let doc = "# A\n\n## Layers\n\nText:\n\n    a, b,\n    c\n\nMore.\n\n    d\n## Next\n";
+    assert_eq!(documented_layers(doc), ["a", "b", "c"]);
+}
+
 /// The parser, snippet by snippet: (module of the file, source, expected
 /// references as `path@line`).
 #[test]
