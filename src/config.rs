@@ -455,18 +455,7 @@ pub struct EnvSettings {
     pub keep_work: bool,
 }
 
-impl EnvSettings {
-    /// `$PATCHWRIGHT_ENVS_DIR`, else `~/.cache/patchwright/envs`.
-    pub fn default_envs_root() -> PathBuf {
-        if let Some(d) = std::env::var_os("PATCHWRIGHT_ENVS_DIR") {
-            return PathBuf::from(d);
-        }
-        std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir)
-            .join(".cache/patchwright/envs")
-    }
-}
+impl EnvSettings {}
 
 /// What the command line says about environments and grading; resolved by
 /// [`EnvOptions::resolve`].
@@ -476,7 +465,7 @@ pub struct EnvOptions {
     /// the binary, from `datasets/envs`].
     pub specs: Option<PathBuf>,
     /// Where environments are built [default:
-    /// [`EnvSettings::default_envs_root`]].
+    /// [`crate::dirs::envs_dir`]].
     pub envs: Option<PathBuf>,
     /// Python installation prefixes besides pyenv's.
     pub pythons: Vec<PathBuf>,
@@ -523,10 +512,7 @@ impl EnvOptions {
             }
             None => (index, Pythons::discover(&self.pythons)),
         };
-        let envs_root = self
-            .envs
-            .clone()
-            .unwrap_or_else(EnvSettings::default_envs_root);
+        let envs_root = self.envs.clone().unwrap_or_else(crate::dirs::envs_dir);
         std::fs::create_dir_all(&envs_root).map_err(|source| ConfigError::CreateDir {
             path: envs_root.clone(),
             source,

@@ -8,6 +8,7 @@ pub mod bundle;
 pub mod config;
 pub mod confined;
 pub mod dataset;
+pub mod dirs;
 pub mod edit;
 pub mod engine;
 pub mod env;

@@ -25,6 +25,9 @@ pub struct RunContext<'a> {
     /// The `--repos` directory, for run.json.
     pub repos_dir: &'a Path,
     pub repos: &'a Repos,
+    /// Where model names are looked up (the user's models directory or a
+    /// bundle's).
+    pub models: &'a Path,
     /// Tasks in flight and whether finished tasks run again.
     pub options: Options,
     /// The tasks' environments (built once for every point of a sweep).

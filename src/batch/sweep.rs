@@ -449,7 +449,7 @@ where
     }
     let mut rows: Vec<Option<Row>> = vec![None; points.len()];
     for (model_spec, engine, members) in &groups {
-        let model = ModelRef::resolve(model_spec, server)?;
+        let model = ModelRef::resolve(cx.models, model_spec, server)?;
         let candidates = members
             .iter()
             .map(|&i| settings[i].most_candidates())

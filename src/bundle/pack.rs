@@ -29,6 +29,8 @@ pub struct PackOptions<'a> {
     pub repos: &'a Repos,
     /// `--model` values: manifest names (fetched when not yet) or files.
     pub models: &'a [String],
+    /// Where manifest models are looked up and fetched to.
+    pub models_dir: &'a Path,
     pub specs: &'a Specs,
     /// The host's interpreters.
     pub pythons: &'a Pythons,
@@ -103,7 +105,7 @@ pub fn pack(
     // Models.
     for spec in opts.models {
         progress(&format!("model {spec}"));
-        match pack_model(spec, &out, progress) {
+        match pack_model(opts.models_dir, spec, &out, progress) {
             Ok((file, entry, added)) => {
                 if added {
                     report.added.push(format!("model {file}"));
@@ -293,9 +295,10 @@ fn copy_file(from: &Path, to: &Path) -> Result<(), BundleError> {
 }
 
 /// A model into `out/models/`: a manifest name (fetched first when it is
-/// not in the models directory) or a GGUF file. Returns the file name, its
+/// not in the models directory `models_dir`) or a GGUF file. Returns the file name, its
 /// entry, and whether it was added now.
 fn pack_model(
+    models_dir: &Path,
     spec: &str,
     out: &Path,
     progress: &dyn Fn(&str),
@@ -305,11 +308,11 @@ fn pack_model(
         .find(|k| k.name == spec);
     let (src, name, want) = match &known {
         Some(k) => {
-            let path = crate::models::models_dir()?.join(&k.file);
+            let path = models_dir.join(&k.file);
             let path = if path.is_file() {
                 path
             } else {
-                crate::models::fetch(&k.name, progress)?
+                crate::models::fetch(models_dir, &k.name, progress)?
             };
             (path, Some(k.name.clone()), Some(k.sha256.clone()))
         }

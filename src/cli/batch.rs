@@ -49,7 +49,8 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
         .is_none()
         .then_some(settings.model.as_str());
     sources.check(&selected.tasks, &environments.specs, local_model)?;
-    let model = ModelRef::resolve(&settings.model, args.runner.server.as_deref())?;
+    let models = sources.models_dir()?;
+    let model = ModelRef::resolve(&models, &settings.model, args.runner.server.as_deref())?;
     let repos = Repos::new(repos_dir)?;
     let scratch = env_scratch()?;
     let envs = Pool::new(&environments, &repos, scratch.path());
@@ -58,6 +59,7 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
         selected: &selected,
         repos_dir,
         repos: &repos,
+        models: &models,
         options: args.runner.options(),
         envs: &envs,
         evaluate: args.runner.evaluate,
@@ -144,6 +146,7 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
             .join(" × ")
     );
     let repos = Repos::new(&sources.repos)?;
+    let models = sources.models_dir()?;
     let environments = args.runner.environments()?;
     sources.check(&selected.tasks, &environments.specs, None)?;
     // One pool for every point: environments are built once.
@@ -154,6 +157,7 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
         selected: &selected,
         repos_dir: &sources.repos,
         repos: &repos,
+        models: &models,
         options: args.runner.options(),
         envs: &envs,
         evaluate: args.runner.evaluate,

@@ -53,17 +53,13 @@ pub fn use_bwrap_from_env() -> Result<()> {
 
 /// Declares the program's own directories (cache, environments, models)
 /// to the sandbox, so binds inside them pass its home-directory check
-/// (`sandbox::allow_program_dir`): `$PATCHWRIGHT_CACHE_DIR`,
+/// (`sandbox::allow_program_dir`): the cache directory,
 /// `~/.cache/patchwright` (the default root of caches and environments),
 /// the environments root and the models directory.
 pub fn allow_program_dirs() {
-    if let Some(d) = std::env::var_os("PATCHWRIGHT_CACHE_DIR") {
-        sandbox::allow_program_dir(PathBuf::from(d));
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        sandbox::allow_program_dir(PathBuf::from(home).join(".cache/patchwright"));
-    }
-    sandbox::allow_program_dir(EnvSettings::default_envs_root());
+    sandbox::allow_program_dir(patchwright::dirs::cache_dir());
+    sandbox::allow_program_dir(patchwright::dirs::home_cache_dir());
+    sandbox::allow_program_dir(patchwright::dirs::envs_dir());
     if let Ok(models) = patchwright::models::models_dir() {
         sandbox::allow_program_dir(models);
     }
@@ -864,8 +860,8 @@ pub struct Sources {
 }
 
 impl Sources {
-    /// `--dataset` and `--repos`, or the bundle's; with a bundle, its
-    /// models directory becomes the models directory of this process.
+    /// `--dataset` and `--repos`, or the bundle's (and then its models
+    /// directory: [`Sources::models_dir`]).
     pub fn resolve(
         dataset: Option<&std::path::Path>,
         repos: Option<&std::path::Path>,
@@ -888,14 +884,20 @@ impl Sources {
                 bundle.root.display()
             );
         }
-        // Read by every lookup of a model in this process (no thread has
-        // started yet).
-        std::env::set_var(patchwright::models::MODELS_DIR_ENV, bundle.models_dir());
         Ok(Sources {
             dataset: dataset.map_or_else(|| bundle.dataset(), std::path::Path::to_path_buf),
             repos: bundle.repos_dir(),
             bundle: Some(bundle),
         })
+    }
+
+    /// Where model names are looked up: the bundle's models directory,
+    /// else the user's ([`patchwright::models::models_dir`]).
+    pub fn models_dir(&self) -> Result<PathBuf> {
+        match &self.bundle {
+            Some(b) => Ok(b.models_dir()),
+            None => Ok(patchwright::models::models_dir()?),
+        }
     }
 
     /// `--dataset`, or the bundle's task file.

@@ -30,7 +30,7 @@ pub fn list(json: bool) -> Result<i32> {
     let settings = EngineSettings::default();
     let gpus = engine::gpus()?;
     let mut rows = Vec::new();
-    for listing in models::list()? {
+    for listing in models::list(&models::models_dir()?)? {
         let placement = if listing.present {
             let plan = engine::plan(&listing.path, &settings)?;
             plan.shape.map(|shape| plan.placement(&shape, &settings))
@@ -96,7 +96,7 @@ pub fn list(json: bool) -> Result<i32> {
 pub fn fetch(name: &str) -> Result<i32> {
     let spinner = ProgressBar::new_spinner();
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
-    let path = models::fetch(name, &|step| {
+    let path = models::fetch(&models::models_dir()?, name, &|step| {
         spinner.set_message(step.to_string());
         spinner.suspend(|| tracing::info!("{step}"));
     })?;
@@ -137,6 +137,7 @@ pub fn generate(args: GenerateArgs) -> Result<i32> {
         ..ServerSettings::default()
     };
     let backend = backing::open::<anyhow::Error>(
+        &models::models_dir()?,
         args.model.as_deref(),
         args.server.as_deref(),
         &server,

@@ -5,7 +5,6 @@ use anyhow::{bail, Context, Result};
 use super::PackArgs;
 use patchwright::bundle::pack::{pack as write_bundle, PackOptions};
 use patchwright::bundle::Bundle;
-use patchwright::config::EnvSettings;
 use patchwright::dataset::{self, Selection};
 use patchwright::env::build::Pythons;
 use patchwright::env::spec::Specs;
@@ -44,12 +43,14 @@ pub fn pack(args: PackArgs) -> Result<i32> {
     let specs = Specs::load(args.specs.as_deref())?;
     let pythons = Pythons::discover(&args.pythons);
     let repos = Repos::new(repos_dir)?;
-    let pip_cache = EnvSettings::default_envs_root().join(".pip-cache");
+    let pip_cache = patchwright::dirs::envs_dir().join(".pip-cache");
+    let models_dir = patchwright::models::models_dir()?;
     let opts = PackOptions {
         dataset: dataset_path,
         tasks: &tasks,
         repos: &repos,
         models: &args.models,
+        models_dir: &models_dir,
         specs: &specs,
         pythons: &pythons,
         pip_cache: &pip_cache,

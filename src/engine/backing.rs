@@ -3,6 +3,8 @@
 //! ([`super::http`]); and the one-request
 //! path of `patchwright generate`.
 
+use std::path::Path;
+
 use super::candle::CandleEngine;
 use super::http::{HttpBackend, ServerSettings};
 use super::scheduler::Meter;
@@ -31,7 +33,7 @@ pub fn with_model<T, E: From<EngineError>>(
     body: impl FnOnce(&Backing<'_>) -> Result<T, E>,
 ) -> Result<T, E> {
     let Some(path) = &model.path else {
-        let http = server_backend(&model.location, &model.spec, server)?;
+        let http = server_backend(&model.location, &model.spec, model.local.as_deref(), server)?;
         return body(&Backing {
             backend: &http,
             meter: None,
@@ -57,21 +59,23 @@ pub fn with_model<T, E: From<EngineError>>(
 }
 
 /// The server at `url` serving `model`: its prompts counted with
-/// `[server] tokenizer` when set, else with the GGUF `model` names here (a
-/// manifest name or a `.gguf` path, when the file is present), so that they
-/// are fitted to the server's context like the local engine's.
+/// `[server] tokenizer` when set, else with `local`, the GGUF file `model`
+/// names here (a manifest name or a `.gguf` path, when the file is
+/// present), so that they are fitted to the server's context like the
+/// local engine's.
 pub fn server_backend(
     url: &str,
     model: &str,
+    local: Option<&Path>,
     settings: &ServerSettings,
 ) -> Result<HttpBackend, EngineError> {
     let mut http = HttpBackend::new(url, model, settings)?;
     if settings.tokenizer.is_none() {
-        if let Ok(local) = models::resolve(model) {
-            if let Err(e) = http.set_tokenizer(&local.path) {
+        if let Some(local) = local {
+            if let Err(e) = http.set_tokenizer(local) {
                 tracing::warn!(
                     "the served model's file {} cannot count tokens: {e}",
-                    local.path.display()
+                    local.display()
                 );
             }
         }
@@ -81,18 +85,23 @@ pub fn server_backend(
 
 /// A model for one conversation (`patchwright generate`): with `server`,
 /// the model named `model` there ("default" when none), spoken to as
-/// `server_settings` say; else `model` (a manifest name or a GGUF path;
-/// none: the manifest's default) loaded here with `settings`.
+/// `server_settings` say; else `model` (a manifest name in the models
+/// directory `dir` or a GGUF path; none: the manifest's default) loaded
+/// here with `settings`.
 pub fn open<E: From<EngineError> + From<ModelError>>(
+    dir: &Path,
     model: Option<&str>,
     server: Option<&str>,
     server_settings: &ServerSettings,
     settings: &EngineSettings,
 ) -> Result<Box<dyn Backend>, E> {
     if let Some(url) = server {
+        let name = model.unwrap_or("default");
+        let local = models::resolve(dir, name).ok().map(|r| r.path);
         return Ok(Box::new(server_backend(
             url,
-            model.unwrap_or("default"),
+            name,
+            local.as_deref(),
             server_settings,
         )?));
     }
@@ -100,7 +109,7 @@ pub fn open<E: From<EngineError> + From<ModelError>>(
         Some(m) => m.to_string(),
         None => models::default_model()?.name,
     };
-    let resolved = models::resolve(&spec)?;
+    let resolved = models::resolve(dir, &spec)?;
     Ok(match settings.kind {
         EngineKind::Llama => Box::new(Engine::load(&resolved.path, settings)?),
         EngineKind::Candle => Box::new(CandleEngine::load(&resolved.path, settings)?),

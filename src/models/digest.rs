@@ -123,17 +123,11 @@ fn stamp(path: &Path) -> Result<(PathBuf, CachedDigest), ModelError> {
     ))
 }
 
-/// The sha256 of `path`, from the models directory's cache when the file's
-/// size and mtime are those recorded, else computed and recorded. Without
-/// a models directory (no `$HOME`), it is computed every time.
-pub fn sha256(path: &Path) -> Result<String, ModelError> {
-    match super::models_dir() {
-        Ok(dir) => sha256_with(&cache_file(&dir), path, &super::sha256_file),
-        Err(e) => {
-            tracing::warn!("{e}; the model's sha256 is not cached");
-            super::sha256_file(path)
-        }
-    }
+/// The sha256 of `path`, from the cache of the models directory `dir`
+/// when the file's size and mtime are those recorded, else computed and
+/// recorded there.
+pub fn sha256(dir: &Path, path: &Path) -> Result<String, ModelError> {
+    sha256_with(&cache_file(dir), path, &super::sha256_file)
 }
 
 /// [`sha256`] with the cache at `cache` and `hash` computing a digest (the

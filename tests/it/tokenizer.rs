@@ -28,7 +28,7 @@ fn corpus() -> Vec<Entry> {
 
 /// The two models: SmolLM2 and the manifest's default.
 fn models() -> Vec<(&'static str, PathBuf)> {
-    let default = patchwright::models::resolve("qwen2.5-coder-0.5b")
+    let default = patchwright::models::resolve(&common::models_dir(), "qwen2.5-coder-0.5b")
         .unwrap_or_else(|e| panic!("the default model is missing: {e} (scripts/test fetches it)"));
     vec![("smollm2", common::test_model()), ("qwen2.5", default.path)]
 }
@@ -159,6 +159,7 @@ fn the_server_backend_squeezes_history_before_the_servers_limit() {
     use patchwright::engine::backing::server_backend;
     use patchwright::engine::http::ServerSettings;
     use patchwright::engine::{Backend, EngineError, Request, Sampling};
+    use patchwright::models::ModelRef;
 
     const CONTEXT: u32 = 512;
     let server = crate::http_backend::server_with_context(CONTEXT);
@@ -168,7 +169,11 @@ fn the_server_backend_squeezes_history_before_the_servers_limit() {
         ..ServerSettings::default()
     };
     // A manifest name: its local GGUF gives the tokenizer and template.
-    let backend = server_backend(&server.url, "smollm2-135m", &settings).unwrap();
+    let model =
+        ModelRef::resolve(&common::models_dir(), "smollm2-135m", Some(&server.url)).unwrap();
+    assert_eq!(model.local, Some(common::test_model()));
+    let backend =
+        server_backend(&server.url, &model.spec, model.local.as_deref(), &settings).unwrap();
     assert!(backend.has_tokenizer());
     assert_eq!(backend.context(), Some(CONTEXT as usize));
     let reply_tokens = 16;

