@@ -1085,7 +1085,142 @@ fn absolute_dir(value: &str) -> std::io::Result<PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::Path;
+
     use super::*;
+    use clap::CommandFactory;
+
+    /// Each command path (`models fetch`) → its long flags, from the
+    /// first fenced block after `## Synopsis`: a usage starts with a line
+    /// `patchwright WORD...`, its flags are every `--name` until the next.
+    fn synopsis(doc: &str) -> BTreeMap<String, BTreeSet<String>> {
+        let flag = regex::Regex::new(r"--([a-z][a-z0-9-]*)").unwrap();
+        let block = doc
+            .lines()
+            .skip_while(|l| l.trim() != "## Synopsis")
+            .skip_while(|l| !l.starts_with("```"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("```"));
+        let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut current = None;
+        for line in block {
+            if let Some(rest) = line.strip_prefix("patchwright ") {
+                let path: Vec<&str> = rest
+                    .split_whitespace()
+                    .take_while(|w| {
+                        w.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+                            && w.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+                    })
+                    .collect();
+                current = Some(path.join(" "));
+            }
+            if let Some(path) = &current {
+                let flags = out.entry(path.clone()).or_default();
+                flags.extend(flag.captures_iter(line).map(|c| c[1].to_string()));
+            }
+        }
+        out
+    }
+
+    /// Each leaf subcommand of `cmd` (path → its long flags, but the help,
+    /// the version and the global `--verbose`), hidden ones left out as
+    /// `--help` leaves them out.
+    fn leaves(cmd: &clap::Command, path: &str, out: &mut BTreeMap<String, BTreeSet<String>>) {
+        let subs: Vec<&clap::Command> =
+            cmd.get_subcommands().filter(|c| !c.is_hide_set()).collect();
+        if subs.is_empty() {
+            let flags = cmd
+                .get_arguments()
+                .filter(|a| !a.is_hide_set())
+                .filter_map(|a| a.get_long())
+                .filter(|l| !["help", "version", "verbose"].contains(l))
+                .map(String::from)
+                .collect();
+            out.insert(path.to_string(), flags);
+        }
+        for sub in subs {
+            let name = sub.get_name();
+            let child = if path.is_empty() {
+                name.to_string()
+            } else {
+                format!("{path} {name}")
+            };
+            leaves(sub, &child, out);
+        }
+    }
+
+    /// What differs between the documented synopsis and the binary: one
+    /// line per command or flag on one side only.
+    fn differences(
+        documented: &BTreeMap<String, BTreeSet<String>>,
+        binary: &BTreeMap<String, BTreeSet<String>>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        let paths: BTreeSet<&String> = documented.keys().chain(binary.keys()).collect();
+        for path in paths {
+            match (documented.get(path), binary.get(path)) {
+                (Some(_), None) => out.push(format!("`{path}` is documented but no command")),
+                (None, Some(_)) => out.push(format!("`{path}` is a command but not documented")),
+                (Some(d), Some(b)) => {
+                    for f in b.difference(d) {
+                        out.push(format!("`{path} --{f}` is a flag but not documented"));
+                    }
+                    for f in d.difference(b) {
+                        out.push(format!("`{path} --{f}` is documented but no flag"));
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_command_reference_lists_every_command_and_flag_and_no_other() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/commands.md");
+        let doc = std::fs::read_to_string(&path).unwrap();
+        let documented = synopsis(&doc);
+        let mut binary = BTreeMap::new();
+        leaves(&Cli::command(), "", &mut binary);
+        assert!(binary.len() > 10, "{binary:?}");
+        let diff = differences(&documented, &binary);
+        assert!(
+            diff.is_empty(),
+            "{} and `patchwright --help` disagree (fix the synopsis there):\n{}",
+            path.display(),
+            diff.join("\n")
+        );
+    }
+
+    #[test]
+    fn the_synopsis_is_read_and_compared_per_command() {
+        let doc = "# C\n\n```text\nnot this\n```\n\n## Synopsis\n\n```text\n\
+                   patchwright a --x N [--y-z]\n    [--w]\n\
+                   patchwright g h NAME [--json]\n\
+                   patchwright a --v\n```\n--later\n";
+        let documented = synopsis(doc);
+        let set = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        assert_eq!(
+            documented,
+            BTreeMap::from([
+                ("a".to_string(), set(&["v", "w", "x", "y-z"])),
+                ("g h".to_string(), set(&["json"])),
+            ])
+        );
+        let binary = BTreeMap::from([
+            ("a".to_string(), set(&["v", "w", "x", "y-z", "new"])),
+            ("g i".to_string(), set(&[])),
+        ]);
+        assert_eq!(
+            differences(&documented, &binary),
+            [
+                "`a --new` is a flag but not documented",
+                "`g h` is documented but no command",
+                "`g i` is a command but not documented",
+            ]
+        );
+    }
 
     #[test]
     fn output_directories_are_made_absolute() -> Result<(), Box<dyn std::error::Error>> {

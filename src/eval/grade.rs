@@ -8,7 +8,7 @@
 //! failure (SWE-bench: both success ratios are 1, and a list with no
 //! counted test has ratio 1).
 //!
-//! patchwright's one addition (README, "Grading"): a log that reports no
+//! patchwright's one addition (docs/grading.md): a log that reports no
 //! failure while the test command exited non-zero is not trusted (a patch
 //! can print its own "PASSED" lines), and every test then counts as
 //! failed.
