@@ -251,17 +251,20 @@ impl SandboxChoice {
     }
 }
 
-impl std::str::FromStr for SandboxChoice {
-    type Err = String;
+/// A `--sandbox` value that names no tier.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown sandbox `{0}`: choose auto, bubblewrap or wasi")]
+pub struct UnknownSandbox(pub String);
 
-    fn from_str(s: &str) -> Result<SandboxChoice, String> {
+impl std::str::FromStr for SandboxChoice {
+    type Err = UnknownSandbox;
+
+    fn from_str(s: &str) -> Result<SandboxChoice, UnknownSandbox> {
         match s {
             "auto" => Ok(SandboxChoice::Auto),
             "bubblewrap" | "bwrap" => Ok(SandboxChoice::Bubblewrap),
             "wasi" => Ok(SandboxChoice::Wasi),
-            _ => Err(format!(
-                "unknown sandbox `{s}`: choose auto, bubblewrap or wasi"
-            )),
+            _ => Err(UnknownSandbox(s.to_string())),
         }
     }
 }
@@ -728,7 +731,8 @@ mod tests {
             ),
         ];
         for (text, want) in cases {
-            assert_eq!(text.parse::<SandboxChoice>(), want, "{text}");
+            let got = text.parse::<SandboxChoice>().map_err(|e| e.to_string());
+            assert_eq!(got, want, "{text}");
         }
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("c.toml");

@@ -328,11 +328,11 @@ fn load_parquet(path: &Path) -> Result<Vec<Task>, DatasetError> {
                 .get_mut(i)
                 .ok_or_else(|| bad(Some(name), format!("more rows than the footer's {rows}")))?;
             for (column, value) in row.into_columns() {
-                let value = parquet_value(value).map_err(|message| DatasetError::Field {
+                let value = parquet_value(value).map_err(|e| DatasetError::Field {
                     path: path.to_path_buf(),
                     location: Location::Row(i),
                     field: column.clone(),
-                    message,
+                    message: e.to_string(),
                 })?;
                 // A null cell is an absent field: its default, or `missing`.
                 if !value.is_null() {
@@ -359,19 +359,29 @@ fn load_parquet(path: &Path) -> Result<Vec<Task>, DatasetError> {
     finish(path, tasks)
 }
 
+/// A parquet cell that no task field can be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BadCell {
+    #[error("a byte array that is not UTF-8 text")]
+    NotUtf8,
+    #[error("a list that is not of strings: {0}")]
+    List(String),
+    #[error("{0} in parquet; expected a string")]
+    Kind(&'static str),
+}
+
 /// One parquet cell as the JSON value it would be in a `.json` task file:
 /// strings (and UTF-8 byte arrays), numbers, booleans, lists of them.
-fn parquet_value(field: parquet::record::Field) -> Result<serde_json::Value, String> {
+fn parquet_value(field: parquet::record::Field) -> Result<serde_json::Value, BadCell> {
     use parquet::record::{Field, ListAccessor};
     use serde_json::Value;
     Ok(match field {
         Field::Null => Value::Null,
         Field::Bool(b) => Value::Bool(b),
         Field::Str(s) => Value::String(s),
-        Field::Bytes(b) => Value::String(
-            String::from_utf8(b.data().to_vec())
-                .map_err(|_| "a byte array that is not UTF-8 text".to_string())?,
-        ),
+        Field::Bytes(b) => {
+            Value::String(String::from_utf8(b.data().to_vec()).map_err(|_| BadCell::NotUtf8)?)
+        }
         Field::Byte(n) => n.into(),
         Field::Short(n) => n.into(),
         Field::Int(n) => n.into(),
@@ -389,7 +399,7 @@ fn parquet_value(field: parquet::record::Field) -> Result<serde_json::Value, Str
             for i in 0..list.len() {
                 let item = list
                     .get_string(i)
-                    .map_err(|e| format!("a list that is not of strings: {e}"))?;
+                    .map_err(|e| BadCell::List(e.to_string()))?;
                 items.push(Value::String(item.clone()));
             }
             Value::Array(items)
@@ -405,7 +415,7 @@ fn parquet_value(field: parquet::record::Field) -> Result<serde_json::Value, Str
                 Field::MapInternal(_) => "a map",
                 _ => "an unsupported type",
             };
-            return Err(format!("{kind} in parquet; expected a string"));
+            return Err(BadCell::Kind(kind));
         }
     })
 }

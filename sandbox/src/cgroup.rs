@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::error::HostError;
 use crate::outcome::{LimitEvents, Mechanism};
 
 /// Where a unified (v2) hierarchy is mounted on systemd-era hosts.
@@ -43,16 +44,16 @@ fn unique_name() -> String {
     )
 }
 
-fn write_file(path: &Path, value: &str) -> Result<(), String> {
-    std::fs::write(path, value).map_err(|e| format!("writing {value:?} to {}: {e}", path.display()))
+fn write_file(path: &Path, value: &str) -> Result<(), HostError> {
+    std::fs::write(path, value).map_err(|e| HostError::io(format!("writing {value:?} to"), path, e))
 }
 
-fn open_procs(dir: &Path) -> Result<File, String> {
+fn open_procs(dir: &Path) -> Result<File, HostError> {
     let path = dir.join("cgroup.procs");
     OpenOptions::new()
         .write(true)
         .open(&path)
-        .map_err(|e| format!("opening {}: {e}", path.display()))
+        .map_err(|e| HostError::io("opening", &path, e))
 }
 
 fn read_u64_field(path: &Path, key: &str) -> Option<u64> {
@@ -69,7 +70,7 @@ fn read_u64_field(path: &Path, key: &str) -> Option<u64> {
 
 impl Cgroup {
     /// Creates the run's cgroup with the given caps, or says why it cannot.
-    pub(crate) fn create(memory_bytes: u64, max_processes: u64) -> Result<Cgroup, String> {
+    pub(crate) fn create(memory_bytes: u64, max_processes: u64) -> Result<Cgroup, HostError> {
         if Path::new(CGROUP2_ROOT).join("cgroup.controllers").exists() {
             Self::create_v2(memory_bytes, max_processes)
         } else {
@@ -77,17 +78,17 @@ impl Cgroup {
         }
     }
 
-    fn create_v2(memory_bytes: u64, max_processes: u64) -> Result<Cgroup, String> {
+    fn create_v2(memory_bytes: u64, max_processes: u64) -> Result<Cgroup, HostError> {
         let own = std::fs::read_to_string("/proc/self/cgroup")
-            .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
+            .map_err(|e| HostError::io("reading", "/proc/self/cgroup", e))?;
         let rel = own
             .lines()
             .find_map(|l| l.strip_prefix("0::"))
-            .ok_or("no cgroup v2 entry in /proc/self/cgroup")?;
+            .ok_or_else(|| HostError::Unfit("no cgroup v2 entry in /proc/self/cgroup".into()))?;
         let parent = Path::new(CGROUP2_ROOT).join(rel.trim_start_matches('/'));
         let control = parent.join("cgroup.subtree_control");
-        let enabled = std::fs::read_to_string(&control)
-            .map_err(|e| format!("reading {}: {e}", control.display()))?;
+        let enabled =
+            std::fs::read_to_string(&control).map_err(|e| HostError::io("reading", &control, e))?;
         let has = |c: &str| enabled.split_whitespace().any(|x| x == c);
         if !(has("memory") && has("pids")) {
             // Fails with EBUSY when the runner's cgroup has processes in it
@@ -96,7 +97,7 @@ impl Cgroup {
             write_file(&control, "+memory +pids")?;
         }
         let dir = parent.join(unique_name());
-        std::fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        std::fs::create_dir(&dir).map_err(|e| HostError::io("creating", &dir, e))?;
         let mut cg = Cgroup {
             mechanism: Mechanism::CgroupV2,
             dirs: vec![dir.clone()],
@@ -112,7 +113,7 @@ impl Cgroup {
         Ok(cg)
     }
 
-    fn create_v1(memory_bytes: u64, max_processes: u64) -> Result<Cgroup, String> {
+    fn create_v1(memory_bytes: u64, max_processes: u64) -> Result<Cgroup, HostError> {
         let memory = v1_dir("memory")?;
         let pids = v1_dir("pids")?;
         let name = unique_name();
@@ -122,12 +123,10 @@ impl Cgroup {
             procs: Vec::new(),
         };
         let mem_dir = memory.join(&name);
-        std::fs::create_dir(&mem_dir)
-            .map_err(|e| format!("creating {}: {e}", mem_dir.display()))?;
+        std::fs::create_dir(&mem_dir).map_err(|e| HostError::io("creating", &mem_dir, e))?;
         cg.dirs.push(mem_dir.clone());
         let pid_dir = pids.join(&name);
-        std::fs::create_dir(&pid_dir)
-            .map_err(|e| format!("creating {}: {e}", pid_dir.display()))?;
+        std::fs::create_dir(&pid_dir).map_err(|e| HostError::io("creating", &pid_dir, e))?;
         cg.dirs.push(pid_dir.clone());
         write_file(
             &mem_dir.join("memory.limit_in_bytes"),
@@ -151,7 +150,7 @@ impl Cgroup {
 
     /// The v1 `tasks` files, opened for writing: a thread that writes "0"
     /// to them moves itself (only itself) into this cgroup.
-    pub(crate) fn task_files(&self) -> Result<Vec<(PathBuf, File)>, String> {
+    pub(crate) fn task_files(&self) -> Result<Vec<(PathBuf, File)>, HostError> {
         self.dirs
             .iter()
             .map(|dir| {
@@ -160,7 +159,7 @@ impl Cgroup {
                     .write(true)
                     .open(&path)
                     .map(|f| (path.clone(), f))
-                    .map_err(|e| format!("opening {}: {e}", path.display()))
+                    .map_err(|e| HostError::io("opening", &path, e))
             })
             .collect()
     }
@@ -169,17 +168,17 @@ impl Cgroup {
     /// (the spawner thread, and the zombie inits of earlier commands that
     /// the host's reaper has not collected yet), so a command in a reused
     /// cgroup can start its full `max_processes` tasks.
-    pub(crate) fn rebase_pids_max(&self, max_processes: u64) -> Result<(), String> {
+    pub(crate) fn rebase_pids_max(&self, max_processes: u64) -> Result<(), HostError> {
         for dir in &self.dirs {
             let current = dir.join("pids.current");
             if !current.exists() {
                 continue;
             }
             let now: u64 = std::fs::read_to_string(&current)
-                .map_err(|e| format!("reading {}: {e}", current.display()))?
+                .map_err(|e| HostError::io("reading", &current, e))?
                 .trim()
                 .parse()
-                .map_err(|e| format!("parsing {}: {e}", current.display()))?;
+                .map_err(|e| HostError::Unfit(format!("parsing {}: {e}", current.display())))?;
             write_file(
                 &dir.join("pids.max"),
                 &max_processes.saturating_add(now).to_string(),
@@ -323,10 +322,10 @@ pub(crate) fn remove_stale() -> usize {
 }
 
 /// The runner's own directory in the v1 hierarchy of `controller`.
-fn v1_dir(controller: &str) -> Result<PathBuf, String> {
+fn v1_dir(controller: &str) -> Result<PathBuf, HostError> {
     let has = |list: &str| list.split(',').any(|c| c == controller);
     let own = std::fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
+        .map_err(|e| HostError::io("reading", "/proc/self/cgroup", e))?;
     let rel = own
         .lines()
         .find_map(|l| {
@@ -336,9 +335,9 @@ fn v1_dir(controller: &str) -> Result<PathBuf, String> {
             let path = parts.next()?;
             has(ctrls).then(|| path.to_string())
         })
-        .ok_or_else(|| format!("no {controller} cgroup in /proc/self/cgroup"))?;
+        .ok_or_else(|| HostError::Unfit(format!("no {controller} cgroup in /proc/self/cgroup")))?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
+        .map_err(|e| HostError::io("reading", "/proc/self/mountinfo", e))?;
     for line in mountinfo.lines() {
         let Some((pre, post)) = line.split_once(" - ") else {
             continue;
@@ -360,10 +359,12 @@ fn v1_dir(controller: &str) -> Result<PathBuf, String> {
         if dir.is_dir() {
             return Ok(dir);
         }
-        return Err(format!(
+        return Err(HostError::Unfit(format!(
             "the {controller} cgroup {} does not exist",
             dir.display()
-        ));
+        )));
     }
-    Err(format!("no cgroup v1 {controller} hierarchy is mounted"))
+    Err(HostError::Unfit(format!(
+        "no cgroup v1 {controller} hierarchy is mounted"
+    )))
 }

@@ -115,3 +115,36 @@ impl SandboxError {
         }
     }
 }
+
+/// Why a facility of the host (a cgroup, the prepared `/etc` layer, a
+/// spawner thread) could not be set up: the run falls back to the classic
+/// way, or goes without the limit, and says so with this.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HostError {
+    /// A file operation failed.
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        /// What was being done (`creating`, `reading`).
+        action: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// What the host lacks or has wrong, and what to do.
+    #[error("{0}")]
+    Unfit(String),
+}
+
+impl HostError {
+    /// `action` on `path` failed with `source`.
+    pub(crate) fn io(
+        action: impl Into<String>,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> HostError {
+        HostError::Io {
+            action: action.into(),
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::error::HostError;
 use crate::policy::{is_etc_mount, Mount, Policy, ETC_DIR, GROUP_CONTENT, PASSWD_CONTENT};
 
 /// Prefix of the per-user directory (under the temporary directory) that
@@ -145,21 +146,21 @@ fn euid() -> u32 {
 
 /// The per-user base directory, created if needed and checked: a real
 /// directory (not a link) owned by the runner, writable by nobody else.
-fn base_dir() -> Result<PathBuf, String> {
+fn base_dir() -> Result<PathBuf, HostError> {
     let dir = std::env::temp_dir().join(format!("{LAYER_BASE_PREFIX}{}", euid()));
     match DirBuilder::new().mode(BASE_DIR_MODE).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("creating {}: {e}", dir.display())),
+        Err(e) => return Err(HostError::io("creating", &dir, e)),
     }
     let meta = std::fs::symlink_metadata(&dir)
-        .map_err(|e| format!("reading the status of {}: {e}", dir.display()))?;
+        .map_err(|e| HostError::io("reading the status of", &dir, e))?;
     if !meta.file_type().is_dir() || meta.uid() != euid() || meta.mode() & 0o022 != 0 {
-        return Err(format!(
+        return Err(HostError::Unfit(format!(
             "{} is not a directory owned by uid {} and writable only by it: remove it",
             dir.display(),
             euid()
-        ));
+        )));
     }
     Ok(dir)
 }
@@ -200,38 +201,37 @@ fn remove_any(path: &Path) {
 /// Copies `src` to `dst` without following symbolic links: files with
 /// their permission bits, directories recursively, links as links; other
 /// kinds (devices, sockets) are left out, as no /etc piece bound is one.
-fn copy_tree(src: &Path, dst: &Path) -> Result<(), String> {
+fn copy_tree(src: &Path, dst: &Path) -> Result<(), HostError> {
     let meta = std::fs::symlink_metadata(src)
-        .map_err(|e| format!("reading the status of {}: {e}", src.display()))?;
+        .map_err(|e| HostError::io("reading the status of", src, e))?;
     let ft = meta.file_type();
     if ft.is_symlink() {
-        let target =
-            std::fs::read_link(src).map_err(|e| format!("reading {}: {e}", src.display()))?;
+        let target = std::fs::read_link(src).map_err(|e| HostError::io("reading", src, e))?;
         std::os::unix::fs::symlink(&target, dst)
-            .map_err(|e| format!("creating the link {}: {e}", dst.display()))?;
+            .map_err(|e| HostError::io("creating the link", dst, e))?;
     } else if ft.is_dir() {
-        std::fs::create_dir(dst).map_err(|e| format!("creating {}: {e}", dst.display()))?;
-        let list = std::fs::read_dir(src).map_err(|e| format!("listing {}: {e}", src.display()))?;
+        std::fs::create_dir(dst).map_err(|e| HostError::io("creating", dst, e))?;
+        let list = std::fs::read_dir(src).map_err(|e| HostError::io("listing", src, e))?;
         for e in list {
-            let e = e.map_err(|e| format!("listing {}: {e}", src.display()))?;
+            let e = e.map_err(|e| HostError::io("listing", src, e))?;
             copy_tree(&e.path(), &dst.join(e.file_name()))?;
         }
         std::fs::set_permissions(dst, std::fs::Permissions::from_mode(meta.mode() & 0o7777))
-            .map_err(|e| format!("setting the mode of {}: {e}", dst.display()))?;
+            .map_err(|e| HostError::io("setting the mode of", dst, e))?;
     } else if ft.is_file() {
         std::fs::copy(src, dst)
-            .map_err(|e| format!("copying {} to {}: {e}", src.display(), dst.display()))?;
+            .map_err(|e| HostError::io(format!("copying {} to", src.display()), dst, e))?;
     }
     Ok(())
 }
 
-fn build(dir: &Path, entries: &[Entry]) -> Result<(), String> {
+fn build(dir: &Path, entries: &[Entry]) -> Result<(), HostError> {
     DirBuilder::new()
         .mode(LAYER_DIR_MODE)
         .create(dir)
-        .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        .map_err(|e| HostError::io("creating", dir, e))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(LAYER_DIR_MODE))
-        .map_err(|e| format!("setting the mode of {}: {e}", dir.display()))?;
+        .map_err(|e| HostError::io("setting the mode of", dir, e))?;
     for e in entries {
         let rel = match e {
             Entry::Copy { rel, .. } | Entry::Symlink { rel, .. } | Entry::Data { rel, .. } => rel,
@@ -242,16 +242,16 @@ fn build(dir: &Path, entries: &[Entry]) -> Result<(), String> {
                 .recursive(true)
                 .mode(LAYER_DIR_MODE)
                 .create(parent)
-                .map_err(|e| format!("creating {}: {e}", parent.display()))?;
+                .map_err(|e| HostError::io("creating", parent, e))?;
         }
         match e {
             Entry::Copy { src, required, .. } => {
                 if std::fs::symlink_metadata(src).is_err() {
                     if *required {
-                        return Err(format!(
+                        return Err(HostError::Unfit(format!(
                             "the system mount source {} does not exist",
                             src.display()
-                        ));
+                        )));
                     }
                     continue;
                 }
@@ -261,17 +261,16 @@ fn build(dir: &Path, entries: &[Entry]) -> Result<(), String> {
             Entry::Symlink { target, .. } => {
                 remove_any(&dst);
                 std::os::unix::fs::symlink(target, &dst)
-                    .map_err(|e| format!("creating the link {}: {e}", dst.display()))?;
+                    .map_err(|e| HostError::io("creating the link", &dst, e))?;
             }
             Entry::Data { content, .. } => {
                 remove_any(&dst);
-                std::fs::write(&dst, content)
-                    .map_err(|e| format!("writing {}: {e}", dst.display()))?;
+                std::fs::write(&dst, content).map_err(|e| HostError::io("writing", &dst, e))?;
                 std::fs::set_permissions(
                     &dst,
                     std::fs::Permissions::from_mode(GENERATED_FILE_MODE),
                 )
-                .map_err(|e| format!("setting the mode of {}: {e}", dst.display()))?;
+                .map_err(|e| HostError::io("setting the mode of", &dst, e))?;
             }
         }
     }
@@ -281,12 +280,12 @@ fn build(dir: &Path, entries: &[Entry]) -> Result<(), String> {
 /// The prepared /etc layer for `policy`: an existing one when the sources
 /// have not changed, else a new one. Errors say what could not be built;
 /// the caller then uses the per-file path.
-pub(crate) fn etc_layer(policy: &Policy) -> Result<PathBuf, String> {
+pub(crate) fn etc_layer(policy: &Policy) -> Result<PathBuf, HostError> {
     let entries = entries(policy);
     let fp = fingerprint(&entries);
     let mut layers = LAYERS
         .lock()
-        .map_err(|_| "the prepared-layer cache is poisoned".to_string())?;
+        .map_err(|_| HostError::Unfit("the prepared-layer cache is poisoned".into()))?;
     if let Some((_, dir)) = layers.iter().find(|(f, _)| *f == fp) {
         return Ok(dir.clone());
     }
@@ -395,7 +394,7 @@ mod tests {
             src: src.join("gone"),
             dest: "/etc/gone".into(),
         });
-        let err = etc_layer(&policy).unwrap_err();
+        let err = etc_layer(&policy).unwrap_err().to_string();
         assert_eq!(
             err,
             format!(

@@ -367,7 +367,7 @@ pub fn run_with(
             Some(s) => (Some(Limiter::Spawner(s)), None),
             None => match Cgroup::create(limits.memory_bytes, limits.max_processes) {
                 Ok(cg) => (Some(Limiter::PerRun(cg)), None),
-                Err(reason) => (None, Some(reason)),
+                Err(reason) => (None, Some(reason.to_string())),
             },
         }
     } else {

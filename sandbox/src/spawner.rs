@@ -45,6 +45,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::cgroup::Cgroup;
+use crate::error::HostError;
 use crate::outcome::{LimitEvents, Mechanism};
 
 /// Tasks a spawner adds to its cgroup's process count: its own thread.
@@ -103,12 +104,12 @@ pub fn release_spawners() {
 impl Spawner {
     /// Takes an idle spawner with these caps, or creates one; the error
     /// says why none can be had (the caller falls back to a per-run cgroup).
-    pub(crate) fn acquire(memory_bytes: u64, max_processes: u64) -> Result<Spawner, String> {
+    pub(crate) fn acquire(memory_bytes: u64, max_processes: u64) -> Result<Spawner, HostError> {
         let key = (memory_bytes, max_processes);
         let (found, expired) = {
             let mut pool = POOL
                 .lock()
-                .map_err(|_| "the spawner pool is poisoned".to_string())?;
+                .map_err(|_| HostError::Unfit("the spawner pool is poisoned".into()))?;
             let now = Instant::now();
             let (expired, kept): (Vec<Spawner>, Vec<Spawner>) = std::mem::take(&mut *pool)
                 .into_iter()
@@ -127,30 +128,31 @@ impl Spawner {
         }
     }
 
-    fn create(key: Key) -> Result<Spawner, String> {
+    fn create(key: Key) -> Result<Spawner, HostError> {
         SWEEP.call_once(|| {
             crate::cgroup::remove_stale();
         });
         let cgroup = Cgroup::create(key.0, key.1.saturating_add(SPAWNER_TASKS))?;
         if cgroup.mechanism != Mechanism::CgroupV1 {
-            return Err(
+            return Err(HostError::Unfit(
                 "cgroup v2 keeps a process's threads in one domain cgroup, so a spawner thread \
                  cannot join its own; clone3(CLONE_INTO_CGROUP) would be the v2 way"
                     .to_string(),
-            );
+            ));
         }
         let tasks = cgroup.task_files()?;
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), HostError>>();
         let thread = std::thread::Builder::new()
             .name("sandbox-spawner".to_string())
             .spawn(move || {
                 for (path, mut file) in tasks {
                     // "0": the writing thread (only this one, on the tasks file).
                     if let Err(e) = std::io::Write::write_all(&mut file, b"0") {
-                        let _ = ready_tx.send(Err(format!(
-                            "moving the spawner thread into {}: {e}",
-                            path.display()
+                        let _ = ready_tx.send(Err(HostError::io(
+                            "moving the spawner thread into",
+                            path,
+                            e,
                         )));
                         return;
                     }
@@ -162,7 +164,7 @@ impl Spawner {
                     let _ = reply.send(spawned);
                 }
             })
-            .map_err(|e| format!("starting a spawner thread: {e}"))?;
+            .map_err(|e| HostError::Unfit(format!("starting a spawner thread: {e}")))?;
         AT_EXIT.call_once(|| {
             // SAFETY: registering a plain extern "C" function.
             unsafe {
@@ -181,7 +183,9 @@ impl Spawner {
             Ok(Err(e)) => Err(e),
             Err(_) => {
                 spawner.jobs = None;
-                Err("the spawner thread ended before joining its cgroup".to_string())
+                Err(HostError::Unfit(
+                    "the spawner thread ended before joining its cgroup".into(),
+                ))
             }
         }
     }

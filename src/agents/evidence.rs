@@ -235,13 +235,41 @@ pub fn test_bug(output: &str, test_path: &str) -> Option<&'static str> {
     })
 }
 
+/// Why a test that failed on the base commit is not a reproduction of
+/// the issue ("other issues" in Agentless's terms).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OtherIssues {
+    /// A bug of the test: an exception raised in its own lines.
+    #[error("{exception} raised in the test's own lines: the test's bug")]
+    TestBug { exception: String },
+    /// An exception that is no assertion and that the issue does not name,
+    /// raised at `at` (`path:line`) when known.
+    #[error(
+        "other issues: it failed with {exception}{}, not in an assertion, and the issue names \
+         no {exception}: a wrong use of the code, not the issue",
+        at.as_ref().map(|a| format!(" raised at {a}")).unwrap_or_default()
+    )]
+    WrongUse {
+        exception: String,
+        at: Option<String>,
+    },
+    /// No failure could be read from the output.
+    #[error("other issues: no assertion or exception of the issue in its failure")]
+    Unread,
+}
+
 /// Judges a candidate test that failed on the base commit: `Ok` when it
 /// reproduces the issue as `accept` asks, else why it is "other issues".
-pub fn judge(output: &str, test_path: &str, issue: &str, accept: Accept) -> Result<(), String> {
+pub fn judge(
+    output: &str,
+    test_path: &str,
+    issue: &str,
+    accept: Accept,
+) -> Result<(), OtherIssues> {
     if let Some(e) = test_bug(output, test_path) {
-        return Err(format!(
-            "{e} raised in the test's own lines: the test's bug"
-        ));
+        return Err(OtherIssues::TestBug {
+            exception: e.to_string(),
+        });
     }
     if accept == Accept::Failure {
         return Ok(());
@@ -257,17 +285,14 @@ pub fn judge(output: &str, test_path: &str, issue: &str, accept: Accept) -> Resu
         return Ok(());
     }
     Err(match all.first() {
-        Some(f) => format!(
-            "other issues: it failed with {}{}, not in an assertion, and the issue names no {}: \
-             a wrong use of the code, not the issue",
-            f.exception,
-            f.raised_at
+        Some(f) => OtherIssues::WrongUse {
+            exception: f.exception.clone(),
+            at: f
+                .raised_at
                 .as_ref()
-                .map(|a| format!(" raised at {}:{}", a.path, a.line))
-                .unwrap_or_default(),
-            f.exception
-        ),
-        None => "other issues: no assertion or exception of the issue in its failure".into(),
+                .map(|a| format!("{}:{}", a.path, a.line)),
+        },
+        None => OtherIssues::Unread,
     })
 }
 

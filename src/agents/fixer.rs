@@ -1305,7 +1305,8 @@ pub fn edits_of(reply: &str, prompt: &Prompt) -> Edits {
             if blocks.is_empty() {
                 return Edits::None;
             }
-            anchor(&blocks, &prompt.code).map_or_else(Edits::Refused, Edits::Lines)
+            anchor(&blocks, &prompt.code)
+                .map_or_else(|e| Edits::Refused(e.to_string()), Edits::Lines)
         }
         EditFormat::Lines => {
             let (written, _) = edit::parse_lines_edits(reply);
@@ -1348,17 +1349,26 @@ pub fn edits_of(reply: &str, prompt: &Prompt) -> Edits {
     }
 }
 
+/// Why an `anchored` block has no place among the shown lines.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Unanchored {
+    #[error("{0} is not a file the prompt shows")]
+    File(String),
+    #[error("SEARCH is not a run of the lines shown of {0}")]
+    Search(String),
+}
+
 /// The `anchored` blocks as line ranges: each SEARCH at a run of shown
 /// lines of its file that it equals, chosen so that no two blocks
 /// overlap, the earliest such choice in the order of the blocks (a run
 /// that occurs once, the usual case, has one place). When the blocks
 /// cannot all be placed apart, each at its first place: applying refuses
 /// the overlap.
-fn anchor(blocks: &[edit::Block], code: &[ShownCode]) -> Result<Vec<edit::LineEdit>, String> {
+fn anchor(blocks: &[edit::Block], code: &[ShownCode]) -> Result<Vec<edit::LineEdit>, Unanchored> {
     let mut places: Vec<Vec<usize>> = Vec::new();
     for b in blocks {
         let Some(file) = code.iter().find(|c| c.path == b.path) else {
-            return Err(format!("{} is not a file the prompt shows", b.path));
+            return Err(Unanchored::File(b.path.clone()));
         };
         let search: Vec<&str> = b.search.lines().collect();
         let fits = |s: usize| {
@@ -1370,10 +1380,7 @@ fn anchor(blocks: &[edit::Block], code: &[ShownCode]) -> Result<Vec<edit::LineEd
         };
         let found: Vec<usize> = file.shown.iter().copied().filter(|&s| fits(s)).collect();
         if found.is_empty() {
-            return Err(format!(
-                "SEARCH is not a run of the lines shown of {}",
-                b.path
-            ));
+            return Err(Unanchored::Search(b.path.clone()));
         }
         places.push(found);
     }

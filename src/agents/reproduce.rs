@@ -792,37 +792,44 @@ fn try_one(
         Ok(c) => c,
         Err(e) => return error(e.to_string()),
     };
-    let ran = (|| -> Result<(patchwright_sandbox::Outcome, Verdict), String> {
-        let env =
-            ranker::prepare_like(inputs.env, cand.path(), &layer).map_err(|e| e.to_string())?;
-        let test = SubmittedTest {
-            path: path.to_string(),
-            command: command.to_string(),
-            text: text.to_string(),
-            output: String::new(),
-            files: Vec::new(),
-        };
-        test.place(cand.path()).map_err(|e| e.to_string())?;
-        check::run_test(cand.path(), env.as_ref(), command, inputs.timeout_s)
-            .map_err(|e| e.to_string())
-    })();
+    let ran =
+        (|| -> Result<(patchwright_sandbox::Outcome, Verdict), Box<dyn std::error::Error>> {
+            let env = ranker::prepare_like(inputs.env, cand.path(), &layer)?;
+            let test = SubmittedTest {
+                path: path.to_string(),
+                command: command.to_string(),
+                text: text.to_string(),
+                output: String::new(),
+                files: Vec::new(),
+            };
+            test.place(cand.path())?;
+            Ok(check::run_test(
+                cand.path(),
+                env.as_ref(),
+                command,
+                inputs.timeout_s,
+            )?)
+        })();
     // Scratch: a failure to delete it is harmless.
     let _ = cand.remove();
     let _ = std::fs::remove_dir_all(&layer);
     match ran {
-        Err(e) => error(e),
+        Err(e) => error(e.to_string()),
         Ok((outcome, verdict)) => {
             let (status, reason) = match verdict {
                 Verdict::Failed => match test_bug(&outcome.output, path) {
                     Some(e) => (
                         SampleStatus::Broken,
-                        format!("{e} raised in the test's own lines: the test's bug"),
+                        evidence::OtherIssues::TestBug {
+                            exception: e.to_string(),
+                        }
+                        .to_string(),
                     ),
                     None => {
                         match evidence::judge(&outcome.output, path, judging.issue, judging.accept)
                         {
                             Ok(()) => (SampleStatus::Failed, String::new()),
-                            Err(why) => (SampleStatus::Other, why),
+                            Err(why) => (SampleStatus::Other, why.to_string()),
                         }
                     }
                 },

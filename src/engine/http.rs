@@ -144,9 +144,14 @@ impl ServerKind {
     }
 }
 
+/// A server kind that is none of [`ServerKind`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown server kind {0:?}: use auto, llama-cpp, vllm, sglang or openai")]
+pub struct UnknownServerKind(pub String);
+
 impl FromStr for ServerKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownServerKind;
+    fn from_str(s: &str) -> Result<Self, UnknownServerKind> {
         [
             ServerKind::Auto,
             ServerKind::LlamaCpp,
@@ -156,9 +161,7 @@ impl FromStr for ServerKind {
         ]
         .into_iter()
         .find(|k| k.name() == s)
-        .ok_or_else(|| {
-            format!("unknown server kind {s:?}: use auto, llama-cpp, vllm, sglang or openai")
-        })
+        .ok_or_else(|| UnknownServerKind(s.to_string()))
     }
 }
 
@@ -663,8 +666,12 @@ impl HttpBackend {
         let url = format!("{}/v1/chat/completions", self.base_url);
         let body = self.body(request, indices);
         match self.send(&url, Some(&body)) {
-            Ok(text) => parse_reply(&text, request.sampling.max_tokens as usize)
-                .map_err(|message| EngineError::Http { url, message }),
+            Ok(text) => parse_reply(&text, request.sampling.max_tokens as usize).map_err(|e| {
+                EngineError::Http {
+                    url,
+                    message: e.to_string(),
+                }
+            }),
             Err(Failure::Status { code, body }) if indices.len() > 1 && refuses_n(&body) => {
                 tracing::warn!(
                     "server {} refuses n > 1 (status {code}): asking one candidate per request",
@@ -797,17 +804,28 @@ pub fn request_body(
     body
 }
 
+/// Why a server's reply is not a usable chat completion.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BadReply {
+    #[error("the reply is not a chat completion ({error}): {quoted}")]
+    NotJson { error: String, quoted: String },
+    #[error("the reply has no usage (token counts)")]
+    NoUsage,
+    #[error("the reply has no choices")]
+    NoChoices,
+}
+
 /// A chat completion's choices (in `index` order) and token counts;
 /// `max_tokens` is what a choice stopped by the cap generated.
-fn parse_reply(text: &str, max_tokens: usize) -> Result<Parsed, String> {
-    let reply: Reply = serde_json::from_str(text)
-        .map_err(|e| format!("the reply is not a chat completion ({e}): {}", quote(text)))?;
-    let usage = reply
-        .usage
-        .ok_or_else(|| "the reply has no usage (token counts)".to_string())?;
+fn parse_reply(text: &str, max_tokens: usize) -> Result<Parsed, BadReply> {
+    let reply: Reply = serde_json::from_str(text).map_err(|e| BadReply::NotJson {
+        error: e.to_string(),
+        quoted: quote(text),
+    })?;
+    let usage = reply.usage.ok_or(BadReply::NoUsage)?;
     let mut choices = reply.choices;
     if choices.is_empty() {
-        return Err("the reply has no choices".into());
+        return Err(BadReply::NoChoices);
     }
     choices.sort_by_key(|c| c.index);
     let candidates: Vec<Candidate> = choices
@@ -1319,8 +1337,8 @@ mod tests {
             );
         }
         assert_eq!(
-            parse_reply(r#"{"choices": []}"#, 8).err().as_deref(),
-            Some("the reply has no usage (token counts)")
+            parse_reply(r#"{"choices": []}"#, 8).err(),
+            Some(BadReply::NoUsage)
         );
         Ok(())
     }

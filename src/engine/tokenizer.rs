@@ -414,8 +414,8 @@ fn special_ids(texts: &[String], kinds: &[Kind]) -> Vec<u32> {
 
 /// The pre-tokenizer: `regexes` in order, each splitting the pieces of the
 /// one before (every match its own piece), then the bytes mapped to
-/// byte-level characters.
-fn pre_tokenizer(regexes: &[String]) -> Result<PreTokenizerWrapper, String> {
+/// byte-level characters. `path` is the tokenizer's file, for the error.
+fn pre_tokenizer(path: &Path, regexes: &[String]) -> Result<PreTokenizerWrapper, TokenizerError> {
     let mut steps = Vec::new();
     for regex in regexes {
         let split = Split::new(
@@ -423,7 +423,10 @@ fn pre_tokenizer(regexes: &[String]) -> Result<PreTokenizerWrapper, String> {
             SplitDelimiterBehavior::Isolated,
             false,
         )
-        .map_err(|e| format!("the expression {regex:?}: {e}"))?;
+        .map_err(|e| TokenizerError::Build {
+            path: path.to_path_buf(),
+            message: format!("the expression {regex:?}: {e}"),
+        })?;
         steps.push(PreTokenizerWrapper::Split(split));
     }
     steps.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
@@ -521,7 +524,7 @@ impl GgufTokenizer {
             .build()
             .map_err(|e| build_err(format!("the BPE model: {e}")))?;
         let mut inner = Tokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(pre_tokenizer(&pre.regexes()).map_err(build_err)?));
+        inner.with_pre_tokenizer(Some(pre_tokenizer(path, &pre.regexes())?));
         Ok(GgufTokenizer::assemble(
             inner,
             texts,
@@ -1028,7 +1031,10 @@ mod tests {
             PreTokenizer::Gpt2,
             PreTokenizer::Llama3,
         ] {
-            assert!(pre_tokenizer(&family.regexes()).is_ok(), "{family:?}");
+            assert!(
+                pre_tokenizer(Path::new("t.gguf"), &family.regexes()).is_ok(),
+                "{family:?}"
+            );
         }
     }
 

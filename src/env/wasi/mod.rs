@@ -225,22 +225,36 @@ pub fn requirement(req: &str) -> (String, Option<String>) {
     (runtime::normalize(name), pin)
 }
 
+/// A spec's requirement that pins a package the runtime bundles at
+/// another version.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "it pins {requirement}, and the runtime bundles {name} {bundled} (its packages cannot be \
+     replaced)"
+)]
+pub struct Repinned {
+    pub requirement: String,
+    pub name: String,
+    pub bundled: String,
+}
+
 /// The spec's packages the runtime does not bundle (to download); a
 /// package pinned at another version than the bundled one refuses the
 /// spec with the reason. Pure.
 pub fn to_download(
     pip_packages: &[String],
     bundled: &BTreeMap<String, String>,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, Repinned> {
     let mut out = Vec::new();
     for req in pip_packages {
         let (name, pin) = requirement(req);
         match (bundled.get(&name), pin) {
             (Some(have), Some(want)) if *have != want => {
-                return Err(format!(
-                    "it pins {req}, and the runtime bundles {name} {have} (its packages cannot be \
-                     replaced)"
-                ))
+                return Err(Repinned {
+                    requirement: req.clone(),
+                    name,
+                    bundled: have.clone(),
+                })
             }
             (Some(_), _) => {}
             (None, _) => out.push(req.clone()),
@@ -321,7 +335,8 @@ pub fn ensure(
         return Err(unsupported(reason));
     }
     let bundled = runtime::bundled_packages(rt)?;
-    let download = to_download(&spec.pip_packages, &bundled).map_err(unsupported)?;
+    let download =
+        to_download(&spec.pip_packages, &bundled).map_err(|e| unsupported(e.to_string()))?;
     let hash = env_hash(spec);
     let dir = env_dir(spec, envs_root);
     if dir.join(ENV_RECORD).is_file() {
@@ -661,7 +676,17 @@ mod tests {
         );
         assert_eq!(
             to_download(&reqs(&["numpy==1.26.4"]), &bundled),
-            Err(
+            Err(Repinned {
+                requirement: "numpy==1.26.4".into(),
+                name: "numpy".into(),
+                bundled: "2.5.2".into(),
+            })
+        );
+        assert_eq!(
+            to_download(&reqs(&["numpy==1.26.4"]), &bundled)
+                .err()
+                .map(|e| e.to_string()),
+            Some(
                 "it pins numpy==1.26.4, and the runtime bundles numpy 2.5.2 (its packages \
                  cannot be replaced)"
                     .to_string()

