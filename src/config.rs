@@ -442,23 +442,7 @@ impl Overrides {
     }
 }
 
-/// Where Python environments come from, and how tasks are graded in them
-/// (`env build`, `eval`, and `--evaluate` of batch and sweep).
-pub struct EnvSettings {
-    pub specs: Specs,
-    pub pythons: Pythons,
-    pub envs_root: PathBuf,
-    pub index: Index,
-    pub jobs: usize,
-    pub test_timeout_s: u64,
-    /// Run the tests even when the patch is empty (`--empty`).
-    pub run_empty: bool,
-    /// Keep each task's worktree and layer under `OUT/.work/<id>` (to rerun
-    /// its tests by hand when an environment misbehaves).
-    pub keep_work: bool,
-}
-
-impl EnvSettings {}
+pub use crate::env::EnvSettings;
 
 /// What the command line says about environments and grading; resolved by
 /// [`EnvOptions::resolve`].

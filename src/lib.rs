@@ -3,6 +3,7 @@
 
 pub mod aci;
 pub mod agents;
+pub mod backing;
 pub mod batch;
 pub mod bundle;
 pub mod config;

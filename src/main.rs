@@ -61,10 +61,11 @@ fn chain(e: &anyhow::Error) -> String {
 }
 
 fn init_logging(verbose: u8) {
+    let llama = patchwright::engine::llama_log_directives;
     let default = match verbose {
-        0 => "patchwright=info,llama_cpp_2=error,llama-cpp-2=error",
-        1 => "patchwright=debug,llama_cpp_2=warn,llama-cpp-2=warn",
-        _ => "trace",
+        0 => format!("patchwright=info,{}", llama("error")),
+        1 => format!("patchwright=debug,{}", llama("warn")),
+        _ => "trace".to_string(),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("PATCHWRIGHT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::progress::Display;
 use super::{now, Batch, BatchError, Opened, Options, RunDir, Summary};
+use crate::backing::Backing;
 use crate::config::Settings;
 use crate::dataset::{Selected, Selection};
-use crate::engine::backing::Backing;
 use crate::engine::Load;
 use crate::eval::pool::Pool;
 use crate::models::ModelRef;

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use crate::record::sweep::{Axis, Point, Row, SweepFile};
 
 use super::{BatchError, RunContext};
+use crate::backing::with_model;
 use crate::config::Settings;
-use crate::engine::backing::with_model;
 use crate::engine::{EngineError, EngineSettings, Slots};
 use crate::models::{ModelError, ModelRef};
 

@@ -4,10 +4,10 @@
 use anyhow::{bail, Result};
 
 use super::{BatchArgs, MergeArgs, ReportArgs, RunArgs, Sources, SweepArgs};
+use patchwright::backing::with_model;
 use patchwright::batch::sweep;
 use patchwright::batch::{self, RunContext, RunDir};
 use patchwright::dataset;
-use patchwright::engine::backing::with_model;
 use patchwright::engine::Slots;
 use patchwright::eval::pool::Pool;
 use patchwright::models::ModelRef;

@@ -4,8 +4,9 @@ use anyhow::{bail, Context, Result};
 use indicatif::ProgressBar;
 
 use super::GenerateArgs;
+use patchwright::backing;
 use patchwright::engine::http::ServerSettings;
-use patchwright::engine::{self, backing, EngineSettings, Sampling};
+use patchwright::engine::{self, EngineSettings, Sampling};
 use patchwright::models;
 
 /// A row of `models list`: the file's listing, and where the engine

@@ -118,3 +118,20 @@ pub fn policy(worktree: &Path, env: Option<&Environment>) -> Result<sandbox::Pol
     apply(&mut policy, env);
     Ok(policy)
 }
+
+/// Where Python environments come from, and how tasks are graded in them
+/// (`env build`, `eval`, and `--evaluate` of batch and sweep); resolved
+/// from the command line by `config::EnvOptions::resolve`.
+pub struct EnvSettings {
+    pub specs: spec::Specs,
+    pub pythons: build::Pythons,
+    pub envs_root: PathBuf,
+    pub index: build::Index,
+    pub jobs: usize,
+    pub test_timeout_s: u64,
+    /// Run the tests even when the patch is empty (`--empty`).
+    pub run_empty: bool,
+    /// Keep each task's worktree and layer under `OUT/.work/<id>` (to rerun
+    /// its tests by hand when an environment misbehaves).
+    pub keep_work: bool,
+}

@@ -18,12 +18,12 @@ use std::time::Instant;
 
 use patchwright_sandbox as sandbox;
 
-use crate::config::EnvSettings;
 use crate::dataset::Task;
 use crate::env::build::{self, quote, BuildError, Plan};
 use crate::env::log;
 use crate::env::spec::SpecError;
 use crate::env::task::{test_directives, InstallError, Setup, INSTALL_TIMEOUT_S};
+use crate::env::EnvSettings;
 use crate::env::Environment;
 use crate::record::grade::{self as graded, ErrorKind, InfraError, InstanceReport, Summary};
 /// Reading predictions files lives with the other run files.

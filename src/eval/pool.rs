@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::config::EnvSettings;
 use crate::dataset::Task;
 use crate::env::task::{Setup, SpecSetup};
+use crate::env::EnvSettings;
 use crate::env::Environment;
 use crate::record::result::{EnvironmentSource, EnvironmentUsed};
 use crate::repo::Repos;

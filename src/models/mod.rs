@@ -7,7 +7,7 @@
 //! every function here that looks a model up takes it.
 
 pub mod digest;
-pub mod gguf;
+pub use patchwright_engine_types::gguf;
 
 use std::ffi::OsString;
 
@@ -186,7 +186,7 @@ pub struct ModelRef {
     /// The GGUF file; none for a server.
     pub path: Option<PathBuf>,
     /// For a server: the GGUF file of the same name here, when present,
-    /// which counts its prompts ([`crate::engine::backing::with_model`]).
+    /// which counts its prompts (`backing::with_model`).
     pub local: Option<PathBuf>,
     /// What `run.json` records under `model`.
     pub json: serde_json::Value,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::result::{EnvironmentUsed, Status, TaskErrorKind, TaskResult};
 use super::RecordError;
-use crate::engine::{Load, Placement};
+use patchwright_engine_types::{Load, Placement};
 
 /// `RUN_DIR/run.json`. Fields are in the order the file has always had
 /// (alphabetical). `settings` and `identity` stay JSON: the settings'
@@ -290,7 +290,7 @@ impl Summary {
 #[cfg(test)]
 mod placement_tests {
     use super::*;
-    use crate::engine::{Device, FlashAttn, KvType};
+    use patchwright_engine_types::{Device, FlashAttn, KvType};
 
     #[test]
     fn placement_is_recorded_and_older_files_read() -> Result<(), Box<dyn std::error::Error>> {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::metrics::Summary as MetricsSummary;
 use super::run::Summary;
 use super::RecordError;
-use crate::engine::Load;
+use patchwright_engine_types::Load;
 
 /// One axis of the grid.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

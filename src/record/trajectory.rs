@@ -39,7 +39,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::result::TaskResult;
-use crate::engine::{Candidate, Completion, Generation, Message, Sampling, Stop};
+use patchwright_engine_types::{Candidate, Completion, Generation, Message, Sampling, Stop};
 
 /// A trajectory file: the task's result, the model, and the steps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -194,11 +194,17 @@ fn is(tok: Option<&(Tok, usize)>, want: &Tok) -> bool {
 }
 
 /// A path as written (`crate`/`super`/`self` first) made absolute from
-/// `module`; `None` for paths of other crates or out of the root.
+/// `module`; `None` for paths of other crates or out of the root. The
+/// engine crate counts as the `engine` module that re-exports it.
 fn resolve(segments: &[String], module: &[String]) -> Option<ModPath> {
     let first = segments.first()?;
     match first.as_str() {
         "crate" | "$crate" => Some(segments[1..].to_vec()),
+        "patchwright_engine" => {
+            let mut path = vec!["engine".to_string()];
+            path.extend(segments[1..].iter().cloned());
+            Some(path)
+        }
         "self" => {
             let mut path = module.to_vec();
             path.extend(segments[1..].iter().cloned());
@@ -628,6 +634,40 @@ fn layer_violations(
         }
     }
     out
+}
+
+/// The top-level modules `from` uses, directly or through others.
+fn reachable(from: &str, top: &BTreeMap<String, BTreeMap<String, Site>>) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![from.to_string()];
+    while let Some(m) = todo.pop() {
+        for next in top.get(&m).into_iter().flat_map(|e| e.keys()) {
+            if seen.insert(next.clone()) {
+                todo.push(next.clone());
+            }
+        }
+    }
+    seen
+}
+
+/// The run files, the report and grading read model calls through
+/// `patchwright-engine-types` only: neither they nor anything they use
+/// reaches the engine (llama.cpp, candle).
+#[test]
+fn records_reports_and_grading_do_not_reach_the_engine() {
+    let files = crate_files();
+    let layers = layers(&files);
+    let top = layers.get(&Vec::new()).cloned().unwrap_or_default();
+    for module in ["record", "report", "eval"] {
+        let used = reachable(module, &top);
+        assert!(
+            !used.contains("engine"),
+            "{module} reaches the engine (through {:?})",
+            used.iter()
+                .filter(|m| reachable(m, &top).contains("engine") || *m == "engine")
+                .collect::<Vec<_>>()
+        );
+    }
 }
 
 /// The modules keep the order ARCHITECTURE.md documents: no module uses

@@ -156,7 +156,7 @@ const OBSERVATION_LINES: usize = 12;
 #[test]
 fn the_server_backend_squeezes_history_before_the_servers_limit() {
     use patchwright::agents::history::{collapsed, History, HistorySettings, Keep};
-    use patchwright::engine::backing::server_backend;
+    use patchwright::backing::server_backend;
     use patchwright::engine::http::ServerSettings;
     use patchwright::engine::{Backend, EngineError, Request, Sampling};
     use patchwright::models::ModelRef;

@@ -1,14 +1,14 @@
 //! The model answering a run's calls: the scheduler over the embedded
 //! engine (loaded once), or an inference server in its dialect
-//! ([`super::http`]); and the one-request
+//! ([`crate::engine::http`]); and the one-request
 //! path of `patchwright generate`.
 
 use std::path::Path;
 
-use super::candle::CandleEngine;
-use super::http::{HttpBackend, ServerSettings};
-use super::scheduler::Meter;
-use super::{
+use crate::engine::candle::CandleEngine;
+use crate::engine::http::{HttpBackend, ServerSettings};
+use crate::engine::scheduler::Meter;
+use crate::engine::{
     serve, Backend, Engine, EngineError, EngineKind, EngineSettings, Generation, Message, Request,
     Sampling, Slots,
 };

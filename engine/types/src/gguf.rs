@@ -405,8 +405,74 @@ impl<R: Read> Reader<R> {
     }
 }
 
+/// A metadata value for [`header`].
+pub enum Meta<'a> {
+    Str(&'a str),
+    U32(u32),
+    U32s(&'a [u32]),
+    I32s(&'a [i32]),
+    Strs(&'a [&'a str]),
+    Bool(bool),
+}
+
+/// A GGUF v3 header holding exactly `entries` and no tensors (for the
+/// tests of code that reads model headers).
+pub fn header(entries: &[(&str, Meta<'_>)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(MAGIC);
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes());
+    b.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    let s = |b: &mut Vec<u8>, s: &str| {
+        b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        b.extend_from_slice(s.as_bytes());
+    };
+    for (k, v) in entries {
+        s(&mut b, k);
+        match v {
+            Meta::Str(v) => {
+                b.extend_from_slice(&8u32.to_le_bytes());
+                s(&mut b, v);
+            }
+            Meta::U32(v) => {
+                b.extend_from_slice(&4u32.to_le_bytes());
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            Meta::U32s(vs) => {
+                b.extend_from_slice(&9u32.to_le_bytes());
+                b.extend_from_slice(&4u32.to_le_bytes());
+                b.extend_from_slice(&(vs.len() as u64).to_le_bytes());
+                for v in *vs {
+                    b.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            Meta::I32s(vs) => {
+                b.extend_from_slice(&9u32.to_le_bytes());
+                b.extend_from_slice(&5u32.to_le_bytes());
+                b.extend_from_slice(&(vs.len() as u64).to_le_bytes());
+                for v in *vs {
+                    b.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            Meta::Strs(vs) => {
+                b.extend_from_slice(&9u32.to_le_bytes());
+                b.extend_from_slice(&8u32.to_le_bytes());
+                b.extend_from_slice(&(vs.len() as u64).to_le_bytes());
+                for v in *vs {
+                    s(&mut b, v);
+                }
+            }
+            Meta::Bool(v) => {
+                b.extend_from_slice(&7u32.to_le_bytes());
+                b.push(u8::from(*v));
+            }
+        }
+    }
+    b
+}
+
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
     /// Writes a minimal GGUF v3 header with the given string and u32 pairs.
@@ -461,69 +527,9 @@ pub(crate) mod tests {
         );
     }
 
-    /// A metadata value for [`write_values`].
-    pub(crate) enum Meta<'a> {
-        Str(&'a str),
-        U32(u32),
-        U32s(&'a [u32]),
-        I32s(&'a [i32]),
-        Strs(&'a [&'a str]),
-        Bool(bool),
-    }
-
-    /// Writes a GGUF v3 header holding exactly `entries`.
+    /// Writes a GGUF v3 header holding exactly `entries` ([`super::header`]).
     pub(crate) fn write_values(path: &Path, entries: &[(&str, Meta<'_>)]) {
-        let mut b = Vec::new();
-        b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&3u32.to_le_bytes());
-        b.extend_from_slice(&0u64.to_le_bytes());
-        b.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-        let s = |b: &mut Vec<u8>, s: &str| {
-            b.extend_from_slice(&(s.len() as u64).to_le_bytes());
-            b.extend_from_slice(s.as_bytes());
-        };
-        for (k, v) in entries {
-            s(&mut b, k);
-            match v {
-                Meta::Str(v) => {
-                    b.extend_from_slice(&8u32.to_le_bytes());
-                    s(&mut b, v);
-                }
-                Meta::U32(v) => {
-                    b.extend_from_slice(&4u32.to_le_bytes());
-                    b.extend_from_slice(&v.to_le_bytes());
-                }
-                Meta::U32s(vs) => {
-                    b.extend_from_slice(&9u32.to_le_bytes());
-                    b.extend_from_slice(&4u32.to_le_bytes());
-                    b.extend_from_slice(&(vs.len() as u64).to_le_bytes());
-                    for v in *vs {
-                        b.extend_from_slice(&v.to_le_bytes());
-                    }
-                }
-                Meta::I32s(vs) => {
-                    b.extend_from_slice(&9u32.to_le_bytes());
-                    b.extend_from_slice(&5u32.to_le_bytes());
-                    b.extend_from_slice(&(vs.len() as u64).to_le_bytes());
-                    for v in *vs {
-                        b.extend_from_slice(&v.to_le_bytes());
-                    }
-                }
-                Meta::Strs(vs) => {
-                    b.extend_from_slice(&9u32.to_le_bytes());
-                    b.extend_from_slice(&8u32.to_le_bytes());
-                    b.extend_from_slice(&(vs.len() as u64).to_le_bytes());
-                    for v in *vs {
-                        s(&mut b, v);
-                    }
-                }
-                Meta::Bool(v) => {
-                    b.extend_from_slice(&7u32.to_le_bytes());
-                    b.push(u8::from(*v));
-                }
-            }
-        }
-        std::fs::write(path, b).unwrap();
+        std::fs::write(path, header(entries)).unwrap();
     }
 
     #[test]

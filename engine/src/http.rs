@@ -1095,7 +1095,7 @@ impl super::Backend for HttpBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Message, Sampling};
+    use crate::{Message, Sampling};
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpListener;
 

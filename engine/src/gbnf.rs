@@ -1067,7 +1067,7 @@ fn expand(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::grammar::{self, Action, Arg, DefinitionTarget, ShownFile, ShownRun};
+    use crate::grammar::{self, Action, Arg, DefinitionTarget, ShownFile, ShownRun};
     use std::error::Error;
     use std::time::Instant;
 

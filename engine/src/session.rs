@@ -17,72 +17,10 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
-use serde::Serialize;
 
 use super::gbnf::Grammar;
 use super::speculate::{Decoder, DraftCount, Drafts};
-use super::{backend, Engine, EngineError, Message, Sampling, Stop};
-
-/// One generated candidate.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct Candidate {
-    pub text: String,
-    pub tokens: Vec<i32>,
-    pub stop: Stop,
-}
-
-/// What a call cost.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Stats {
-    pub prompt_tokens: usize,
-    /// Prompt tokens decoded by this call.
-    pub prompt_tokens_evaluated: usize,
-    /// Prompt tokens found in the KV cache from earlier calls.
-    pub prompt_tokens_reused: usize,
-    /// Tokens generated, per candidate.
-    pub generated_tokens: Vec<usize>,
-    /// Draft tokens evaluated beside the sampled ones, over all candidates
-    /// (prompt lookup and jump-forward, [`super::speculate`]).
-    pub draft_tokens: usize,
-    /// Draft tokens the samplers kept.
-    pub draft_accepted: usize,
-    pub prompt_s: f64,
-    pub decode_s: f64,
-    pub total_s: f64,
-}
-
-/// The candidates of one call and what they cost.
-#[derive(Debug, Clone, Serialize)]
-pub struct Generation {
-    pub candidates: Vec<Candidate>,
-    pub stats: Stats,
-}
-
-/// One call: the conversation so far, how many candidates, how to sample.
-#[derive(Debug, Clone)]
-pub struct Request<'a> {
-    pub messages: &'a [Message],
-    pub sampling: Sampling,
-    /// Number of candidates (at least 1).
-    pub n: usize,
-    /// Candidate i's temperature, overriding `sampling.temperature`; its
-    /// seed is always `sampling.seed + i`.
-    pub temperatures: Option<Vec<f32>>,
-    /// A GBNF grammar (root rule `root`) every candidate must follow.
-    pub grammar: Option<&'a str>,
-}
-
-impl<'a> Request<'a> {
-    pub fn new(messages: &'a [Message], sampling: Sampling) -> Self {
-        Request {
-            messages,
-            sampling,
-            n: 1,
-            temperatures: None,
-            grammar: None,
-        }
-    }
-}
+use super::{backend, Candidate, Engine, EngineError, Generation, Request, Sampling, Stats};
 
 /// A conversation with its own KV cache.
 pub struct Session<'e> {

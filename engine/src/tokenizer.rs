@@ -37,7 +37,7 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::{DecoderWrapper, SplitDelimiterBehavior, Tokenizer};
 
-use crate::models::gguf::{self, GgufError};
+use crate::gguf::{self, GgufError};
 
 /// GGUF keys read whole for the tokenizer (every other array is only
 /// counted by the header reader).
@@ -1041,8 +1041,8 @@ mod tests {
     /// A GGUF holding a tiny byte-level vocabulary: `a`, `b`, `ab`, `Ġ`,
     /// `Ġab`, a control `<|im_end|>`, a user-defined `<tool>` and the
     /// digits, with `extra` entries after them.
-    fn tiny_gguf(path: &Path, extra: &[(&str, gguf::tests::Meta<'_>)]) {
-        use gguf::tests::Meta::{I32s, Str, Strs, U32};
+    fn tiny_gguf(path: &Path, extra: &[(&str, gguf::Meta<'_>)]) {
+        use gguf::Meta::{I32s, Str, Strs, U32};
         let tokens = ["a", "b", "ab", "Ġ", "Ġab", "<|im_end|>", "<tool>", "1", "2"];
         let types = [1, 1, 1, 1, 1, 3, 4, 1, 1];
         let mut entries = vec![
@@ -1055,14 +1055,14 @@ mod tests {
         ];
         for (key, value) in extra {
             let value = match value {
-                gguf::tests::Meta::Str(s) => Str(s),
-                gguf::tests::Meta::U32(v) => U32(*v),
+                gguf::Meta::Str(s) => Str(s),
+                gguf::Meta::U32(v) => U32(*v),
                 _ => continue,
             };
             entries.retain(|(k, _)| k != key);
             entries.push((key, value));
         }
-        gguf::tests::write_values(path, &entries);
+        std::fs::write(path, gguf::header(&entries)).unwrap();
     }
 
     #[test]
@@ -1107,7 +1107,7 @@ mod tests {
     #[test]
     fn vocabularies_it_cannot_tokenize_are_refused_by_name(
     ) -> Result<(), Box<dyn std::error::Error>> {
-        use gguf::tests::Meta::Str;
+        use gguf::Meta::Str;
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("m.gguf");
         let cases = [

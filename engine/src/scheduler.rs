@@ -31,13 +31,12 @@ use std::time::Instant;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
-use serde::{Deserialize, Serialize};
 
 use super::session::{parse_grammar, sampler, shared_context};
 use super::speculate::{Decoder, DraftCount};
 use super::{
-    Backend, Candidate, Conversation, Engine, EngineError, Generation, Message, Request, Sampling,
-    Stats,
+    Backend, Candidate, Conversation, Engine, EngineError, Generation, Load, Message, Request,
+    Sampling, Stats,
 };
 
 /// Fewest prompt tokens worth copying from another conversation's cache:
@@ -64,42 +63,6 @@ pub struct Slots {
     pub conversations: usize,
     /// Most candidates one call of a conversation may ask for.
     pub candidates: usize,
-}
-
-/// What the model did over the scheduler's life, read while it runs.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Load {
-    /// Seconds since the scheduler started.
-    pub wall_s: f64,
-    /// Seconds the model spent evaluating batches and sampling.
-    pub busy_s: f64,
-    /// `busy_s / wall_s`.
-    pub busy_fraction: f64,
-    pub prompt_tokens_evaluated: u64,
-    pub generated_tokens: u64,
-    pub requests: u64,
-    /// Batches evaluated.
-    pub steps: u64,
-    /// Most sequences decoded together in one step.
-    pub max_decoding: u64,
-}
-
-impl Load {
-    /// What was done since `earlier` (a reading of the same scheduler).
-    pub fn since(&self, earlier: &Load) -> Load {
-        let wall_s = self.wall_s - earlier.wall_s;
-        let busy_s = self.busy_s - earlier.busy_s;
-        Load {
-            wall_s,
-            busy_s,
-            busy_fraction: if wall_s > 0.0 { busy_s / wall_s } else { 0.0 },
-            prompt_tokens_evaluated: self.prompt_tokens_evaluated - earlier.prompt_tokens_evaluated,
-            generated_tokens: self.generated_tokens - earlier.generated_tokens,
-            requests: self.requests - earlier.requests,
-            steps: self.steps - earlier.steps,
-            max_decoding: self.max_decoding,
-        }
-    }
 }
 
 #[derive(Default)]

@@ -491,7 +491,7 @@ mod tests {
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 
     fn fixtures() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat_templates")
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/chat_templates")
     }
 
     fn fixture_messages() -> Result<Vec<Message>, Box<dyn std::error::Error>> {

@@ -1,0 +1,928 @@
+//! The engine: a GGUF model loaded in-process through llama.cpp
+//! (`llama-cpp-2`), turning chat messages into completions; also the
+//! pure-Rust candle engine ([`candle`]) and inference servers ([`http`]).
+//! Everything of patchwright that touches llama.cpp or candle is in this
+//! crate; the data its callers record are `patchwright-engine-types`,
+//! re-exported here.
+//!
+//! The model is loaded once and shared. [`Engine::complete`] is the plain
+//! path: one reply in a fresh context. A [`Session`] keeps its KV cache
+//! across calls and decodes N candidates from one evaluated prompt; a request
+//! may carry a GBNF grammar ([`grammar`] builds the common ones). Prompts are
+//! rendered with the chat template stored in the model's metadata.
+
+pub mod candle;
+pub mod chat;
+pub mod gbnf;
+pub use patchwright_engine_types::gguf;
+pub mod grammar;
+pub mod http;
+pub mod placement;
+pub mod scheduler;
+mod session;
+pub mod speculate;
+pub mod tokenizer;
+
+pub use patchwright_engine_types::{
+    Candidate, Completion, Generation, Load, Message, Request, Sampling, Stats, Stop,
+};
+pub use placement::{
+    context_within_budget, gpus, kv_budgets, kv_bytes_per_token, plan, plan_layers, Device,
+    FlashAttn, GpuLayers, KvBudget, KvType, Placement, Plan, SplitMode, AUTO_LAYERS_CONTEXT,
+    GPU_HEADROOM_BYTES, GPU_KV_FRACTION, KV_BUDGET_BYTES, SCHEDULER_KV_BUDGET_BYTES,
+};
+pub use scheduler::{serve, Scheduler, Slots};
+pub use session::Session;
+pub use tokenizer::{ChatTokenizer, GgufTokenizer, LlamaTokenizer, TokenizerError};
+
+/// Log filter directives that show llama.cpp's messages (the
+/// `llama-cpp-2` crate's tracing targets) from `level` up.
+pub fn llama_log_directives(level: &str) -> String {
+    format!("llama_cpp_2={level},llama-cpp-2={level}")
+}
+
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::{LlamaModelParams, LlamaSplitMode};
+use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use serde::{Deserialize, Serialize};
+
+use crate::gguf::KvShape;
+
+/// Tokens evaluated per `decode` call while reading a prompt, unless
+/// `[engine] batch` says otherwise. Larger batches use more scratch memory
+/// for little gain on a CPU.
+pub(crate) const PROMPT_BATCH: usize = 512;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot initialise llama.cpp: {0}")]
+    Backend(String),
+    #[error("cannot load model {path}: {message} (is it a GGUF file llama.cpp supports?)")]
+    Load { path: PathBuf, message: String },
+    #[error("model {path} has no chat template in its metadata: set [engine] chat_template to a llama.cpp template name (chatml, llama3, gemma, ...) or a Jinja template file, or use an instruct model")]
+    NoTemplate { path: PathBuf },
+    #[error("chat_template = {name:?} is neither a llama.cpp built-in template name (chatml, llama3, llama2, mistral-v7, phi3, gemma, deepseek2, deepseek3, command-r, ...) nor an existing template file")]
+    UnknownTemplateName { name: String },
+    #[error("chat template for {path}: {source}")]
+    Chat {
+        path: PathBuf,
+        source: chat::ChatError,
+    },
+    #[error("cannot apply the chat template of {path}: {message}")]
+    Template { path: PathBuf, message: String },
+    #[error("prompt does not fit: {prompt} prompt tokens + {reserved} reserved for the reply = {needed}, but the context holds {context}: {over} tokens too many (shorten the prompt, lower max_tokens or raise the context size)")]
+    TooLong {
+        prompt: usize,
+        reserved: usize,
+        needed: usize,
+        context: usize,
+        over: usize,
+    },
+    #[error("context size {requested} is larger than {model}'s trained context {trained}")]
+    ContextTooLarge {
+        requested: u32,
+        trained: u32,
+        model: String,
+    },
+    #[error(
+        "invalid GBNF grammar (llama.cpp could not parse it; check the rule named `root`): {0}"
+    )]
+    Grammar(String),
+    #[error("replay of {source_path}: {message}")]
+    Replay {
+        source_path: PathBuf,
+        message: String,
+    },
+    #[error("request to {url} failed: {message}")]
+    Http { url: String, message: String },
+    #[error("this backend cannot {what}: it needs the model in this process (--model with a GGUF file, not a server or a replay)")]
+    Unsupported { what: &'static str },
+    #[error("invalid [engine] settings: {0}")]
+    Settings(String),
+    #[error("candle engine: {0}")]
+    Candle(String),
+    #[error("llama.cpp failed to {action}: {message}")]
+    Llama {
+        action: &'static str,
+        message: String,
+    },
+}
+
+/// How the engine is set up: fixed for the life of the loaded model. Every
+/// field but `context` and `threads` came later and has a default, so
+/// older configs and run records read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSettings {
+    /// Which implementation runs the model: `"llama"` (llama.cpp, the
+    /// default: GPUs, the batching scheduler, drafts) or `"candle"` (pure
+    /// Rust on the CPU, [`candle`]; `qwen2` and `llama` models, one call at a
+    /// time). The GPU, KV and draft settings below are llama.cpp's.
+    #[serde(default)]
+    pub kind: EngineKind,
+    /// Context size in tokens (prompt + reply). 0 means the model's own
+    /// trained context, cut to what the KV budget holds.
+    pub context: u32,
+    /// CPU threads; 0 means all available cores.
+    pub threads: u32,
+    /// Layers offloaded to the GPU.
+    #[serde(default)]
+    pub gpu_layers: GpuLayers,
+    /// The GPU (index among the GPUs) for the whole model with
+    /// `split_mode = "none"`, and for scratch buffers otherwise.
+    #[serde(default)]
+    pub main_gpu: u32,
+    /// How layers are spread over several GPUs.
+    #[serde(default)]
+    pub split_mode: SplitMode,
+    /// Flash attention.
+    #[serde(default)]
+    pub flash_attn: FlashAttn,
+    /// The KV cache's element type; a quantised one needs flash attention
+    /// (`flash_attn` not `"off"`).
+    #[serde(default)]
+    pub kv_type: KvType,
+    /// Bytes of KV cache the engine may allocate.
+    #[serde(default)]
+    pub kv_budget: KvBudget,
+    /// Prompt tokens evaluated per `decode` call (llama.cpp's `n_batch`).
+    #[serde(default = "default_batch")]
+    pub batch: u32,
+    /// Tokens per compute step inside a batch (llama.cpp's `n_ubatch`; at
+    /// most `batch`). Larger is faster on a GPU and takes more memory.
+    #[serde(default = "default_ubatch")]
+    pub ubatch: u32,
+    /// The chat template: `auto` (the GGUF's own, through llama.cpp when
+    /// its matcher knows it, else rendered as Jinja), a llama.cpp built-in
+    /// name (`chatml`, `llama3`, ...), or a path to a Jinja template or a
+    /// tokenizer_config.json.
+    #[serde(default = "default_chat_template")]
+    pub chat_template: String,
+    /// Prompt-lookup speculative decoding: guess a candidate's next tokens
+    /// from where its last tokens occur earlier in the prompt or reply, and
+    /// check the guess in one batch ([`speculate`]). The output is the
+    /// same either way; off only costs time.
+    #[serde(default = "default_true")]
+    pub prompt_lookup: bool,
+    /// Jump-forward decoding: text a grammar admits as the only
+    /// continuation is evaluated in one batch instead of token by token
+    /// (checked like a prompt-lookup guess, so the output is the same).
+    #[serde(default = "default_true")]
+    pub jump_forward: bool,
+}
+
+/// The implementation behind `[engine] kind`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    /// llama.cpp in-process (`llama-cpp-2`).
+    #[default]
+    Llama,
+    /// candle-core on the CPU ([`candle::CandleEngine`]).
+    Candle,
+}
+
+/// One step of a greedy decoding with the two highest logits, for
+/// comparing two engines on the same tokens (`greedy_trace`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TraceStep {
+    /// The token chosen: the highest logit, the lowest id among equals.
+    pub token: u32,
+    /// Its logit.
+    pub top1: f32,
+    /// The second-highest logit.
+    pub top2: f32,
+}
+
+impl TraceStep {
+    /// The greedy step over `logits`.
+    pub fn of(logits: &[f32]) -> TraceStep {
+        let mut best = (0u32, f32::NEG_INFINITY);
+        let mut second = f32::NEG_INFINITY;
+        for (i, &l) in logits.iter().enumerate() {
+            if l > best.1 {
+                second = best.1;
+                best = (i as u32, l);
+            } else if l > second {
+                second = l;
+            }
+        }
+        TraceStep {
+            token: best.0,
+            top1: best.1,
+            top2: second,
+        }
+    }
+
+    /// The gap between the two highest logits.
+    pub fn gap(&self) -> f32 {
+        self.top1 - self.top2
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_batch() -> u32 {
+    PROMPT_BATCH as u32
+}
+
+fn default_ubatch() -> u32 {
+    PROMPT_BATCH as u32
+}
+
+fn default_chat_template() -> String {
+    chat::AUTO.to_string()
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        EngineSettings {
+            kind: EngineKind::Llama,
+            context: 8192,
+            threads: 0,
+            gpu_layers: GpuLayers::Auto,
+            main_gpu: 0,
+            split_mode: SplitMode::Layer,
+            flash_attn: FlashAttn::Auto,
+            kv_type: KvType::F16,
+            kv_budget: KvBudget::Auto,
+            batch: default_batch(),
+            ubatch: default_ubatch(),
+            chat_template: default_chat_template(),
+            prompt_lookup: true,
+            jump_forward: true,
+        }
+    }
+}
+
+/// Something that answers requests: the model in this process, or a server.
+pub trait Backend: Sync {
+    /// A conversation that can ask for up to `n_seq_max` candidates of at
+    /// most `reply_tokens` tokens per call.
+    fn conversation(
+        &self,
+        n_seq_max: usize,
+        reply_tokens: usize,
+    ) -> Result<Box<dyn Conversation + '_>, EngineError>;
+
+    /// Where the model's layers went; `None` for a server or a replay.
+    fn placement(&self) -> Option<&Placement> {
+        None
+    }
+}
+
+/// A sequence of calls sharing what the backend can keep between them (the
+/// embedded engine keeps the KV cache).
+pub trait Conversation {
+    fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError>;
+
+    /// `messages` as the model reads them (its chat template applied), for
+    /// the trajectory; `None` when the backend does not know (a server).
+    fn render(&self, _messages: &[Message]) -> Option<String> {
+        None
+    }
+
+    /// The context a prompt and its reply must fit in, in tokens; `None`
+    /// when the backend does not know (a server, a replay).
+    fn context_size(&self) -> Option<usize> {
+        None
+    }
+
+    /// Tokens of `messages` once rendered with the chat template; an
+    /// [`EngineError::Unsupported`] error when the backend cannot count them
+    /// (a server, a replay).
+    fn count_tokens(&self, _messages: &[Message]) -> Result<usize, EngineError> {
+        Err(EngineError::Unsupported {
+            what: "count a prompt's tokens",
+        })
+    }
+}
+
+impl Backend for Engine {
+    fn conversation(
+        &self,
+        n_seq_max: usize,
+        reply_tokens: usize,
+    ) -> Result<Box<dyn Conversation + '_>, EngineError> {
+        Ok(Box::new(Session::new(self, n_seq_max, reply_tokens)?))
+    }
+
+    fn placement(&self) -> Option<&Placement> {
+        Some(&self.placement)
+    }
+}
+
+impl Conversation for Session<'_> {
+    fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError> {
+        Session::generate(self, request)
+    }
+
+    fn render(&self, messages: &[Message]) -> Option<String> {
+        self.engine().render(messages).ok()
+    }
+
+    fn context_size(&self) -> Option<usize> {
+        Some(self.engine().context_size())
+    }
+
+    fn count_tokens(&self, messages: &[Message]) -> Result<usize, EngineError> {
+        self.engine().count_tokens(messages)
+    }
+}
+
+/// Checks that a prompt of `prompt` tokens leaves room for `reserved` in a
+/// context of `context` tokens.
+pub fn check_fits(prompt: usize, reserved: usize, context: usize) -> Result<(), EngineError> {
+    let needed = prompt + reserved;
+    if needed > context {
+        return Err(EngineError::TooLong {
+            prompt,
+            reserved,
+            needed,
+            context,
+            over: needed - context,
+        });
+    }
+    Ok(())
+}
+
+/// llama.cpp's backend may be initialised once per process.
+static BACKEND: OnceLock<LlamaBackend> = OnceLock::new();
+static BACKEND_INIT: Mutex<()> = Mutex::new(());
+
+pub(crate) fn backend() -> Result<&'static LlamaBackend, EngineError> {
+    let _guard = BACKEND_INIT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(b) = BACKEND.get() {
+        return Ok(b);
+    }
+    llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+    let b = LlamaBackend::init().map_err(|e| EngineError::Backend(e.to_string()))?;
+    Ok(BACKEND.get_or_init(|| b))
+}
+
+/// How messages become the prompt text.
+enum ChatFormat {
+    /// llama.cpp's built-in rendering of a template it recognises.
+    Llama(LlamaChatTemplate),
+    /// A Jinja template rendered with minijinja ([`chat`]).
+    Jinja(Box<chat::JinjaTemplate>),
+}
+
+/// A loaded model, shared by every task of a run.
+pub struct Engine {
+    pub(crate) model: LlamaModel,
+    template: ChatFormat,
+    /// Texts of the vocabulary's control tokens (`<|im_end|>`, ...), which
+    /// message content must not be able to produce.
+    control_texts: Vec<String>,
+    path: PathBuf,
+    context: u32,
+    pub(crate) threads: i32,
+    /// Prompt tokens per `decode` call (`[engine] batch`).
+    pub(crate) batch: usize,
+    ubatch: u32,
+    placement: Placement,
+    /// Which drafts decoding uses (`prompt_lookup`, `jump_forward`).
+    pub(crate) drafts: speculate::Drafts,
+    /// llama.cpp's context creation is not safe to run concurrently.
+    pub(crate) context_lock: Mutex<()>,
+}
+
+/// Checks the settings that do not depend on the model or the device.
+fn check_settings(settings: &EngineSettings) -> Result<(), EngineError> {
+    if settings.batch == 0 || settings.ubatch == 0 {
+        return Err(EngineError::Settings(format!(
+            "batch = {} and ubatch = {} must both be at least 1",
+            settings.batch, settings.ubatch
+        )));
+    }
+    if settings.ubatch > settings.batch {
+        return Err(EngineError::Settings(format!(
+            "ubatch = {} is larger than batch = {}: a compute step cannot hold more tokens than the batch it splits (lower ubatch or raise batch)",
+            settings.ubatch, settings.batch
+        )));
+    }
+    if settings.kv_type != KvType::F16 && settings.flash_attn == FlashAttn::Off {
+        return Err(EngineError::Settings(format!(
+            "kv_type = \"{}\" needs flash attention (llama.cpp cannot store a quantised V cache without it), but flash_attn = \"off\": set flash_attn = \"auto\" or \"on\", or kv_type = \"f16\"",
+            settings.kv_type.name()
+        )));
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// Loads the GGUF file at `path` with `settings`: offloads the layers
+    /// `gpu_layers` asks for (see [`plan_layers`]), sizes the KV budget
+    /// ([`kv_budgets`]) and the context.
+    pub fn load(path: &Path, settings: &EngineSettings) -> Result<Engine, EngineError> {
+        check_settings(settings)?;
+        let backend = backend()?;
+        let plan = plan(path, settings)?;
+        let split = match settings.split_mode {
+            SplitMode::None => LlamaSplitMode::None,
+            SplitMode::Layer => LlamaSplitMode::Layer,
+            SplitMode::Row => LlamaSplitMode::Row,
+        };
+        let model_params = LlamaModelParams::default()
+            .with_n_gpu_layers(plan.offload)
+            .with_main_gpu(i32::try_from(settings.main_gpu).unwrap_or(i32::MAX))
+            .with_split_mode(split);
+        let model = LlamaModel::load_from_file(backend, path, &model_params).map_err(|e| {
+            EngineError::Load {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            }
+        })?;
+        let template = chat_format(&model, path, &settings.chat_template)?;
+        let vocab = model.vocab();
+        let mut control_texts: Vec<String> = vocab
+            .tokens()
+            .filter(|&t| vocab.is_control(t))
+            .filter_map(|t| vocab.text(t).map(|c| c.to_string_lossy().into_owned()))
+            .filter(|text| text.chars().count() >= 2)
+            .collect();
+        // Longest first, so a token containing another is broken whole.
+        control_texts.sort_by_key(|t| std::cmp::Reverse(t.len()));
+        let trained = model.n_ctx_train();
+        let shape = plan.shape.unwrap_or_else(|| {
+            KvShape::from_dims(
+                model.n_layer(),
+                u32::try_from(model.n_embd()).unwrap_or(0),
+                model.n_head(),
+                model.n_head_kv(),
+            )
+        });
+        let placement = plan.placement(&shape, settings);
+        let (per_token, kv_budget) = (placement.kv_bytes_per_token, placement.kv_budget);
+        let context = match settings.context {
+            0 => context_within_budget(trained, per_token, kv_budget),
+            c if c > trained => {
+                return Err(EngineError::ContextTooLarge {
+                    requested: c,
+                    trained,
+                    model: path.display().to_string(),
+                })
+            }
+            c => c,
+        };
+        let threads = match settings.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            t => t as usize,
+        };
+        tracing::info!(
+            "{}: {}/{} layers on {}, KV cache {} ({} bytes/token, budget {:.1} GiB)",
+            path.display(),
+            placement.gpu_layers,
+            placement.layers,
+            if placement.devices.is_empty() {
+                "the CPU".to_string()
+            } else {
+                placement
+                    .devices
+                    .iter()
+                    .map(|d| d.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+            placement.kv_type.name(),
+            per_token,
+            kv_budget as f64 / f64::from(1u32 << 30)
+        );
+        Ok(Engine {
+            model,
+            template,
+            control_texts,
+            path: path.to_path_buf(),
+            context,
+            threads: i32::try_from(threads).unwrap_or(i32::MAX),
+            batch: settings.batch as usize,
+            ubatch: settings.ubatch,
+            placement,
+            drafts: speculate::Drafts {
+                prompt_lookup: settings.prompt_lookup,
+                jump_forward: settings.jump_forward,
+            },
+            context_lock: Mutex::new(()),
+        })
+    }
+
+    /// Context parameters every context of this engine shares: batch
+    /// sizes, threads, flash attention and the KV cache's type.
+    pub(crate) fn context_params(&self) -> LlamaContextParams {
+        let kv = placement::kv_cache_type(self.placement.kv_type);
+        LlamaContextParams::default()
+            .with_n_batch(u32::try_from(self.batch).unwrap_or(u32::MAX))
+            .with_n_ubatch(self.ubatch)
+            .with_n_threads(self.threads)
+            .with_n_threads_batch(self.threads)
+            .with_flash_attention_policy(placement::flash_attn_type(self.placement.flash_attn))
+            .with_type_k(kv)
+            .with_type_v(kv)
+    }
+
+    /// Where the layers went, and the KV cache's type and budgets.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Context size in tokens.
+    pub fn context_size(&self) -> usize {
+        self.context as usize
+    }
+
+    /// Bytes of KV cache one token takes (keys and values in `kv_type`).
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        self.placement.kv_bytes_per_token
+    }
+
+    /// Renders messages with the model's chat template, ready for the
+    /// assistant's reply.
+    pub fn render(&self, messages: &[Message]) -> Result<String, EngineError> {
+        let template_err = |message: String| EngineError::Template {
+            path: self.path.clone(),
+            message,
+        };
+        match &self.template {
+            ChatFormat::Llama(template) => {
+                let chat = messages
+                    .iter()
+                    .map(|m| LlamaChatMessage::new(m.role.clone(), self.neutralise(&m.content)))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| template_err(e.to_string()))?;
+                self.model
+                    .apply_chat_template(template, &chat, true)
+                    .map_err(|e| template_err(e.to_string()))
+            }
+            ChatFormat::Jinja(template) => {
+                let neutral: Vec<Message> = messages
+                    .iter()
+                    .map(|m| Message {
+                        role: m.role.clone(),
+                        content: self.neutralise(&m.content),
+                    })
+                    .collect();
+                let rendered = template
+                    .render(&neutral)
+                    .map_err(|source| EngineError::Chat {
+                        path: self.path.clone(),
+                        source,
+                    })?;
+                // Tokenizing adds the BOS token itself where the model asks
+                // for one; a template that writes it too would double it.
+                let vocab = self.model.vocab();
+                let bos = token_text(&self.model, vocab.bos());
+                Ok(match rendered.strip_prefix(bos.as_str()) {
+                    Some(rest) if vocab.should_add_bos() && !bos.is_empty() => rest.to_string(),
+                    _ => rendered,
+                })
+            }
+        }
+    }
+
+    /// Message content as the model will read it: any control token's text
+    /// (an issue quoting `<|im_end|>`, a repository file with
+    /// `<|endoftext|>`) gets a zero-width space after its first character,
+    /// so it is read as text and cannot end a turn or forge a role. The
+    /// rendered prompt is tokenized with special tokens parsed, because the
+    /// template's own markers must be.
+    fn neutralise(&self, content: &str) -> String {
+        let mut out = content.to_string();
+        for text in &self.control_texts {
+            if out.contains(text.as_str()) {
+                let mut chars = text.chars();
+                let first = chars.next().map(String::from).unwrap_or_default();
+                out = out.replace(text.as_str(), &format!("{first}\u{200B}{}", chars.as_str()));
+            }
+        }
+        out
+    }
+
+    pub(crate) fn tokenize(&self, text: &str) -> Vec<LlamaToken> {
+        self.model.vocab().tokenize(text.as_bytes(), true, true)
+    }
+
+    /// The token ids of `messages` rendered with the chat template.
+    pub fn tokenize_messages(&self, messages: &[Message]) -> Result<Vec<i32>, EngineError> {
+        Ok(self
+            .tokenize(&self.render(messages)?)
+            .iter()
+            .map(|t| t.0)
+            .collect())
+    }
+
+    /// Tokens in `messages` once rendered with the chat template.
+    pub fn count_tokens(&self, messages: &[Message]) -> Result<usize, EngineError> {
+        Ok(self.tokenize(&self.render(messages)?).len())
+    }
+
+    /// Checks that a prompt of `prompt` tokens leaves room for `reserved`.
+    pub fn check_fits(&self, prompt: usize, reserved: usize) -> Result<(), EngineError> {
+        check_fits(prompt, reserved, self.context_size())
+    }
+
+    /// Greedy decoding of `n` tokens after `tokens` in a fresh context,
+    /// with each step's top two logits (an inspection of the model, for the
+    /// differential test against the candle engine); an end-of-generation
+    /// token does not stop it.
+    pub fn greedy_trace(&self, tokens: &[u32], n: usize) -> Result<Vec<TraceStep>, EngineError> {
+        let llama = |action: &'static str| {
+            move |e: &dyn std::fmt::Display| EngineError::Llama {
+                action,
+                message: e.to_string(),
+            }
+        };
+        let prompt: Vec<LlamaToken> = tokens
+            .iter()
+            .map(|&t| LlamaToken(i32::try_from(t).unwrap_or(i32::MAX)))
+            .collect();
+        self.check_fits(prompt.len(), n)?;
+        let mut ctx = {
+            let _guard = self.context_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let params = self
+                .context_params()
+                .with_n_ctx(NonZeroU32::new(self.context));
+            self.model
+                .new_context(backend()?, params)
+                .map_err(|e| llama("create a context")(&e))?
+        };
+        let mut batch = LlamaBatch::new(self.batch.max(1), 1);
+        for (chunk_index, chunk) in prompt.chunks(self.batch.max(1)).enumerate() {
+            batch.clear();
+            for (i, &token) in chunk.iter().enumerate() {
+                let pos = chunk_index * self.batch + i;
+                batch
+                    .add(token, pos as i32, &[0], pos + 1 == prompt.len())
+                    .map_err(|e| llama("fill a batch")(&e))?;
+            }
+            ctx.decode(&mut batch)
+                .map_err(|e| llama("evaluate the prompt")(&e))?;
+        }
+        let mut steps = Vec::with_capacity(n);
+        for k in 0..n {
+            let step = TraceStep::of(ctx.get_logits_ith(batch.n_tokens() - 1));
+            steps.push(step);
+            let token = LlamaToken(i32::try_from(step.token).unwrap_or(i32::MAX));
+            if k + 1 == n {
+                break;
+            }
+            batch.clear();
+            batch
+                .add(token, (prompt.len() + k) as i32, &[0], true)
+                .map_err(|e| llama("fill a batch")(&e))?;
+            ctx.decode(&mut batch).map_err(|e| llama("decode")(&e))?;
+        }
+        Ok(steps)
+    }
+
+    /// Generates the assistant's reply to `messages`.
+    pub fn complete(
+        &self,
+        messages: &[Message],
+        sampling: &Sampling,
+    ) -> Result<Completion, EngineError> {
+        let prompt = self.tokenize(&self.render(messages)?);
+        let max_tokens = sampling.max_tokens as usize;
+        self.check_fits(prompt.len(), max_tokens)?;
+        let llama = |action: &'static str| {
+            move |e: &dyn std::fmt::Display| EngineError::Llama {
+                action,
+                message: e.to_string(),
+            }
+        };
+        let mut ctx = {
+            let _guard = self.context_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let params = self
+                .context_params()
+                .with_n_ctx(NonZeroU32::new(self.context));
+            self.model
+                .new_context(backend()?, params)
+                .map_err(|e| llama("create a context")(&e))?
+        };
+
+        let started = Instant::now();
+        let mut batch = LlamaBatch::new(self.batch, 1);
+        for (chunk_index, chunk) in prompt.chunks(self.batch).enumerate() {
+            batch.clear();
+            let offset = chunk_index * self.batch;
+            for (i, &token) in chunk.iter().enumerate() {
+                let pos = offset + i;
+                let last = pos + 1 == prompt.len();
+                batch
+                    .add(token, pos as i32, &[0], last)
+                    .map_err(|e| llama("fill a batch")(&e))?;
+            }
+            ctx.decode(&mut batch)
+                .map_err(|e| llama("evaluate the prompt")(&e))?;
+        }
+        let prompt_s = started.elapsed().as_secs_f64();
+
+        let mut sampler = if sampling.temperature <= 0.0 {
+            LlamaSampler::greedy()
+        } else {
+            LlamaSampler::chain_simple([
+                LlamaSampler::top_p(sampling.top_p, 1),
+                LlamaSampler::temp(sampling.temperature),
+                LlamaSampler::dist(sampling.seed),
+            ])
+        };
+        let vocab = self.model.vocab();
+        let decode_started = Instant::now();
+        let mut tokens = Vec::new();
+        let mut bytes = Vec::new();
+        let mut pos = prompt.len();
+        let mut stop = Stop::MaxTokens;
+        while tokens.len() < max_tokens {
+            let token = sampler.sample(&ctx, batch.n_tokens() - 1);
+            if vocab.is_eog(token) {
+                stop = Stop::EndOfText;
+                break;
+            }
+            tokens.push(token.0);
+            bytes.extend(vocab.token_to_piece(token, false, None));
+            batch.clear();
+            batch
+                .add(token, pos as i32, &[0], true)
+                .map_err(|e| llama("fill a batch")(&e))?;
+            pos += 1;
+            ctx.decode(&mut batch).map_err(|e| llama("decode")(&e))?;
+        }
+        Ok(Completion {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            completion_tokens: tokens.len(),
+            tokens,
+            prompt_tokens: prompt.len(),
+            stop,
+            prompt_s,
+            decode_s: decode_started.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// Messages llama.cpp renders once at load to tell whether it knows a
+/// template: it refuses (a negative status) the ones its matcher does not
+/// recognise.
+fn probe_messages() -> Vec<LlamaChatMessage> {
+    [
+        ("system", "s"),
+        ("user", "u"),
+        ("assistant", "a"),
+        ("user", "u"),
+    ]
+    .into_iter()
+    .filter_map(|(role, content)| LlamaChatMessage::new(role.into(), content.into()).ok())
+    .collect()
+}
+
+/// The text of a vocabulary token (`<|begin_of_text|>`); empty when the
+/// model has none.
+fn token_text(model: &LlamaModel, token: LlamaToken) -> String {
+    if token.0 < 0 {
+        return String::new();
+    }
+    model
+        .vocab()
+        .text(token)
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// How `model` renders messages under `[engine] chat_template = setting`.
+fn chat_format(model: &LlamaModel, path: &Path, setting: &str) -> Result<ChatFormat, EngineError> {
+    let chat_err = |source| EngineError::Chat {
+        path: path.to_path_buf(),
+        source,
+    };
+    let jinja = |source: &str| {
+        let vocab = model.vocab();
+        chat::JinjaTemplate::new(
+            source,
+            &token_text(model, vocab.bos()),
+            &token_text(model, vocab.eos()),
+        )
+        .map(|t| ChatFormat::Jinja(Box::new(t)))
+        .map_err(chat_err)
+    };
+    let known = |template: &LlamaChatTemplate| {
+        model
+            .apply_chat_template(template, &probe_messages(), true)
+            .is_ok()
+    };
+    match chat::TemplateSetting::parse(setting) {
+        chat::TemplateSetting::Auto => {
+            let template = model
+                .chat_template(None)
+                .map_err(|_| EngineError::NoTemplate {
+                    path: path.to_path_buf(),
+                })?;
+            if known(&template) {
+                return Ok(ChatFormat::Llama(template));
+            }
+            let source = template.to_string().map_err(|e| EngineError::Template {
+                path: path.to_path_buf(),
+                message: format!("the GGUF's chat template is not UTF-8: {e}"),
+            })?;
+            jinja(&source)
+        }
+        chat::TemplateSetting::Name(name) => match LlamaChatTemplate::new(&name) {
+            Ok(template) if known(&template) => Ok(ChatFormat::Llama(template)),
+            _ => Err(EngineError::UnknownTemplateName { name }),
+        },
+        chat::TemplateSetting::File(file) => {
+            jinja(&chat::read_template_file(&file).map_err(chat_err)?)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_read_old_and_new_forms() {
+        let old: EngineSettings = toml::from_str("context = 4096\nthreads = 2").unwrap();
+        assert_eq!(
+            old,
+            EngineSettings {
+                context: 4096,
+                threads: 2,
+                ..EngineSettings::default()
+            }
+        );
+        #[rustfmt::skip]
+        let cases: [(&str, Result<EngineSettings, &str>); 11] = [
+            ("kind = \"candle\"", Ok(EngineSettings { kind: EngineKind::Candle, ..EngineSettings::default() })),
+            ("kind = \"llama\"", Ok(EngineSettings::default())),
+            ("kind = \"onnx\"", Err("unknown variant `onnx`, expected `llama` or `candle`")),
+            ("gpu_layers = \"all\"\nflash_attn = true\nkv_type = \"q8_0\"\nkv_budget = 1000\nsplit_mode = \"row\"\nmain_gpu = 1\nbatch = 2048\nubatch = 1024",
+             Ok(EngineSettings { gpu_layers: GpuLayers::All, flash_attn: FlashAttn::On, kv_type: KvType::Q8_0,
+                 kv_budget: KvBudget::Bytes(1000), split_mode: SplitMode::Row, main_gpu: 1, batch: 2048,
+                 ubatch: 1024, ..EngineSettings::default() })),
+            ("gpu_layers = 30\nflash_attn = \"off\"\nkv_budget = \"auto\"",
+             Ok(EngineSettings { gpu_layers: GpuLayers::Count(30), flash_attn: FlashAttn::Off, ..EngineSettings::default() })),
+            ("gpu_layers = \"none\"\nflash_attn = false",
+             Ok(EngineSettings { gpu_layers: GpuLayers::None, flash_attn: FlashAttn::Off, ..EngineSettings::default() })),
+            ("gpu_layers = \"most\"", Err("gpu_layers = \"most\": expected")),
+            ("flash_attn = \"yes\"", Err("flash_attn = \"yes\": expected")),
+            ("kv_type = \"q5_1\"", Err("unknown variant `q5_1`")),
+            ("kv_budget = \"lots\"", Err("kv_budget = \"lots\": expected")),
+            ("split_mode = \"tensor\"", Err("unknown variant `tensor`")),
+        ];
+        for (text, want) in cases {
+            let text = format!("context = 8192\nthreads = 0\n{text}");
+            match (toml::from_str::<EngineSettings>(&text), want) {
+                (Ok(got), Ok(want)) => {
+                    assert_eq!(got, want, "{text}");
+                    let back = toml::to_string(&got).unwrap();
+                    assert_eq!(
+                        toml::from_str::<EngineSettings>(&back).unwrap(),
+                        got,
+                        "{back}"
+                    );
+                }
+                (Err(e), Err(want)) => assert!(e.to_string().contains(want), "{text}: {e}"),
+                (got, want) => panic!("{text}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn settings_that_cannot_work_are_refused() {
+        #[rustfmt::skip]
+        let cases = [
+            (EngineSettings::default(), None),
+            (EngineSettings { kv_type: KvType::Q8_0, ..EngineSettings::default() }, None),
+            (EngineSettings { kv_type: KvType::Q4_0, flash_attn: FlashAttn::Off, ..EngineSettings::default() },
+             Some("kv_type = \"q4_0\" needs flash attention")),
+            (EngineSettings { ubatch: 1024, ..EngineSettings::default() },
+             Some("ubatch = 1024 is larger than batch = 512")),
+            (EngineSettings { batch: 0, ..EngineSettings::default() },
+             Some("batch = 0 and ubatch = 512 must both be at least 1")),
+        ];
+        for (settings, want) in cases {
+            let got = check_settings(&settings).err().map(|e| e.to_string());
+            match want {
+                None => assert_eq!(got, None),
+                Some(w) => assert!(
+                    got.as_deref().is_some_and(|g| g.contains(w)),
+                    "{got:?} vs {w}"
+                ),
+            }
+        }
+    }
+}
