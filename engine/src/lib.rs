@@ -18,6 +18,7 @@ pub use patchwright_engine_types::gguf;
 pub mod grammar;
 pub mod http;
 pub mod placement;
+pub mod prompt;
 pub mod scheduler;
 mod session;
 pub mod speculate;
@@ -56,6 +57,7 @@ use llama_cpp_2::token::LlamaToken;
 use serde::{Deserialize, Serialize};
 
 use crate::gguf::KvShape;
+use crate::prompt::{without_template_bos, ControlTexts};
 
 /// Tokens evaluated per `decode` call while reading a prompt, unless
 /// `[engine] batch` says otherwise. Larger batches use more scratch memory
@@ -385,7 +387,7 @@ pub struct Engine {
     template: ChatFormat,
     /// Texts of the vocabulary's control tokens (`<|im_end|>`, ...), which
     /// message content must not be able to produce.
-    control_texts: Vec<String>,
+    control_texts: ControlTexts,
     path: PathBuf,
     context: u32,
     pub(crate) threads: i32,
@@ -447,14 +449,12 @@ impl Engine {
         })?;
         let template = chat_format(&model, path, &settings.chat_template)?;
         let vocab = model.vocab();
-        let mut control_texts: Vec<String> = vocab
-            .tokens()
-            .filter(|&t| vocab.is_control(t))
-            .filter_map(|t| vocab.text(t).map(|c| c.to_string_lossy().into_owned()))
-            .filter(|text| text.chars().count() >= 2)
-            .collect();
-        // Longest first, so a token containing another is broken whole.
-        control_texts.sort_by_key(|t| std::cmp::Reverse(t.len()));
+        let control_texts = ControlTexts::new(
+            vocab
+                .tokens()
+                .filter(|&t| vocab.is_control(t))
+                .filter_map(|t| vocab.text(t).map(|c| c.to_string_lossy().into_owned())),
+        );
         let trained = model.n_ctx_train();
         let shape = plan.shape.unwrap_or_else(|| {
             KvShape::from_dims(
@@ -562,7 +562,12 @@ impl Engine {
             ChatFormat::Llama(template) => {
                 let chat = messages
                     .iter()
-                    .map(|m| LlamaChatMessage::new(m.role.clone(), self.neutralise(&m.content)))
+                    .map(|m| {
+                        LlamaChatMessage::new(
+                            m.role.clone(),
+                            self.control_texts.neutralise(&m.content),
+                        )
+                    })
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| template_err(e.to_string()))?;
                 self.model
@@ -570,47 +575,20 @@ impl Engine {
                     .map_err(|e| template_err(e.to_string()))
             }
             ChatFormat::Jinja(template) => {
-                let neutral: Vec<Message> = messages
-                    .iter()
-                    .map(|m| Message {
-                        role: m.role.clone(),
-                        content: self.neutralise(&m.content),
-                    })
-                    .collect();
                 let rendered = template
-                    .render(&neutral)
+                    .render(&self.control_texts.messages(messages))
                     .map_err(|source| EngineError::Chat {
                         path: self.path.clone(),
                         source,
                     })?;
-                // Tokenizing adds the BOS token itself where the model asks
-                // for one; a template that writes it too would double it.
                 let vocab = self.model.vocab();
-                let bos = token_text(&self.model, vocab.bos());
-                Ok(match rendered.strip_prefix(bos.as_str()) {
-                    Some(rest) if vocab.should_add_bos() && !bos.is_empty() => rest.to_string(),
-                    _ => rendered,
-                })
+                Ok(without_template_bos(
+                    rendered,
+                    &token_text(&self.model, vocab.bos()),
+                    vocab.should_add_bos(),
+                ))
             }
         }
-    }
-
-    /// Message content as the model will read it: any control token's text
-    /// (an issue quoting `<|im_end|>`, a repository file with
-    /// `<|endoftext|>`) gets a zero-width space after its first character,
-    /// so it is read as text and cannot end a turn or forge a role. The
-    /// rendered prompt is tokenized with special tokens parsed, because the
-    /// template's own markers must be.
-    fn neutralise(&self, content: &str) -> String {
-        let mut out = content.to_string();
-        for text in &self.control_texts {
-            if out.contains(text.as_str()) {
-                let mut chars = text.chars();
-                let first = chars.next().map(String::from).unwrap_or_default();
-                out = out.replace(text.as_str(), &format!("{first}\u{200B}{}", chars.as_str()));
-            }
-        }
-        out
     }
 
     pub(crate) fn tokenize(&self, text: &str) -> Vec<LlamaToken> {

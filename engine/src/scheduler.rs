@@ -32,6 +32,7 @@ use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
 
+use super::prompt::reusable_prefix;
 use super::session::{parse_grammar, sampler, shared_context};
 use super::speculate::{Decoder, DraftCount};
 use super::{
@@ -43,17 +44,6 @@ use super::{
 /// the copy moves a whole KV stream (the engine's context long), which
 /// costs about what evaluating a few dozen tokens does on a CPU.
 pub const MIN_SHARED_PREFIX: usize = 64;
-
-/// The longest common prefix of `prompt` and `cached`, leaving at least the
-/// prompt's last token to evaluate (its logits start the reply).
-fn common_prefix(prompt: &[LlamaToken], cached: &[LlamaToken]) -> usize {
-    prompt
-        .iter()
-        .zip(cached)
-        .take_while(|(a, b)| a == b)
-        .count()
-        .min(prompt.len().saturating_sub(1))
-}
 
 /// How many conversations the scheduler holds at once, and how many
 /// candidates each may ask for.
@@ -561,7 +551,7 @@ impl<'e> Worker<'e> {
         let seqs: Vec<i32> = conv.seqs.iter().copied().take(n).collect();
         // Reuse the longest common prefix; keep at least the last prompt
         // token to evaluate, since its logits start the reply.
-        let own = common_prefix(&prompt, &conv.cached);
+        let own = reusable_prefix(&prompt, &conv.cached);
         for &seq in conv.seqs.iter().skip(1) {
             self.ctx
                 .clear_kv_cache_seq(u32::try_from(seq).ok(), None, None)
@@ -622,7 +612,7 @@ impl<'e> Worker<'e> {
             .filter_map(|(_, c)| Some((*c.seqs.first()?, c.cached.as_slice())));
         let parked = self.parked.iter().map(|(s, t)| (*s, t.as_slice()));
         open.chain(parked)
-            .map(|(seq, cached)| (seq, common_prefix(prompt, cached)))
+            .map(|(seq, cached)| (seq, reusable_prefix(prompt, cached)))
             .filter(|(_, shared)| *shared > 0)
             .max_by_key(|(seq, shared)| (*shared, std::cmp::Reverse(*seq)))
     }

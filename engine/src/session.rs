@@ -111,14 +111,7 @@ impl<'e> Session<'e> {
             })
             .collect::<Result<Vec<_>, _>>()?;
 
-        // Reuse the longest common prefix; keep at least the last prompt
-        // token to evaluate, since its logits start the reply.
-        let common = prompt
-            .iter()
-            .zip(&self.cached)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(prompt.len().saturating_sub(1));
+        let common = super::prompt::reusable_prefix(&prompt, &self.cached);
         for seq in 1..self.n_seq_max {
             self.ctx
                 .clear_kv_cache_seq(Some(seq as u32), None, None)

@@ -29,6 +29,7 @@ use self::model::{Cache, Model};
 use self::sample::{GrammarState, Sampler, Vocab};
 use super::chat::{self, JinjaTemplate};
 use super::gbnf::Grammar;
+use super::prompt::{without_template_bos, ControlTexts};
 use super::tokenizer::GgufTokenizer;
 use super::{
     Backend, Candidate, Conversation, EngineError, EngineSettings, Generation, Message, Request,
@@ -65,8 +66,8 @@ pub struct CandleEngine {
     tokenizer: GgufTokenizer,
     pieces: Pieces,
     template: JinjaTemplate,
-    /// Texts of the control tokens, longest first (see [`Self::render`]).
-    control_texts: Vec<String>,
+    /// Texts of the control tokens (see [`Self::render`]).
+    control_texts: ControlTexts,
     path: PathBuf,
     context: usize,
     /// Prompt tokens evaluated per forward pass (`[engine] batch`).
@@ -123,13 +124,13 @@ impl CandleEngine {
             .map(|v| v.iter().map(|t| t.to_i32().unwrap_or(0)).collect())
             .unwrap_or_default();
         let texts = strings(&content, "tokenizer.ggml.tokens");
-        let mut control_texts: Vec<String> = texts
-            .iter()
-            .zip(&types)
-            .filter(|(text, &ty)| ty == TOKEN_TYPE_CONTROL && text.chars().count() >= 2)
-            .map(|(text, _)| text.clone())
-            .collect();
-        control_texts.sort_by_key(|t| std::cmp::Reverse(t.len()));
+        let control_texts = ControlTexts::new(
+            texts
+                .iter()
+                .zip(&types)
+                .filter(|(_, &ty)| ty == TOKEN_TYPE_CONTROL)
+                .map(|(text, _)| text.clone()),
+        );
         let token_text = |key: &str| {
             content
                 .metadata
@@ -227,16 +228,9 @@ impl CandleEngine {
     /// zero-width space (as the llama.cpp engine does), and a BOS text the
     /// template writes is dropped where tokenizing adds the BOS token.
     pub fn render(&self, messages: &[Message]) -> Result<String, EngineError> {
-        let neutral: Vec<Message> = messages
-            .iter()
-            .map(|m| Message {
-                role: m.role.clone(),
-                content: self.neutralise(&m.content),
-            })
-            .collect();
         let rendered = self
             .template
-            .render(&neutral)
+            .render(&self.control_texts.messages(messages))
             .map_err(|source| EngineError::Chat {
                 path: self.path.clone(),
                 source,
@@ -246,22 +240,11 @@ impl CandleEngine {
             .bos()
             .and_then(|b| self.tokenizer.token_text(b))
             .unwrap_or_default();
-        Ok(match rendered.strip_prefix(bos) {
-            Some(rest) if self.tokenizer.add_bos() && !bos.is_empty() => rest.to_string(),
-            _ => rendered,
-        })
-    }
-
-    fn neutralise(&self, content: &str) -> String {
-        let mut out = content.to_string();
-        for text in &self.control_texts {
-            if out.contains(text.as_str()) {
-                let mut chars = text.chars();
-                let first = chars.next().map(String::from).unwrap_or_default();
-                out = out.replace(text.as_str(), &format!("{first}\u{200B}{}", chars.as_str()));
-            }
-        }
-        out
+        Ok(without_template_bos(
+            rendered,
+            bos,
+            self.tokenizer.add_bos(),
+        ))
     }
 
     /// The token ids of `text` with special tokens parsed, after the BOS
@@ -412,14 +395,7 @@ impl Conversation for CandleConversation<'_> {
 
         let _busy = engine.busy.lock().unwrap_or_else(|e| e.into_inner());
         engine.pool.install(|| {
-            // Reuse the longest common prefix; keep at least the last prompt
-            // token to evaluate, since its logits start the reply.
-            let common = prompt
-                .iter()
-                .zip(&self.cached)
-                .take_while(|(a, b)| a == b)
-                .count()
-                .min(prompt.len().saturating_sub(1));
+            let common = super::prompt::reusable_prefix(&prompt, &self.cached);
             self.cache.truncate(common).map_err(candle_err)?;
             self.cached.truncate(common);
             let first = engine.eval(&prompt[common..], &mut self.cache)?;
