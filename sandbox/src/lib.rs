@@ -23,6 +23,7 @@
 //! See README.md in this crate for what the sandbox does and does not
 //! protect against.
 
+mod bwrap;
 mod cgroup;
 mod error;
 mod outcome;
@@ -35,6 +36,7 @@ mod seccomp;
 mod spawner;
 mod wasi;
 
+pub use bwrap::*;
 pub use error::SandboxError;
 pub use outcome::{
     signal_name, Enforced, LimitEvents, LimitsInForce, Mechanism, Outcome, SignalInfo, TierKind,

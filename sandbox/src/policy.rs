@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bwrap::{flag_supported, BwrapVersion};
 use crate::error::SandboxError;
-use crate::preflight::{flag_supported, BwrapVersion};
 
 /// Where bubblewrap is looked for unless the policy says otherwise: the path
 /// Debian's and Ubuntu's `bubblewrap` package installs it at.

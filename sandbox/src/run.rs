@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::bwrap::{bwrap_version, flag_supported, PreflightError, MINIMUM_BWRAP};
 use crate::cgroup::Cgroup;
 use crate::error::SandboxError;
 use crate::outcome::{Enforced, LimitsInForce, Mechanism, Outcome, SignalInfo};
@@ -19,7 +20,6 @@ use crate::policy::{
     bwrap_args, bwrap_args_with_etc, etc_layer_unfit, Policy, Tier, CORE_DUMP_BYTES, GROUP_CONTENT,
     GROUP_FD, HOSTS_FD, PASSWD_CONTENT, PASSWD_FD, SECCOMP_FD, STATUS_FD,
 };
-use crate::preflight::{bwrap_version, flag_supported, PreflightError, MINIMUM_BWRAP};
 use crate::prepared;
 use crate::spawner::{delta, Spawner};
 

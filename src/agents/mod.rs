@@ -288,12 +288,18 @@ pub fn localizer(issue: &Issue) -> Agent<'static> {
 mod tests {
     /// The sources that solve a task: every agent, and the pipelines that
     /// drive them. They take a `dataset::Issue`, which has no answer in it.
-    const SOLVERS: [(&str, &str); 18] = [
+    const SOLVERS: [(&str, &str); 21] = [
         ("src/agents/mod.rs", include_str!("mod.rs")),
         ("src/agents/budget.rs", include_str!("budget.rs")),
         ("src/agents/call.rs", include_str!("call.rs")),
         ("src/agents/evidence.rs", include_str!("evidence.rs")),
-        ("src/agents/fixer.rs", include_str!("fixer.rs")),
+        ("src/agents/fixer/mod.rs", include_str!("fixer/mod.rs")),
+        ("src/agents/fixer/code.rs", include_str!("fixer/code.rs")),
+        (
+            "src/agents/fixer/prompt.rs",
+            include_str!("fixer/prompt.rs"),
+        ),
+        ("src/agents/fixer/reply.rs", include_str!("fixer/reply.rs")),
         ("src/agents/history.rs", include_str!("history.rs")),
         ("src/agents/localize.rs", include_str!("localize.rs")),
         ("src/agents/missing.rs", include_str!("missing.rs")),
@@ -356,12 +362,17 @@ mod tests {
 
     #[test]
     fn every_agent_file_is_checked() -> Result<(), Box<dyn std::error::Error>> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/agents");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut files = Vec::new();
-        for entry in std::fs::read_dir(&dir)? {
-            let name = entry?.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".rs") {
-                files.push(format!("src/agents/{name}"));
+        let mut dirs = vec![root.join("src/agents")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir)? {
+                let path = entry?.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    files.push(path.strip_prefix(root)?.to_string_lossy().into_owned());
+                }
             }
         }
         files.sort();
