@@ -62,8 +62,7 @@ pub enum SandboxError {
     #[error(
         "the {tier} sandbox runs only Python (python, python3, pytest, python -m MODULE), \
          one command per line or joined by && or ;, with cd, export, set and source/. of an \
-         activate script; `{command}` {reason}: nothing was run — use the ACI's \
-         search_dir/find_file/open for exploring, and Python for the rest"
+         activate script; `{command}` {reason}: nothing was run"
     )]
     Unsupported {
         /// The tier's name ([`crate::Tier::name`]).

@@ -294,7 +294,6 @@ fn host_secrets_in_the_environment_and_home_are_not_visible() -> Res {
         o.output,
         format!(
             "[('HOME', '/tmp'), ('LANG', 'C.UTF-8'), ('PATH', '{}'), ('PWD', '{w}'), \
-             ('PYTEST_ADDOPTS', '--capture=sys -p no:faulthandler -p no:cacheprovider'), \
              ('PYTHONTZPATH', ''), ('TMPDIR', '/tmp')]\n/tmp []\n",
             patchwright_sandbox::DEFAULT_PATH
         )

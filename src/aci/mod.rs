@@ -60,6 +60,13 @@ pub enum AciError {
     NoSandbox(#[source] crate::env::EnvError),
     #[error("Error: the sandbox refused to run the command: {0}")]
     Refused(#[source] sandbox::SandboxError),
+    /// The tier runs only Python (the WASI tier): the ACI's own commands
+    /// explore instead.
+    #[error(
+        "Error: the sandbox refused to run the command: {0} — use the ACI's \
+         search_dir/find_file/open for exploring, and Python for the rest"
+    )]
+    NotPython(#[source] sandbox::SandboxError),
 }
 
 /// Lines shown by the file viewer, SWE-agent's default.
@@ -634,7 +641,10 @@ impl Aci {
         let argv = ["bash".to_string(), "-c".to_string(), command.to_string()];
         let outcome = sandbox::run(&policy, &argv);
         self.reindex_changed_since(started);
-        outcome.map_err(AciError::Refused)
+        outcome.map_err(|e| match e {
+            e @ sandbox::SandboxError::Unsupported { .. } => AciError::NotPython(e),
+            e => AciError::Refused(e),
+        })
     }
 
     fn locate(&mut self, path: &str, qualname: &str) -> String {

@@ -219,6 +219,9 @@ impl TaskEnv {
             path.push(wasi.site_packages());
             let path: Vec<String> = path.iter().map(|p| p.display().to_string()).collect();
             policy.env.insert("PYTHONPATH".into(), path.join(":"));
+            policy
+                .env
+                .insert("PYTEST_ADDOPTS".into(), super::wasi::PYTEST_ADDOPTS.into());
         }
         if let Some(s) = &self.setup.spec {
             for (k, v) in &s.spec.vars {

@@ -340,6 +340,12 @@ fn the_acis_run_shows_the_tiers_refusal_and_runs_python() {
         ),
         "{stdout}"
     );
-    assert!(refusal.contains("nothing was run"), "{stdout}");
+    assert!(
+        refusal.ends_with(
+            "nothing was run — use the ACI's search_dir/find_file/open for exploring, and \
+             Python for the rest"
+        ),
+        "{stdout}"
+    );
     assert!(stdout.contains("hello from wasi"), "{stdout}");
 }

@@ -68,21 +68,10 @@ pub const DEFAULT_PYTHON_TAG: &str = "315";
 
 /// Variables the runtime needs besides the policy's (the policy's win):
 /// `TMPDIR` for `tempfile`, and an empty `PYTHONTZPATH` so `zoneinfo`
-/// reads the bundled `tzdata` package (there is no /usr/share/zoneinfo),
-/// and pytest's options for a host without `dup`: WASI preview 1 has no
-/// `dup`, so pytest's default file-descriptor capture (and its
-/// faulthandler plugin, which dups stderr) fails before any test runs;
-/// `--capture=sys` captures at the `sys.stdout` level instead (a command
-/// line's own `-s` or `--capture` still wins, being later); its cache
-/// plugin calls `os.umask`, which WASI lacks, so it is off too.
-pub const WASI_BASE_ENV: &[(&str, &str)] = &[
-    ("TMPDIR", "/tmp"),
-    ("PYTHONTZPATH", ""),
-    (
-        "PYTEST_ADDOPTS",
-        "--capture=sys -p no:faulthandler -p no:cacheprovider",
-    ),
-];
+/// reads the bundled `tzdata` package (there is no /usr/share/zoneinfo).
+/// What a particular program needs under this tier (pytest's options)
+/// is the caller's to put in the policy.
+pub const WASI_BASE_ENV: &[(&str, &str)] = &[("TMPDIR", "/tmp"), ("PYTHONTZPATH", "")];
 
 /// How often the epoch advances while a guest runs: a timed-out guest
 /// stops within about this much of its deadline (when it is running Wasm;

@@ -639,8 +639,7 @@ mod tests {
             e,
             "the wasi sandbox runs only Python (python, python3, pytest, python -m MODULE), one \
              command per line or joined by && or ;, with cd, export, set and source/. of an \
-             activate script; `grep -rn foo .` is not Python: nothing was run — use the ACI's \
-             search_dir/find_file/open for exploring, and Python for the rest"
+             activate script; `grep -rn foo .` is not Python: nothing was run"
         );
     }
 

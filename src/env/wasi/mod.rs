@@ -27,6 +27,14 @@ use patchwright_sandbox::WasiRuntime;
 use super::build::Index;
 use super::spec::Spec;
 
+/// pytest's options under the WASI tier, set by the task's policy: WASI
+/// preview 1 has no `dup`, so pytest's default file-descriptor capture
+/// (and its faulthandler plugin, which dups stderr) fails before any test
+/// runs; `--capture=sys` captures at the `sys.stdout` level instead (a
+/// command line's own `-s` or `--capture` still wins, being later); its
+/// cache plugin calls `os.umask`, which WASI lacks, so it is off too.
+pub const PYTEST_ADDOPTS: &str = "--capture=sys -p no:faulthandler -p no:cacheprovider";
+
 /// The runtime's Python version (`python 3.15.0` in its `MANIFEST`), which
 /// pip resolves the spec's packages for.
 pub const RUNTIME_PYTHON: &str = "3.15";
