@@ -60,9 +60,10 @@ pub enum SandboxError {
     /// The policy's tier cannot run this command (the WASI tier runs only
     /// Python, through a small subset of shell); nothing was run.
     #[error(
-        "the {tier} sandbox runs only Python (python, python3, pytest, python -m MODULE), \
-         one command per line or joined by && or ;, with cd, export, set and source/. of an \
-         activate script; `{command}` {reason}: nothing was run"
+        "the {tier} sandbox runs only Python (python, python3, python -m MODULE, and the \
+         console scripts its policy runs as modules), one command per line or joined by && or \
+         ;, with cd, export, set and source/. of an activate script; `{command}` {reason}: \
+         nothing was run"
     )]
     Unsupported {
         /// The tier's name ([`crate::Tier::name`]).

@@ -342,6 +342,11 @@ pub struct WasiRuntime {
     /// folder that presents the stdlib zip under its guest name; created
     /// when missing.
     pub module_cache: PathBuf,
+    /// Console scripts the tier runs as `python -m MODULE` (a guest cannot
+    /// exec a package's script): program name (or a path's last part) →
+    /// module, as the caller's commands need them (`pytest` → `pytest`).
+    #[serde(default)]
+    pub modules: BTreeMap<String, String>,
 }
 
 /// Everything that decides what a sandboxed command can see and do.
@@ -1039,6 +1044,7 @@ mod home_tests {
             python_wasm: "/c/python.wasm".into(),
             stdlib_zip: "/c/python-stdlib.zip".into(),
             module_cache: "/c/compiled".into(),
+            modules: BTreeMap::from([("pytest".into(), "pytest".into())]),
         });
         let back: Policy = serde_json::from_str(&serde_json::to_string(&w).unwrap()).unwrap();
         assert_eq!(back, w);

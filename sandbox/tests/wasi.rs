@@ -47,6 +47,10 @@ fn runtime() -> WasiRuntime {
         // `env::wasi::runtime::MODULE_CACHE_SUBDIR`), so python.wasm is
         // compiled once for these tests and the program's alike.
         module_cache: dir.join("module-cache"),
+        modules: [("pytest", "pytest"), ("py.test", "pytest")]
+            .iter()
+            .map(|(s, m)| (s.to_string(), m.to_string()))
+            .collect(),
     }
 }
 

@@ -1060,7 +1060,7 @@ pub fn run_wasi(
     runtime: &WasiRuntime,
     argv: &[String],
 ) -> Result<Outcome, SandboxError> {
-    let plan = shell::parse_argv(argv)?;
+    let plan = shell::parse_argv(argv, &runtime.modules)?;
     policy.validate()?;
     if policy.network {
         return Err(SandboxError::invalid(

@@ -12,7 +12,11 @@
 //! script and `conda activate NAME` (no-ops: this tier has no virtual
 //! environments, the policy's environment is the Python's); `exit [N]`;
 //! and the Python commands `python`, `python3`, `python3.N`, a path ending
-//! in one of those, `pytest` and `py.test` (`python -m pytest`).
+//! in one of those, and the console scripts the policy's runtime maps to
+//! a module (`WasiRuntime::modules`: the caller's `pytest` runs as
+//! `python -m pytest`).
+
+use std::collections::BTreeMap;
 
 use crate::error::SandboxError;
 
@@ -285,15 +289,16 @@ pub fn is_python(program: &str) -> bool {
     }
 }
 
-/// Whether `program` is pytest's command (`pytest`, `py.test`, or a path
-/// ending in one).
-fn is_pytest(program: &str) -> bool {
+/// The module `program` (a name, or a path ending in one) runs as, when
+/// `modules` maps it.
+fn module_of<'a>(program: &str, modules: &'a BTreeMap<String, String>) -> Option<&'a str> {
     let base = program.rsplit('/').next().unwrap_or(program);
-    base == "pytest" || base == "py.test"
+    modules.get(base).map(String::as_str)
 }
 
-/// The [`Step`] of one simple command's words. Pure.
-fn step(words: &[String]) -> Result<Step, SandboxError> {
+/// The [`Step`] of one simple command's words; `modules` are the console
+/// scripts run as `python -m MODULE`. Pure.
+fn step(words: &[String], modules: &BTreeMap<String, String>) -> Result<Step, SandboxError> {
     let shown = words.join(" ");
     let mut env = Vec::new();
     let mut rest = words;
@@ -391,18 +396,24 @@ fn step(words: &[String]) -> Result<Step, SandboxError> {
             env,
             args: args.to_vec(),
         }),
-        p if is_pytest(p) => {
-            let mut all = vec!["-m".to_string(), "pytest".to_string()];
-            all.extend(args.iter().cloned());
-            Ok(Step::Python { env, args: all })
-        }
-        _ => Err(refuse(&shown, "is not Python")),
+        p => match module_of(p, modules) {
+            Some(module) => {
+                let mut all = vec!["-m".to_string(), module.to_string()];
+                all.extend(args.iter().cloned());
+                Ok(Step::Python { env, args: all })
+            }
+            None => Err(refuse(&shown, "is not Python")),
+        },
     }
 }
 
-/// Reads `script` as the subset of sh this tier runs. Pure: nothing runs,
-/// and a script with any refused command is refused whole.
-pub fn parse_script(script: &str) -> Result<Plan, SandboxError> {
+/// Reads `script` as the subset of sh this tier runs (`modules` as in
+/// [`parse_argv`]). Pure: nothing runs, and a script with any refused
+/// command is refused whole.
+pub fn parse_script(
+    script: &str,
+    modules: &BTreeMap<String, String>,
+) -> Result<Plan, SandboxError> {
     let tokens = tokenize(script)?;
     let mut plan = Plan::default();
     let mut list: AndList = Vec::new();
@@ -415,7 +426,7 @@ pub fn parse_script(script: &str) -> Result<Plan, SandboxError> {
                 if words.is_empty() {
                     return Err(refuse(script, "has && without a command before it"));
                 }
-                list.push(step(&words)?);
+                list.push(step(&words, modules)?);
                 words.clear();
                 after_and = true;
             }
@@ -430,7 +441,7 @@ pub fn parse_script(script: &str) -> Result<Plan, SandboxError> {
                     }
                     continue;
                 }
-                list.push(step(&words)?);
+                list.push(step(&words, modules)?);
                 words.clear();
                 after_and = false;
                 plan.lists.push(std::mem::take(&mut list));
@@ -444,8 +455,12 @@ pub fn parse_script(script: &str) -> Result<Plan, SandboxError> {
 }
 
 /// The plan of a direct argv (no shell): a Python command, or `bash -c
-/// SCRIPT` / `sh -c SCRIPT` read by [`parse_script`]. Pure.
-pub fn parse_argv(argv: &[String]) -> Result<Plan, SandboxError> {
+/// SCRIPT` / `sh -c SCRIPT` read by [`parse_script`]; a console script of
+/// `modules` runs as `python -m MODULE`. Pure.
+pub fn parse_argv(
+    argv: &[String],
+    modules: &BTreeMap<String, String>,
+) -> Result<Plan, SandboxError> {
     let Some((program, args)) = argv.split_first() else {
         return Err(SandboxError::invalid(
             "the command is empty: pass at least the program to run",
@@ -454,14 +469,14 @@ pub fn parse_argv(argv: &[String]) -> Result<Plan, SandboxError> {
     let base = program.rsplit('/').next().unwrap_or(program);
     if matches!(base, "bash" | "sh") {
         return match args {
-            [flag, script, ..] if flag == "-c" => parse_script(script),
+            [flag, script, ..] if flag == "-c" => parse_script(script, modules),
             _ => Err(refuse(
                 &argv.join(" "),
                 "runs a shell without -c SCRIPT (scripts from files are not read)",
             )),
         };
     }
-    let s = step(argv)?;
+    let s = step(argv, modules)?;
     match s {
         Step::Python { .. } => Ok(Plan {
             lists: vec![vec![s]],
@@ -476,6 +491,14 @@ pub fn parse_argv(argv: &[String]) -> Result<Plan, SandboxError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The console scripts of the tests: pytest's.
+    fn modules() -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("pytest".to_string(), "pytest".to_string()),
+            ("py.test".to_string(), "pytest".to_string()),
+        ])
+    }
 
     fn py(args: &[&str]) -> Step {
         Step::Python {
@@ -546,7 +569,7 @@ mod tests {
             ("", vec![]),
         ];
         for (script, want) in cases {
-            match parse_script(script) {
+            match parse_script(script, &modules()) {
                 Ok(plan) => assert_eq!(plan.lists, want, "{script:?}"),
                 Err(e) => panic!("{script:?}: {e}"),
             }
@@ -621,7 +644,7 @@ mod tests {
             ("pythonx a", "pythonx a", "is not Python"),
         ];
         for (script, command, reason) in cases {
-            match parse_script(script) {
+            match parse_script(script, &modules()) {
                 Err(SandboxError::Unsupported {
                     tier,
                     command: c,
@@ -634,12 +657,15 @@ mod tests {
                 other => panic!("{script}: {other:?}"),
             }
         }
-        let e = parse_script("grep -rn foo .").unwrap_err().to_string();
+        let e = parse_script("grep -rn foo .", &modules())
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
-            "the wasi sandbox runs only Python (python, python3, pytest, python -m MODULE), one \
-             command per line or joined by && or ;, with cd, export, set and source/. of an \
-             activate script; `grep -rn foo .` is not Python: nothing was run"
+            "the wasi sandbox runs only Python (python, python3, python -m MODULE, and the \
+             console scripts its policy runs as modules), one command per line or joined by && \
+             or ;, with cd, export, set and source/. of an activate script; `grep -rn foo .` is \
+             not Python: nothing was run"
         );
     }
 
@@ -647,18 +673,34 @@ mod tests {
     fn argv_forms() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            parse_argv(&s(&["python3", "-c", "pass"])).unwrap().lists,
+            parse_argv(&s(&["python3", "-c", "pass"]), &modules())
+                .unwrap()
+                .lists,
             vec![vec![py(&["-c", "pass"])]]
         );
         assert_eq!(
-            parse_argv(&s(&["/bin/bash", "-c", "pytest -q"]))
+            parse_argv(&s(&["/bin/bash", "-c", "pytest -q"]), &modules())
                 .unwrap()
                 .lists,
             vec![vec![py(&["-m", "pytest", "-q"])]]
         );
+        // A console script runs only when the policy maps it to a module.
+        assert!(matches!(
+            parse_argv(&s(&["pytest", "-q"]), &BTreeMap::new()),
+            Err(SandboxError::Unsupported { .. })
+        ));
+        assert_eq!(
+            parse_argv(&s(&["/venv/bin/py.test"]), &modules())
+                .unwrap()
+                .lists,
+            vec![vec![py(&["-m", "pytest"])]]
+        );
         for bad in [&["ls", "-la"][..], &["bash", "run.sh"], &["cd", "/"]] {
             assert!(
-                matches!(parse_argv(&s(bad)), Err(SandboxError::Unsupported { .. })),
+                matches!(
+                    parse_argv(&s(bad), &modules()),
+                    Err(SandboxError::Unsupported { .. })
+                ),
                 "{bad:?}"
             );
         }

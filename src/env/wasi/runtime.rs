@@ -208,8 +208,16 @@ pub fn runtime_at(dir: &Path) -> WasiRuntime {
         python_wasm: dir.join("python.wasm"),
         stdlib_zip: dir.join("python-stdlib.zip"),
         module_cache: dir.join(MODULE_CACHE_SUBDIR),
+        modules: CONSOLE_SCRIPTS
+            .iter()
+            .map(|(s, m)| (s.to_string(), m.to_string()))
+            .collect(),
     }
 }
+
+/// The console scripts the task commands use, run as `python -m MODULE`
+/// under the WASI tier: pytest's.
+pub const CONSOLE_SCRIPTS: &[(&str, &str)] = &[("pytest", "pytest"), ("py.test", "pytest")];
 
 /// The fetched runtime of [`runtime_dir`]; an error saying to run
 /// [`FETCH_COMMAND`] when it is absent, incomplete or another version's.
