@@ -21,6 +21,7 @@ use crate::engine::http::{ServerKind, ServerSettings};
 use crate::engine::{EngineSettings, Sampling};
 use crate::env::build::{Index, Pythons};
 use crate::env::spec::{SpecError, Specs};
+pub use crate::env::EnvSettings;
 use crate::env::{EnvError, Environment};
 use crate::models::{self, ModelError};
 
@@ -441,8 +442,6 @@ impl Overrides {
         Ok(())
     }
 }
-
-pub use crate::env::EnvSettings;
 
 /// What the command line says about environments and grading; resolved by
 /// [`EnvOptions::resolve`].
