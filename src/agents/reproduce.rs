@@ -817,22 +817,17 @@ fn try_one(
         Err(e) => error(e.to_string()),
         Ok((outcome, verdict)) => {
             let (status, reason) = match verdict {
-                Verdict::Failed => match test_bug(&outcome.output, path) {
-                    Some(e) => (
-                        SampleStatus::Broken,
-                        evidence::OtherIssues::TestBug {
-                            exception: e.to_string(),
+                // The judge tells the test's own bug (broken) from a wrong
+                // use of the code (other issues).
+                Verdict::Failed => {
+                    match evidence::judge(&outcome.output, path, judging.issue, judging.accept) {
+                        Ok(()) => (SampleStatus::Failed, String::new()),
+                        Err(why @ evidence::OtherIssues::TestBug { .. }) => {
+                            (SampleStatus::Broken, why.to_string())
                         }
-                        .to_string(),
-                    ),
-                    None => {
-                        match evidence::judge(&outcome.output, path, judging.issue, judging.accept)
-                        {
-                            Ok(()) => (SampleStatus::Failed, String::new()),
-                            Err(why) => (SampleStatus::Other, why.to_string()),
-                        }
+                        Err(why) => (SampleStatus::Other, why.to_string()),
                     }
-                },
+                }
                 Verdict::Passed => (SampleStatus::Passed, String::new()),
                 Verdict::Broken(why) => (SampleStatus::Broken, why),
             };
