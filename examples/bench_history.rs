@@ -85,7 +85,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     let base = patchwright::repo::head_commit(repo)?;
     for (name, keep, block) in settings {
-        let mut aci = Aci::new(repo, &base, CodeIndex::build(repo)?, AciSettings::default());
+        let env = patchwright::env::task::TaskEnv::bare(&patchwright_sandbox::Host::default());
+        let mut aci = Aci::new(
+            repo,
+            &base,
+            CodeIndex::build(repo)?,
+            AciSettings::default(),
+            env,
+        );
         let agent = Agent {
             name: "bench",
             role: "You explore a repository.",

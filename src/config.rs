@@ -470,9 +470,12 @@ pub struct EnvOptions {
 }
 
 impl EnvOptions {
-    /// The settings: specs loaded, interpreters found, the wheel directory
-    /// and the environments directory (created) made absolute.
-    pub fn resolve(&self) -> Result<EnvSettings, ConfigError> {
+    /// The settings on `host`: specs loaded, interpreters found, the wheel
+    /// directory and the environments directory (created) made absolute,
+    /// and these directories declared the program's own to the host's
+    /// sandbox.
+    pub fn resolve(&self, host: &patchwright_sandbox::Host) -> Result<EnvSettings, ConfigError> {
+        let mut host = host.clone();
         let specs = Specs::load(self.specs.as_deref())?;
         let index =
             match &self.wheels {
@@ -513,24 +516,25 @@ impl EnvOptions {
             })?;
         // Named by the user (or the program's own default): the sandbox's
         // home-directory check lets binds inside them through.
-        patchwright_sandbox::allow_program_dir(&envs_root);
+        host.allow_program_dir(&envs_root);
         match &index {
             Index::Wheels(dir) | Index::Bundle(dir) => {
-                patchwright_sandbox::allow_program_dir(dir);
+                host.allow_program_dir(dir);
                 if let Some(root) = dir.parent().filter(|_| self.bundle.is_some()) {
-                    patchwright_sandbox::allow_program_dir(root);
+                    host.allow_program_dir(root);
                 }
             }
             Index::Online => {}
         }
         for prefix in &self.pythons {
             if let Ok(prefix) = std::path::absolute(prefix) {
-                patchwright_sandbox::allow_program_dir(prefix);
+                host.allow_program_dir(prefix);
             }
         }
         Ok(EnvSettings {
             specs,
             pythons,
+            host,
             envs_root,
             index,
             jobs,

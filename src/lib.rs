@@ -17,6 +17,7 @@ pub mod eval;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod index;
+pub mod inputs;
 pub mod models;
 pub mod pipeline;
 pub mod record;

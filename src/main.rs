@@ -13,7 +13,7 @@ use cli::{Cli, Command, EnvCommand, ModelsCommand, SandboxCommand};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let result = cli::use_bwrap_from_env().and_then(|()| match cli.command {
+    let result = match cli.command {
         Command::Batch(args) => cli::batch::batch(args),
         Command::Sweep(args) => cli::batch::sweep(args),
         Command::Merge(args) => cli::batch::merge(args),
@@ -29,13 +29,15 @@ fn main() -> ExitCode {
         Command::Eval(args) => cli::evaluation::eval(args),
         Command::Check(args) => cli::evaluation::check(args),
         Command::Pack(args) => cli::pack::pack(args),
-    });
+    };
     match result {
         Ok(0) => ExitCode::SUCCESS,
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
             eprintln!("error: {}", chain(&e));
-            if e.downcast_ref::<cli::SandboxUnavailable>().is_some() {
+            if e.downcast_ref::<patchwright::inputs::SandboxUnavailable>()
+                .is_some()
+            {
                 ExitCode::from(cli::EXIT_NO_SANDBOX)
             } else {
                 ExitCode::FAILURE

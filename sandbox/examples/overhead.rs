@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(d) => std::path::PathBuf::from(d),
         None => std::env::temp_dir(),
     };
-    let policy = Policy::for_worktree(&dir)?;
+    let policy = Policy::for_worktree(&dir, &patchwright_sandbox::Host::default())?;
     let mut no_cgroup = policy.clone();
     no_cgroup.cgroups = false;
     let argv = vec!["/bin/true".to_string()];

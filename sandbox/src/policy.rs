@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
-use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -14,97 +13,49 @@ use crate::error::SandboxError;
 /// Debian's and Ubuntu's `bubblewrap` package installs it at.
 pub const DEFAULT_BWRAP: &str = "/usr/bin/bwrap";
 
-/// The bubblewrap binary of this process's host policies, when the program
-/// chose one ([`set_host_bwrap`]).
-static HOST_BWRAP: OnceLock<PathBuf> = OnceLock::new();
-
-/// Makes `path` the bubblewrap binary of every policy
-/// [`Policy::for_worktree`] builds in this process, instead of
-/// [`DEFAULT_BWRAP`]: the one place a program's configuration (patchwright's
-/// `PATCHWRIGHT_BWRAP`) reaches every sandbox. Set once, before the first
-/// policy; setting another path later is refused (policies already built
-/// would keep the old one).
-pub fn set_host_bwrap(path: impl Into<PathBuf>) -> Result<(), SandboxError> {
-    let path = path.into();
-    let set = HOST_BWRAP.get_or_init(|| path.clone());
-    if *set != path {
-        return Err(SandboxError::invalid(format!(
-            "the bubblewrap binary is already set to {}: set it once, before any sandbox runs",
-            set.display()
-        )));
-    }
-    Ok(())
+/// What a program decided once about the sandboxes of this host, given
+/// to [`Policy::for_worktree`] by its caller: plain data, no process
+/// globals. Built once by the command layer (patchwright's `PATCHWRIGHT_BWRAP`,
+/// its `sandbox` setting after the preflight, its own directories).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    /// The bubblewrap binary ([`DEFAULT_BWRAP`] unless the program chose
+    /// another).
+    pub bwrap: PathBuf,
+    /// The tier every policy runs on ([`Tier::Bubblewrap`] unless the
+    /// program chose another).
+    pub tier: Tier,
+    /// Directories the program itself owns (its caches, environments,
+    /// models): binds inside them are allowed even when they lie in a home
+    /// directory ([`Policy::allowed_in_home`]).
+    pub program_dirs: Vec<PathBuf>,
 }
 
-/// Directories this program owns (caches, environments, models), added by
-/// [`allow_program_dir`] to every host policy's
-/// [`Policy::allowed_in_home`].
-static PROGRAM_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
-
-/// Declares `dir` a directory the program itself owns (its cache,
-/// environments or models root): binds inside it are allowed even when it
-/// lies in a home directory, in every policy [`Policy::for_worktree`]
-/// builds from now on. Its canonical form is added too, when it exists.
-pub fn allow_program_dir(dir: impl Into<PathBuf>) {
-    let dir = dir.into();
-    // Relative names (`PATCHWRIGHT_CACHE_DIR=target/cache`) are compared
-    // with absolute bind sources.
-    let dir = std::path::absolute(&dir).unwrap_or(dir);
-    let real = std::fs::canonicalize(&dir).ok();
-    let mut dirs = match PROGRAM_DIRS.lock() {
-        Ok(d) => d,
-        Err(poisoned) => poisoned.into_inner(),
-    };
-    for d in std::iter::once(dir).chain(real) {
-        if !dirs.contains(&d) {
-            dirs.push(d);
+impl Default for Host {
+    fn default() -> Host {
+        Host {
+            bwrap: PathBuf::from(DEFAULT_BWRAP),
+            tier: Tier::Bubblewrap,
+            program_dirs: Vec::new(),
         }
     }
 }
 
-/// The directories [`allow_program_dir`] declared, in order.
-pub fn program_dirs() -> Vec<PathBuf> {
-    match PROGRAM_DIRS.lock() {
-        Ok(d) => d.clone(),
-        Err(poisoned) => poisoned.into_inner().clone(),
+impl Host {
+    /// Declares `dir` a directory the program owns: made absolute (a
+    /// relative `PATCHWRIGHT_CACHE_DIR=target/cache` is compared with
+    /// absolute bind sources), and its canonical form added too when it
+    /// exists. A directory already declared is not added twice.
+    pub fn allow_program_dir(&mut self, dir: impl Into<PathBuf>) {
+        let dir = dir.into();
+        let dir = std::path::absolute(&dir).unwrap_or(dir);
+        let real = std::fs::canonicalize(&dir).ok();
+        for d in std::iter::once(dir).chain(real) {
+            if !self.program_dirs.contains(&d) {
+                self.program_dirs.push(d);
+            }
+        }
     }
-}
-
-/// The tier of this process's host policies, when the program chose one
-/// ([`set_host_tier`]).
-static HOST_TIER: OnceLock<Tier> = OnceLock::new();
-
-/// Makes `tier` the tier of every policy [`Policy::for_worktree`] builds
-/// in this process: the one place a program's choice (patchwright's
-/// `sandbox` setting, resolved once by its command) reaches every sandbox.
-/// Set once, before the first policy; setting another tier later is
-/// refused (policies already built would keep the old one).
-pub fn set_host_tier(tier: Tier) -> Result<(), SandboxError> {
-    let set = HOST_TIER.get_or_init(|| tier.clone());
-    if *set != tier {
-        return Err(SandboxError::InvalidPolicy {
-            reason: format!(
-                "the sandbox tier is already set to {}: set it once, before any sandbox runs",
-                set.name()
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// The tier of this process's host policies: the one [`set_host_tier`]
-/// set, else [`Tier::Bubblewrap`].
-pub fn host_tier() -> Tier {
-    HOST_TIER.get().cloned().unwrap_or_default()
-}
-
-/// The bubblewrap binary of this process's host policies: the one
-/// [`set_host_bwrap`] set, else [`DEFAULT_BWRAP`].
-pub fn host_bwrap() -> PathBuf {
-    HOST_BWRAP
-        .get()
-        .cloned()
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_BWRAP))
 }
 
 /// Wall-clock limit: ten minutes is longer than a SWE-bench test run
@@ -424,13 +375,12 @@ impl Policy {
         }
     }
 
-    /// The default policy for a worktree on this host: the directory is made
+    /// The default policy for a worktree on `host`: the directory is made
     /// absolute (symlinks resolved), the base layer is taken from how this
-    /// host lays out /usr, /bin, /lib, bubblewrap is [`host_bwrap`], the
-    /// tier is [`host_tier`], and
-    /// binds may use the worktree and the [`program_dirs`] even inside a
-    /// home directory.
-    pub fn for_worktree(dir: impl AsRef<Path>) -> Result<Policy, SandboxError> {
+    /// host lays out /usr, /bin, /lib, bubblewrap and the tier are the
+    /// host's, and binds may use the worktree and the host's
+    /// [`Host::program_dirs`] even inside a home directory.
+    pub fn for_worktree(dir: impl AsRef<Path>, host: &Host) -> Result<Policy, SandboxError> {
         let dir = dir.as_ref();
         let canonical = std::fs::canonicalize(dir).map_err(|e| SandboxError::Worktree {
             path: dir.to_path_buf(),
@@ -443,9 +393,11 @@ impl Policy {
             });
         }
         let mut policy = Policy::new(canonical, detect_system_mounts());
-        policy.bwrap = host_bwrap();
-        policy.tier = host_tier();
-        policy.allowed_in_home.extend(program_dirs());
+        policy.bwrap = host.bwrap.clone();
+        policy.tier = host.tier.clone();
+        policy
+            .allowed_in_home
+            .extend(host.program_dirs.iter().cloned());
         Ok(policy)
     }
 
@@ -905,24 +857,29 @@ fn build_args(
 mod tests {
     use super::*;
 
-    /// Sets the default itself, so the other tests of this process (which
-    /// run the host's bubblewrap) see no change.
     #[test]
-    fn the_host_bwrap_is_set_once_and_reaches_every_host_policy() {
-        set_host_bwrap(DEFAULT_BWRAP).unwrap();
-        set_host_bwrap(DEFAULT_BWRAP).unwrap();
-        match set_host_bwrap("/opt/bwrap/bin/bwrap") {
-            Err(SandboxError::InvalidPolicy { reason }) => assert_eq!(
-                reason,
-                "the bubblewrap binary is already set to /usr/bin/bwrap: set it once, before \
-                 any sandbox runs"
-            ),
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(host_bwrap(), PathBuf::from(DEFAULT_BWRAP));
+    fn a_host_policy_takes_the_hosts_bubblewrap_tier_and_program_dirs() {
         let dir = std::env::temp_dir();
-        let policy = Policy::for_worktree(&dir).unwrap();
-        assert_eq!(policy.bwrap, PathBuf::from(DEFAULT_BWRAP));
+        let policy = Policy::for_worktree(&dir, &Host::default()).unwrap();
+        assert_eq!(
+            (&policy.bwrap, &policy.tier),
+            (&PathBuf::from(DEFAULT_BWRAP), &Tier::Bubblewrap)
+        );
+        let mut host = Host {
+            bwrap: PathBuf::from("/opt/bwrap/bin/bwrap"),
+            ..Host::default()
+        };
+        host.allow_program_dir("/srv/cache/patchwright");
+        host.allow_program_dir("/srv/cache/patchwright");
+        let policy = Policy::for_worktree(&dir, &host).unwrap();
+        assert_eq!(policy.bwrap, PathBuf::from("/opt/bwrap/bin/bwrap"));
+        assert_eq!(
+            host.program_dirs,
+            vec![PathBuf::from("/srv/cache/patchwright")]
+        );
+        assert!(policy
+            .allowed_in_home
+            .ends_with(&[PathBuf::from("/srv/cache/patchwright")]));
     }
 }
 

@@ -151,7 +151,7 @@ mod tests {
     }
 
     fn policy_with(bwrap: &Path, worktree: &Path) -> Policy {
-        let mut p = Policy::for_worktree(worktree).unwrap();
+        let mut p = Policy::for_worktree(worktree, &crate::Host::default()).unwrap();
         p.bwrap = bwrap.to_path_buf();
         p
     }
@@ -246,7 +246,7 @@ mod tests {
     #[test]
     fn the_hosts_bubblewrap_passes() {
         let wt = tempfile::tempdir().unwrap();
-        let mut policy = Policy::for_worktree(wt.path()).unwrap();
+        let mut policy = Policy::for_worktree(wt.path(), &crate::Host::default()).unwrap();
         // The integration tests' PW_SANDBOX_BWRAP (tests/common) applies
         // here too, so an older bubblewrap can be checked the same way.
         if let Some(b) = std::env::var_os("PW_SANDBOX_BWRAP") {

@@ -407,15 +407,15 @@ pub enum RunTestError {
 /// stage metrics.
 pub fn run_test(
     dir: &std::path::Path,
-    env: Option<&crate::env::task::TaskEnv>,
+    env: &crate::env::task::TaskEnv,
     command: &str,
     timeout_s: u64,
 ) -> Result<(Outcome, Verdict), RunTestError> {
-    let mut policy = crate::env::task::policy_for(dir, env)?;
+    let mut policy = env.policy(dir)?;
     policy.limits.timeout_ms = timeout_s.saturating_mul(1000);
     let argv = ["bash".to_string(), "-c".to_string(), command.to_string()];
     let outcome = patchwright_sandbox::run(&policy, &argv)?;
-    let verdict = match env.and_then(|e| e.spec()) {
+    let verdict = match env.spec() {
         Some(spec) => verdict_in(spec.log_format, &outcome),
         None => verdict(&outcome),
     };
@@ -435,11 +435,11 @@ const COMPILE_ERROR: &str = "COMPILE-ERROR ";
 /// or when no interpreter answered (the check then says nothing).
 pub fn compile_error(
     dir: &std::path::Path,
-    env: Option<&crate::env::task::TaskEnv>,
+    env: &crate::env::task::TaskEnv,
     paths: &[String],
 ) -> Result<Option<String>, RunTestError> {
     const SCRIPT: &str = "import sys\nfor f in sys.argv[1:]:\n    try:\n        compile(open(f, 'rb').read(), f, 'exec')\n    except (SyntaxError, ValueError) as e:\n        print('COMPILE-ERROR %s:%s: %s: %s' % (f, getattr(e, 'lineno', 0), type(e).__name__, getattr(e, 'msg', e)))\n        sys.exit(1)\n";
-    let mut policy = crate::env::task::policy_for(dir, env)?;
+    let mut policy = env.policy(dir)?;
     policy.limits.timeout_ms = COMPILE_TIMEOUT_S * 1000;
     let mut argv = vec![
         "bash".to_string(),
@@ -466,12 +466,12 @@ pub fn compile_error(
 /// something for) neither counts for nor against. Otherwise: the run
 /// passes.
 pub fn fixed(
-    env: Option<&crate::env::task::TaskEnv>,
+    env: &crate::env::task::TaskEnv,
     test: &crate::aci::SubmittedTest,
     outcome: &Outcome,
     verdict: &Verdict,
 ) -> bool {
-    let format = env.and_then(|e| e.spec()).map(|s| s.log_format);
+    let format = env.spec().map(|s| s.log_format);
     fixed_in(format, &test.output, outcome, verdict)
 }
 

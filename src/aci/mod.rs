@@ -230,8 +230,10 @@ pub struct Aci {
     settings: AciSettings,
     index: CodeIndex,
     open: Option<OpenFile>,
+    /// Where `run` and `submit_test` run commands.
+    env: TaskEnv,
+    /// `env`'s policy for `root`, made on the first command.
     policy: Option<sandbox::Policy>,
-    env: Option<TaskEnv>,
     test_check: Option<TestCheck>,
     test: Option<SubmittedTest>,
     locations: Vec<Location>,
@@ -239,16 +241,26 @@ pub struct Aci {
 
 impl Aci {
     /// An interface over the repository at `root` (a git repository whose
-    /// HEAD, `base`, is what `submit` diffs against), with its code index.
-    pub fn new(root: &Path, base: &str, index: CodeIndex, settings: AciSettings) -> Aci {
+    /// HEAD, `base`, is what `submit` diffs against), with its code index,
+    /// running commands in `env` (the repository installed in its task
+    /// environment, or [`TaskEnv::bare`]): its policy for `run`, and, when
+    /// it comes from a spec, the repository's own test command and log
+    /// format for `submit_test`.
+    pub fn new(
+        root: &Path,
+        base: &str,
+        index: CodeIndex,
+        settings: AciSettings,
+        env: TaskEnv,
+    ) -> Aci {
         Aci {
             root: root.to_path_buf(),
             base: base.to_string(),
             settings,
             index,
             open: None,
+            env,
             policy: None,
-            env: None,
             test_check: None,
             test: None,
             locations: Vec::new(),
@@ -268,21 +280,6 @@ impl Aci {
     /// The locations recorded with `locate`.
     pub fn locations(&self) -> &[Location] {
         &self.locations
-    }
-
-    /// Uses `policy` for `run` (an environment's interpreter bound in, say)
-    /// instead of the default policy for the repository.
-    pub fn set_policy(&mut self, policy: sandbox::Policy) {
-        self.policy = Some(policy);
-    }
-
-    /// Runs commands in `env` (the repository installed in its task
-    /// environment): its policy for `run`, and, when it comes from a spec,
-    /// the repository's own test command and log format for `submit_test`.
-    pub fn set_environment(&mut self, env: TaskEnv) -> Result<(), crate::env::EnvError> {
-        self.policy = Some(env.policy(&self.root)?);
-        self.env = Some(env);
-        Ok(())
     }
 
     pub fn root(&self) -> &Path {
@@ -634,7 +631,11 @@ impl Aci {
     fn sandboxed(&mut self, command: &str) -> Result<sandbox::Outcome, AciError> {
         let mut policy = match &self.policy {
             Some(p) => p.clone(),
-            None => crate::env::policy(&self.root, None).map_err(AciError::NoSandbox)?,
+            None => {
+                let p = self.env.policy(&self.root).map_err(AciError::NoSandbox)?;
+                self.policy = Some(p.clone());
+                p
+            }
         };
         policy.limits.timeout_ms = self.settings.run_timeout_s.saturating_mul(1000);
         let started = SystemTime::now();
@@ -701,17 +702,12 @@ impl Aci {
             Ok(t) => t,
             Err(e) => return (e.to_string(), false),
         };
-        let command = match self.env.as_ref().filter(|e| e.spec().is_some()) {
-            Some(env) => env.test_script(&[path.to_string()]),
+        let command = match self.env.spec() {
+            Some(_) => self.env.test_script(&[path.to_string()]),
             None => command.to_string(),
         };
         let started = SystemTime::now();
-        let ran = check::run_test(
-            &self.root,
-            self.env.as_ref(),
-            &command,
-            self.settings.run_timeout_s,
-        );
+        let ran = check::run_test(&self.root, &self.env, &command, self.settings.run_timeout_s);
         self.reindex_changed_since(started);
         let (outcome, verdict) = match ran {
             Ok(r) => r,
@@ -730,7 +726,7 @@ impl Aci {
             }
             (_, check::Verdict::Broken(why)) => Some(format!("the test is broken: {why}")),
         };
-        let ran_as = match self.env.as_ref().and_then(|e| e.spec()) {
+        let ran_as = match self.env.spec() {
             Some(spec) => format!(" (run the repository's way: `{} {path}`)", spec.test_cmd),
             None => String::new(),
         };

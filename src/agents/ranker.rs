@@ -170,11 +170,11 @@ fn passing(format: LogFormat, output: &str) -> BTreeSet<String> {
 /// Runs `script` (bash) in the worktree `dir`, in `env` when given.
 fn run_in(
     dir: &Path,
-    env: Option<&TaskEnv>,
+    env: &TaskEnv,
     timeout_s: u64,
     script: &str,
 ) -> Result<sandbox::Outcome, RankError> {
-    let mut policy = env::task::policy_for(dir, env)?;
+    let mut policy = env.policy(dir)?;
     policy.limits.timeout_ms = timeout_s.saturating_mul(1000);
     let argv = ["bash".to_string(), "-c".to_string(), script.to_string()];
     Ok(sandbox::run(&policy, &argv)?)
@@ -182,25 +182,21 @@ fn run_in(
 
 /// The tests of `files` the repository's way (pytest without an
 /// environment from a spec), and the format of their log.
-fn test_run(env: Option<&TaskEnv>, files: &[String]) -> (String, LogFormat) {
-    match env {
-        Some(e) => (e.test_script(files), e.log_format()),
-        None => (env::task::default_test_script(files), LogFormat::Pytest),
-    }
+fn test_run(env: &TaskEnv, files: &[String]) -> (String, LogFormat) {
+    (env.test_script(files), env.log_format())
 }
 
 /// A candidate's worktree prepared like the task's: the repository (with
 /// the candidate's patch) installed into its own layer when the task's
 /// environment comes from a spec.
 pub fn prepare_like(
-    env: Option<&TaskEnv>,
+    env: &TaskEnv,
     worktree: &Path,
     layer: &Path,
-) -> Result<Option<TaskEnv>, env::task::InstallError> {
-    match env {
-        Some(e) if e.spec().is_some() => Ok(Some(e.setup.install(worktree, layer)?.task)),
-        Some(e) => Ok(Some(e.clone())),
-        None => Ok(None),
+) -> Result<TaskEnv, env::task::InstallError> {
+    match &env.setup {
+        Some(setup) if setup.spec.is_some() => Ok(setup.install(&env.host, worktree, layer)?.task),
+        _ => Ok(env.clone()),
     }
 }
 
@@ -223,7 +219,7 @@ impl Regression {
     /// commit in `ws`.
     pub fn baseline(
         ws: &Workspace,
-        environment: Option<&TaskEnv>,
+        environment: &TaskEnv,
         touched: &[String],
         timeout_s: u64,
     ) -> Regression {
@@ -266,7 +262,7 @@ impl Regression {
     fn broken_in(
         &self,
         dir: &Path,
-        env: Option<&TaskEnv>,
+        env: &TaskEnv,
         timeout_s: u64,
     ) -> Result<(Vec<String>, String), RankError> {
         if self.files.is_empty() {
@@ -301,7 +297,7 @@ pub struct Judged {
 #[allow(clippy::too_many_arguments)]
 pub fn judge_patch(
     ws: &Workspace,
-    environment: Option<&TaskEnv>,
+    environment: &TaskEnv,
     patch: &str,
     test: &SubmittedTest,
     regression: Option<&Regression>,
@@ -314,11 +310,10 @@ pub fn judge_patch(
         crate::repo::apply_patch(cand.path(), patch)?;
         let env = prepare_like(environment, cand.path(), layer)?;
         test.place(cand.path())?;
-        let (outcome, verdict) =
-            check::run_test(cand.path(), env.as_ref(), &test.command, timeout_s)?;
-        let fixed = check::fixed(env.as_ref(), test, &outcome, &verdict);
+        let (outcome, verdict) = check::run_test(cand.path(), &env, &test.command, timeout_s)?;
+        let fixed = check::fixed(&env, test, &outcome, &verdict);
         let (regressions, regression_output) = match regression {
-            Some(r) if fixed => r.broken_in(cand.path(), env.as_ref(), timeout_s)?,
+            Some(r) if fixed => r.broken_in(cand.path(), &env, timeout_s)?,
             _ => (Vec::new(), String::new()),
         };
         Ok(Judged {
@@ -346,7 +341,7 @@ pub fn rank(
     issue: &Issue,
     fixes: &Fixes,
     reproduction: Option<&SubmittedTest>,
-    environment: Option<&TaskEnv>,
+    environment: &TaskEnv,
     settings: &RankerSettings,
     sampling: &Sampling,
     scratch: &Path,
@@ -394,17 +389,16 @@ pub fn rank(
                             test.place(cand.path())?;
                             let (outcome, verdict) = check::run_test(
                                 cand.path(),
-                                env.as_ref(),
+                                &env,
                                 &test.command,
                                 settings.test_timeout_s,
                             )?;
-                            e.reproduction =
-                                Some(check::fixed(env.as_ref(), test, &outcome, &verdict));
+                            e.reproduction = Some(check::fixed(&env, test, &outcome, &verdict));
                         }
                         if !regression.is_empty() {
                             let o = run_in(
                                 cand.path(),
-                                env.as_ref(),
+                                &env,
                                 settings.test_timeout_s,
                                 regression_script,
                             )?;

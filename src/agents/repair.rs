@@ -46,7 +46,7 @@ type Judgement = (usize, Option<bool>, String, Vec<String>);
 pub struct Judge<'a> {
     /// The task's workspace at the base commit.
     pub ws: &'a Workspace,
-    pub env: Option<&'a TaskEnv>,
+    pub env: &'a TaskEnv,
     /// The accepted reproduction test.
     pub test: &'a SubmittedTest,
     /// The regression tests a passing patch must not break.
@@ -193,7 +193,7 @@ fn tail(text: &str, lines: usize) -> String {
 /// Python's compile of `paths` in `root`, in the sandbox with the task's
 /// interpreter ([`check::compile_error`]); a check that cannot run says
 /// nothing.
-fn compile_error(root: &Path, env: Option<&TaskEnv>, paths: &[String]) -> Option<String> {
+fn compile_error(root: &Path, env: &TaskEnv, paths: &[String]) -> Option<String> {
     match check::compile_error(root, env, paths) {
         Ok(e) => e,
         Err(e) => {
@@ -211,7 +211,7 @@ fn compile_error(root: &Path, env: Option<&TaskEnv>, paths: &[String]) -> Option
 pub fn run(
     conversation: &mut dyn Conversation,
     ws: &Workspace,
-    env: Option<&TaskEnv>,
+    env: &TaskEnv,
     issue: &Issue,
     locations: &[Location],
     test: Option<&SubmittedTest>,

@@ -488,7 +488,7 @@ pub fn fit_prompt(
 pub struct Inputs<'a> {
     /// The task's workspace at the base commit, installed in `env`.
     pub ws: &'a Workspace,
-    pub env: Option<&'a TaskEnv>,
+    pub env: &'a TaskEnv,
     pub locations: &'a [Location],
     /// The test template (an existing test file of the located code, or
     /// the template agent's test).
@@ -805,7 +805,7 @@ fn try_one(
             test.place(cand.path())?;
             Ok(check::run_test(
                 cand.path(),
-                env.as_ref(),
+                &env,
                 command,
                 inputs.timeout_s,
             )?)

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::ranker;
 use crate::aci::check::{self, Verdict};
 use crate::aci::{Location, SubmittedTest};
-use crate::env::task::{self, TaskEnv};
+use crate::env::task::TaskEnv;
 
 /// Existing test files run before the agent is asked instead: each run is
 /// a whole test file, and a third candidate rarely passes when the two
@@ -121,12 +121,9 @@ fn is_aside(path: &str) -> bool {
 
 /// The script that runs the test file `path` the repository's way: the
 /// environment's test script, else [`task::default_test_script`].
-pub fn test_command(env: Option<&TaskEnv>, path: &str) -> String {
+pub fn test_command(env: &TaskEnv, path: &str) -> String {
     let files = [path.to_string()];
-    match env {
-        Some(e) => e.test_script(&files),
-        None => task::default_test_script(&files),
-    }
+    env.test_script(&files)
 }
 
 /// The first of the located modules' test files (at most
@@ -138,7 +135,7 @@ pub fn existing(
     root: &Path,
     all_files: &[String],
     locations: &[Location],
-    env: Option<&TaskEnv>,
+    env: &TaskEnv,
     timeout_s: u64,
 ) -> (Option<SubmittedTest>, Vec<Tried>) {
     let mut tried = Vec::new();
@@ -280,8 +277,14 @@ mod tests {
     #[test]
     fn without_an_environment_the_command_is_pytest() {
         assert_eq!(
-            test_command(None, "tests/test_lru.py"),
-            format!("{} 'tests/test_lru.py'\n", task::DEFAULT_TEST_COMMAND)
+            test_command(
+                &TaskEnv::bare(&patchwright_sandbox::Host::default()),
+                "tests/test_lru.py"
+            ),
+            format!(
+                "{} 'tests/test_lru.py'\n",
+                crate::env::task::DEFAULT_TEST_COMMAND
+            )
         );
     }
 }

@@ -46,6 +46,7 @@ use crate::config::Kind;
 use crate::config::Settings;
 use crate::dataset::Task;
 use crate::engine::{Backend, EngineError};
+use crate::env::task::TaskEnv;
 use crate::env::EnvError;
 use crate::eval::{self, pool::Pool};
 use crate::pipeline::{self, masai::MasaiError};
@@ -398,20 +399,21 @@ impl Batch<'_> {
         let (setup, mut used) = self
             .envs
             .for_agents(task, self.settings.environment.as_deref());
+        let host = &self.envs.settings.host;
         let env = match &setup {
             Some(setup) => {
                 tracing::info!("{id}: installing the repository into its environment");
                 trajectory.stage("environment");
-                match setup.install(workspace.path(), &scratch.join("layer")) {
-                    Ok(installed) => Some(installed.task),
+                match setup.install(host, workspace.path(), &scratch.join("layer")) {
+                    Ok(installed) => installed.task,
                     Err(e) => {
                         tracing::warn!("{id}: {e}; its agents run without their tests");
                         used.error = Some(e.to_string());
-                        None
+                        TaskEnv::bare(host)
                     }
                 }
             }
-            None => None,
+            None => TaskEnv::bare(host),
         };
         *environment = Some(used);
         let outcome = pipeline::masai::run(
@@ -419,7 +421,7 @@ impl Batch<'_> {
             self.settings,
             &task.issue(),
             workspace,
-            env.as_ref(),
+            &env,
             &dirs,
             trajectory,
         )?;
@@ -431,7 +433,7 @@ impl Batch<'_> {
             pipeline::metrics::compute(
                 task,
                 workspace,
-                env.as_ref(),
+                &env,
                 self.envs,
                 &outcome,
                 &trajectory.steps,

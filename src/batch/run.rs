@@ -113,7 +113,7 @@ pub fn run(
         placement: backing.backend.placement().cloned(),
         repos: Some(cx.repos_dir.to_path_buf()),
         resumed_at,
-        sandbox_tier: patchwright_sandbox::host_tier().kind(),
+        sandbox_tier: cx.envs.settings.host.tier.kind(),
         selection: selected.selection.map(|mut s| {
             s.instance_ids = ids.clone();
             s

@@ -36,6 +36,8 @@ pub struct PackOptions<'a> {
     pub pythons: &'a Pythons,
     /// pip's cache for the downloads.
     pub pip_cache: &'a Path,
+    /// The host's sandbox, which the downloads run in.
+    pub host: &'a patchwright_sandbox::Host,
 }
 
 /// What a pack did.
@@ -446,6 +448,7 @@ fn pack_env(
             &out.join("downloads"),
             scratch,
             opts.pip_cache,
+            opts.host,
         )?;
         std::fs::create_dir_all(&markers).map_err(io("create", &markers))?;
         std::fs::write(&complete, &plan.hash).map_err(io("write", &complete))?;
@@ -465,6 +468,7 @@ fn pack_env(
                 &out.join("downloads"),
                 scratch,
                 opts.pip_cache,
+                opts.host,
             )?;
             std::fs::write(
                 &marker,

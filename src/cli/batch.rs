@@ -1,72 +1,134 @@
 //! `batch`, `run`, `sweep`, `merge` and `report`: runs over a selection of
 //! tasks, and what is made of their run directories.
 
+use std::path::Path;
+
 use anyhow::{bail, Result};
 
-use super::{BatchArgs, MergeArgs, ReportArgs, RunArgs, Sources, SweepArgs};
+use super::{
+    BatchArgs, MergeArgs, ReportArgs, RunArgs, RunnerArgs, SelectArgs, SettingsArgs, SweepArgs,
+};
 use patchwright::backing::with_model;
 use patchwright::batch::sweep;
 use patchwright::batch::{self, RunContext, RunDir};
+use patchwright::config::Settings;
 use patchwright::dataset;
+use patchwright::dataset::{Selected, Selection};
 use patchwright::engine::Slots;
 use patchwright::eval::pool::Pool;
+use patchwright::inputs::{Inputs, Sources};
 use patchwright::models::ModelRef;
 use patchwright::repo::Repos;
 
+/// What `batch` (and so `run`) and `sweep` set up alike, in this order:
+/// the selection and where it comes from, the settings (the sweep's base
+/// ones), the host's sandbox (its preflight before anything slow), and the
+/// environments and models directory on it.
+struct Prepared {
+    selection: Selection,
+    selected: Selected,
+    settings: Settings,
+    inputs: Inputs,
+    repos: Repos,
+}
+
+impl Prepared {
+    fn new(
+        select: &SelectArgs,
+        repos: Option<&Path>,
+        settings: &SettingsArgs,
+        runner: &RunnerArgs,
+    ) -> Result<Prepared> {
+        let selection = select.selection()?;
+        let sources = Sources::resolve(
+            select.dataset.as_deref(),
+            repos,
+            runner.env.bundle.as_deref(),
+        )?;
+        let selected = selection.select(&sources.dataset)?;
+        runner.check(&sources.repos)?;
+        let mut overrides = settings.overrides();
+        overrides.server_kind = runner.server_kind;
+        overrides.sandbox = runner.env.sandbox.choice;
+        let settings = overrides.resolve()?;
+        // Before the model and any task: an unfit host is one error, not a
+        // batch whose every command fails. (The settings say which tier;
+        // a sweep's grid over `sandbox` is not resolved per point.)
+        let host = super::sandbox_host(false, settings.sandbox)?;
+        let repos = Repos::new(&sources.repos)?;
+        let inputs = Inputs::resolve(sources, &runner.env_options(), &host)?;
+        Ok(Prepared {
+            selection,
+            selected,
+            settings,
+            inputs,
+            repos,
+        })
+    }
+
+    /// The run context of these tasks with `envs`, built once for every
+    /// point of a sweep.
+    fn context<'a>(&'a self, runner: &RunnerArgs, envs: &'a Pool<'a>) -> RunContext<'a> {
+        RunContext {
+            select: &self.selection,
+            selected: &self.selected,
+            repos_dir: &self.inputs.sources.repos,
+            repos: &self.repos,
+            models: &self.inputs.models,
+            options: runner.options(),
+            envs,
+            evaluate: runner.evaluate,
+            command: std::env::args().collect(),
+        }
+    }
+}
+
 /// `patchwright batch`: the selected tasks into a run directory, or `--list` them.
 pub fn batch(args: BatchArgs) -> Result<i32> {
-    let selection = args.select.selection()?;
     if args.list {
-        let dataset = Sources::dataset(args.select.dataset.as_deref(), &args.runner.env)?;
+        let selection = args.select.selection()?;
+        let dataset = Sources::dataset(
+            args.select.dataset.as_deref(),
+            args.runner.env.bundle.as_deref(),
+        )?;
         let selected = selection.select(&dataset)?;
         for t in &selected.tasks {
             println!("{}", t.instance_id);
         }
         return Ok(0);
     }
-    let sources = Sources::resolve(
-        args.select.dataset.as_deref(),
-        args.repos.as_deref(),
-        &args.runner.env,
-    )?;
-    let selected = selection.select(&sources.dataset)?;
     let Some(out) = &args.out else {
         bail!("--out is required unless --list is given");
     };
-    let repos_dir = &sources.repos;
-    args.runner.check(repos_dir)?;
-    let mut overrides = args.settings.overrides();
-    overrides.server_kind = args.runner.server_kind;
-    overrides.sandbox = args.runner.env.sandbox.choice;
-    let settings = overrides.resolve()?;
-    // Before the model and any task: an unfit host is one error, not a
-    // batch whose every command fails. (The settings say which tier.)
-    super::preflight(false, settings.sandbox)?;
-    let environments = args.runner.environments()?;
+    let prepared = Prepared::new(
+        &args.select,
+        args.repos.as_deref(),
+        &args.settings,
+        &args.runner,
+    )?;
+    let settings = &prepared.settings;
     let local_model = args
         .runner
         .server
         .is_none()
         .then_some(settings.model.as_str());
-    sources.check(&selected.tasks, &environments.specs, local_model)?;
-    let models = sources.models_dir()?;
-    let model = ModelRef::resolve(&models, &settings.model, args.runner.server.as_deref())?;
-    let repos = Repos::new(repos_dir)?;
+    prepared
+        .inputs
+        .check(&prepared.selected.tasks, local_model)?;
+    let model = ModelRef::resolve(
+        &prepared.inputs.models,
+        &settings.model,
+        args.runner.server.as_deref(),
+    )?;
     let scratch = env_scratch()?;
-    let envs = Pool::new(&environments, &repos, scratch.path());
-    let cx = RunContext {
-        select: &selection,
-        selected: &selected,
-        repos_dir,
-        repos: &repos,
-        models: &models,
-        options: args.runner.options(),
-        envs: &envs,
-        evaluate: args.runner.evaluate,
-        command: std::env::args().collect(),
-    };
+    let envs = Pool::new(
+        &prepared.inputs.environments,
+        &prepared.repos,
+        scratch.path(),
+    );
+    let cx = prepared.context(&args.runner, &envs);
     // A run directory of another run is refused before the model loads.
-    RunDir::open(out, &model.identity(&settings))?;
+    RunDir::open(out, &model.identity(settings))?;
     let slots = Slots {
         conversations: args.runner.jobs,
         candidates: settings.most_candidates(),
@@ -77,7 +139,7 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
         &settings.server,
         slots,
         |backing| {
-            batch::run::run(&cx, &settings, &model, backing, out, "", None)
+            batch::run::run(&cx, settings, &model, backing, out, "", None)
                 .map_err(anyhow::Error::from)
         },
     )?;
@@ -100,14 +162,14 @@ fn env_scratch() -> Result<tempfile::TempDir> {
 
 /// `patchwright run`: one task of a dataset, as a batch of one.
 pub fn run(args: RunArgs) -> Result<i32> {
-    let sources = Sources::resolve(args.dataset.as_deref(), args.repos.as_deref(), &args.env)?;
-    let tasks = dataset::load(&sources.dataset)?;
+    let dataset = Sources::dataset(args.dataset.as_deref(), args.env.bundle.as_deref())?;
+    let tasks = dataset::load(&dataset)?;
     if !tasks.iter().any(|t| t.instance_id == args.task) {
         bail!(
             "no task {} in {}; list them with `patchwright batch --dataset {} --list`",
             args.task,
-            sources.dataset.display(),
-            sources.dataset.display()
+            dataset.display(),
+            dataset.display()
         );
     }
     batch(args.into_batch())
@@ -115,26 +177,21 @@ pub fn run(args: RunArgs) -> Result<i32> {
 
 /// `patchwright sweep`: one run per grid point, and their table.
 pub fn sweep(args: SweepArgs) -> Result<i32> {
-    let selection = args.select.selection()?;
-    let sources = Sources::resolve(
-        args.select.dataset.as_deref(),
+    let prepared = Prepared::new(
+        &args.select,
         args.repos.as_deref(),
-        &args.runner.env,
+        &args.settings,
+        &args.runner,
     )?;
-    let selected = selection.select(&sources.dataset)?;
+    let selected = &prepared.selected;
     if selected.tasks.is_empty() {
-        bail!("no task of {} is selected", sources.dataset.display());
+        bail!(
+            "no task of {} is selected",
+            prepared.inputs.sources.dataset.display()
+        );
     }
-    args.runner.check(&sources.repos)?;
-    let mut overrides = args.settings.overrides();
-    overrides.server_kind = args.runner.server_kind;
-    overrides.sandbox = args.runner.env.sandbox.choice;
-    let base = overrides.resolve()?;
-    // One tier for every point (a grid over `sandbox` is not resolved
-    // per point).
-    super::preflight(false, base.sandbox)?;
     let config = args.settings.config.as_deref();
-    let sweep = sweep::prepare(&args.out, &base, config, &args.grid)?;
+    let sweep = sweep::prepare(&args.out, &prepared.settings, config, &args.grid)?;
     let grid = &sweep.file.grid;
     tracing::info!(
         "sweep of {} points over {} tasks: {}",
@@ -145,24 +202,15 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
             .collect::<Vec<_>>()
             .join(" × ")
     );
-    let repos = Repos::new(&sources.repos)?;
-    let models = sources.models_dir()?;
-    let environments = args.runner.environments()?;
-    sources.check(&selected.tasks, &environments.specs, None)?;
+    prepared.inputs.check(&selected.tasks, None)?;
     // One pool for every point: environments are built once.
     let scratch = env_scratch()?;
-    let envs = Pool::new(&environments, &repos, scratch.path());
-    let cx = RunContext {
-        select: &selection,
-        selected: &selected,
-        repos_dir: &sources.repos,
-        repos: &repos,
-        models: &models,
-        options: args.runner.options(),
-        envs: &envs,
-        evaluate: args.runner.evaluate,
-        command: std::env::args().collect(),
-    };
+    let envs = Pool::new(
+        &prepared.inputs.environments,
+        &prepared.repos,
+        scratch.path(),
+    );
+    let cx = prepared.context(&args.runner, &envs);
     let server = args.runner.server.as_deref();
     let rows = sweep::run::<anyhow::Error>(&args.out, &sweep, server, &cx)?;
     eprintln!(

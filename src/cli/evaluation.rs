@@ -8,6 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{CheckArgs, EnvBuildArgs, EvalArgs};
 use patchwright::eval::{self, pool::Pool, PatchSource};
+use patchwright::inputs::Inputs;
 use patchwright::pipeline::check;
 use patchwright::repo::Repos;
 
@@ -15,13 +16,15 @@ use patchwright::repo::Repos;
 pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
     let (tasks, sources) = args.tasks.tasks(&args.env)?;
     // Builds keep the network: their policy's options are checked.
-    super::preflight(true, args.env.sandbox.or_auto())?;
-    let settings = args.env.options(Some(1), 0, false, false).resolve()?;
-    sources.check(&tasks, &settings.specs, None)?;
-    let repos = Repos::new(&sources.repos)?;
+    let host = super::sandbox_host(true, args.env.sandbox.or_auto())?;
+    let options = args.env.options(Some(1), 0, false, false);
+    let inputs = Inputs::resolve(sources, &options, &host)?;
+    inputs.check(&tasks, None)?;
+    let settings = &inputs.environments;
+    let repos = Repos::new(&inputs.sources.repos)?;
     let rows = eval::build_envs(
         &tasks,
-        &settings,
+        settings,
         &repos,
         &mut |i, n, repo, version| eprintln!("[{}/{n}] {repo} {version}", i + 1),
         &mut |row| {
@@ -63,12 +66,13 @@ pub fn env_build(args: EnvBuildArgs) -> Result<i32> {
 /// `patchwright eval`: grades gold, empty or predicted patches.
 pub fn eval(args: EvalArgs) -> Result<i32> {
     let (tasks, in_file, sources) = args.tasks.tasks_of_file(&args.env)?;
-    super::preflight(false, args.env.sandbox.or_auto())?;
+    let host = super::sandbox_host(false, args.env.sandbox.or_auto())?;
     let options = args
         .env
         .options(args.jobs, args.timeout, args.empty, args.keep_work);
-    let settings = options.resolve()?;
-    sources.check(&tasks, &settings.specs, None)?;
+    let inputs = Inputs::resolve(sources, &options, &host)?;
+    inputs.check(&tasks, None)?;
+    let (sources, settings) = (&inputs.sources, &inputs.environments);
     let source = if args.gold {
         PatchSource::Gold
     } else if args.empty {
@@ -93,7 +97,7 @@ pub fn eval(args: EvalArgs) -> Result<i32> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let resolved = AtomicUsize::new(0);
-    let summary = eval::evaluate_all(&tasks, &patches, &settings, &repos, &out, &|r| {
+    let summary = eval::evaluate_all(&tasks, &patches, settings, &repos, &out, &|r| {
         if r.resolved {
             resolved.fetch_add(1, Ordering::SeqCst);
         }
@@ -137,18 +141,19 @@ pub fn eval(args: EvalArgs) -> Result<i32> {
 /// environment, with a scripted model; 1 if a task does not pass.
 pub fn check(args: CheckArgs) -> Result<i32> {
     let (tasks, sources) = args.tasks.tasks(&args.env)?;
-    super::preflight(false, args.env.sandbox.or_auto())?;
-    let settings = args
+    let host = super::sandbox_host(false, args.env.sandbox.or_auto())?;
+    let options = args
         .env
-        .options(Some(1), eval::DEFAULT_TEST_TIMEOUT_S, false, false)
-        .resolve()?;
-    sources.check(&tasks, &settings.specs, None)?;
-    let repos = Repos::new(&sources.repos)?;
+        .options(Some(1), eval::DEFAULT_TEST_TIMEOUT_S, false, false);
+    let inputs = Inputs::resolve(sources, &options, &host)?;
+    inputs.check(&tasks, None)?;
+    let settings = &inputs.environments;
+    let repos = Repos::new(&inputs.sources.repos)?;
     let scratch = tempfile::Builder::new()
         .prefix("patchwright-check-")
         .tempdir()
         .context("cannot create a scratch directory")?;
-    let pool = Pool::new(&settings, &repos, &scratch.path().join("builds"));
+    let pool = Pool::new(settings, &repos, &scratch.path().join("builds"));
     let mut rows = Vec::new();
     for (i, task) in tasks.iter().enumerate() {
         eprintln!("[{}/{}] {}", i + 1, tasks.len(), task.instance_id);

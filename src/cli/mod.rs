@@ -21,168 +21,35 @@ use anyhow::{bail, Context, Result};
 use clap::{ArgAction, Args, Parser, Subcommand};
 use regex::Regex;
 
-use patchwright::bundle::Bundle;
-use patchwright::config::{EnvOptions, EnvSettings, Overrides, SandboxChoice, SetArg};
+use patchwright::config::{EnvOptions, Overrides, SandboxChoice, SetArg};
 use patchwright::dataset::{self, Selection, Shard, Slice};
 use patchwright::engine::EngineSettings;
 use patchwright::eval;
+use patchwright::inputs::{self, Sources};
 use patchwright_sandbox as sandbox;
-
-/// The environment variable naming the bubblewrap binary every sandbox of
-/// this process uses (default `/usr/bin/bwrap`, `sandbox::DEFAULT_BWRAP`).
-/// Read here only, by [`use_bwrap_from_env`].
-pub const BWRAP_ENV: &str = "PATCHWRIGHT_BWRAP";
 
 /// Exit status when the sandbox cannot work on this host: nothing was
 /// started. Distinct from 1, a command that ran and failed, so scripts and
 /// schedulers can tell a host to fix from a run to look at.
 pub const EXIT_NO_SANDBOX: u8 = 2;
 
-/// Makes `$PATCHWRIGHT_BWRAP` (made absolute; unset or empty: the default)
-/// the bubblewrap of every sandbox policy this process builds.
-pub fn use_bwrap_from_env() -> Result<()> {
-    allow_program_dirs();
-    let Some(value) = std::env::var_os(BWRAP_ENV).filter(|v| !v.is_empty()) else {
-        return Ok(());
-    };
-    let path = std::path::absolute(PathBuf::from(&value))
-        .with_context(|| format!("{BWRAP_ENV}={}: not a usable path", value.to_string_lossy()))?;
-    sandbox::set_host_bwrap(path)?;
-    Ok(())
+/// The host's sandbox for this command, resolved once: `PATCHWRIGHT_BWRAP`
+/// (read here only) and the program's directories ([`inputs::host`]),
+/// then the tier the `sandbox` setting picks after the preflight
+/// ([`inputs::preflight`]; an unfit host is
+/// [`inputs::SandboxUnavailable`], which `main` exits
+/// [`EXIT_NO_SANDBOX`] on). `network`: the commands keep the network
+/// (environment builds), so its options are checked too.
+pub fn sandbox_host(network: bool, choice: SandboxChoice) -> Result<sandbox::Host> {
+    Ok(inputs::preflight(unchecked_host()?, network, choice)?)
 }
 
-/// Declares the program's own directories (cache, environments, models)
-/// to the sandbox, so binds inside them pass its home-directory check
-/// (`sandbox::allow_program_dir`): the cache directory,
-/// `~/.cache/patchwright` (the default root of caches and environments),
-/// the environments root and the models directory.
-pub fn allow_program_dirs() {
-    sandbox::allow_program_dir(patchwright::dirs::cache_dir());
-    sandbox::allow_program_dir(patchwright::dirs::home_cache_dir());
-    sandbox::allow_program_dir(patchwright::dirs::envs_dir());
-    if let Ok(models) = patchwright::models::models_dir() {
-        sandbox::allow_program_dir(models);
-    }
-}
-
-/// The sandbox cannot work on this host: the preflight's finding, with
-/// what to change here. `main` exits with [`EXIT_NO_SANDBOX`] on it.
-#[derive(Debug, thiserror::Error)]
-pub enum SandboxUnavailable {
-    /// bubblewrap's preflight failed (and `auto` could not or may not
-    /// fall back to the WASI tier).
-    #[error(
-        "the sandbox cannot run on this host, so nothing was started \
-         (bubblewrap: {}; set {BWRAP_ENV} to use another)",
-        sandbox::host_bwrap().display()
-    )]
-    Bubblewrap(#[source] sandbox::PreflightError),
-    /// bubblewrap cannot create namespaces and the WASI tier, which `auto`
-    /// would use instead, is not ready.
-    #[error(
-        "the sandbox cannot run on this host, so nothing was started: bubblewrap cannot \
-         create namespaces here ({namespaces}), and the WASI tier that `--sandbox auto` uses \
-         instead is not ready: {wasi}"
-    )]
-    NeitherTier {
-        namespaces: sandbox::PreflightError,
-        wasi: String,
-    },
-    /// `--sandbox wasi`, and its runtime is not ready.
-    #[error("the WASI sandbox tier cannot run, so nothing was started: {0}")]
-    Wasi(String),
-}
-
-/// The WASI tier's runtime, fetched and compiled (once: the compiled module
-/// is cached beside it); what is missing as text.
-fn wasi_runtime() -> Result<sandbox::WasiRuntime, String> {
-    let runtime = patchwright::env::wasi::runtime::runtime().map_err(|e| e.to_string())?;
-    // The runtime lives in the program's cache directory.
-    if let Some(dir) = runtime.python_wasm.parent() {
-        sandbox::allow_program_dir(dir.to_path_buf());
-    }
-    let start = std::time::Instant::now();
-    sandbox::prepare_runtime(&runtime).map_err(|e| e.to_string())?;
-    tracing::info!(
-        "sandbox: the WASI tier, {} ({:.1} s to load the compiled module)",
-        runtime.python_wasm.display(),
-        start.elapsed().as_secs_f64()
-    );
-    Ok(runtime)
-}
-
-/// Resolves the `sandbox` setting to the tier every policy of this process
-/// uses, once, before anything slow (models, environments), and makes it
-/// the host's (`sandbox::set_host_tier`): `bubblewrap`, its preflight as
-/// [`preflight_bubblewrap`] does it; `wasi`, the fetched WASI runtime;
-/// `auto`, bubblewrap's preflight, and when that finds that bubblewrap
-/// cannot create namespaces, the WASI tier with a warning. Other failures
-/// are errors ([`SandboxUnavailable`]).
-pub fn preflight(network: bool, choice: SandboxChoice) -> Result<sandbox::Tier> {
-    let tier = match choice {
-        SandboxChoice::Bubblewrap => {
-            preflight_bubblewrap(network).map_err(SandboxUnavailable::Bubblewrap)?;
-            sandbox::Tier::Bubblewrap
-        }
-        SandboxChoice::Wasi => {
-            sandbox::Tier::Wasi(wasi_runtime().map_err(SandboxUnavailable::Wasi)?)
-        }
-        SandboxChoice::Auto => match preflight_bubblewrap(network) {
-            Ok(()) => sandbox::Tier::Bubblewrap,
-            Err(e) if e.namespaces_unavailable() => {
-                let runtime = match wasi_runtime() {
-                    Ok(r) => r,
-                    Err(wasi) => {
-                        return Err(SandboxUnavailable::NeitherTier {
-                            namespaces: e,
-                            wasi,
-                        }
-                        .into())
-                    }
-                };
-                tracing::warn!(
-                    "bubblewrap cannot create namespaces here ({e}); using the WASI tier: only \
-                     Python commands run"
-                );
-                sandbox::Tier::Wasi(runtime)
-            }
-            Err(e) => return Err(SandboxUnavailable::Bubblewrap(e).into()),
-        },
-    };
-    sandbox::set_host_tier(tier.clone())?;
-    Ok(tier)
-}
-
-/// Checks once that bubblewrap works on this host: the default policy of
-/// a temporary worktree, with the network kept when `network` (environment
-/// builds), through `sandbox::preflight`. Logs what it found.
-pub fn preflight_bubblewrap(network: bool) -> Result<(), sandbox::PreflightError> {
-    let probe = |source: sandbox::SandboxError| sandbox::PreflightError::Probe { source };
-    let dir = tempfile::tempdir().map_err(|e| {
-        probe(sandbox::SandboxError::InvalidPolicy {
-            reason: format!("cannot create a temporary directory to check the sandbox in: {e}"),
-        })
-    })?;
-    let mut policy = sandbox::Policy::for_worktree(dir.path()).map_err(probe)?;
-    // The check is bubblewrap's, whatever tier is chosen.
-    policy.tier = sandbox::Tier::Bubblewrap;
-    if network {
-        policy.allow_network();
-    }
-    let report = sandbox::preflight(&policy)?;
-    tracing::info!(
-        "sandbox: bubblewrap {} at {}, {} options checked, probe {:.0} ms{}",
-        report.version,
-        report.bwrap.display(),
-        report.flags.len(),
-        report.probe_secs * 1000.0,
-        report
-            .cgroup_unavailable
-            .map_or(String::new(), |why| format!(
-                "; no per-command cgroup ({why}): memory and process caps are rlimits"
-            ))
-    );
-    Ok(())
+/// The host's sandbox before its preflight ([`inputs::host`] with
+/// `PATCHWRIGHT_BWRAP`).
+pub fn unchecked_host() -> Result<sandbox::Host> {
+    Ok(inputs::host(
+        std::env::var_os(inputs::BWRAP_ENV).as_deref(),
+    )?)
 }
 
 /// Resolve GitHub issues offline: SWE-bench tasks in, patches out, with a
@@ -451,21 +318,8 @@ pub struct RunArgs {
     /// Run directory to write [default: runs/ID].
     #[arg(long, value_name = "RUN_DIR", value_parser = absolute_dir)]
     pub out: Option<PathBuf>,
-    /// Model: a name from `patchwright models list`, or a GGUF file.
-    #[arg(long, value_name = "NAME|PATH")]
-    pub model: Option<String>,
-    /// Configuration file (TOML).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Set one configuration key, as in `batch`. Repeatable.
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub set: Vec<SetArg>,
-    /// Keep the task's workspace under RUN_DIR/workspaces/.
-    #[arg(long)]
-    pub keep_workspaces: bool,
-    /// A Python virtualenv the sandboxed commands use.
-    #[arg(long, value_name = "VENV")]
-    pub environment: Option<PathBuf>,
+    #[command(flatten)]
+    pub settings: SettingsArgs,
     /// Grade each task right after it is solved, as `patchwright eval`
     /// would (reports in RUN_DIR/eval/), and show resolved-so-far.
     #[arg(long)]
@@ -817,7 +671,11 @@ impl TaskArgs {
         &self,
         env: &EnvArgs,
     ) -> Result<(Vec<dataset::Task>, BTreeSet<String>, Sources)> {
-        let sources = Sources::resolve(self.dataset.as_deref(), self.repos.as_deref(), env)?;
+        let sources = Sources::resolve(
+            self.dataset.as_deref(),
+            self.repos.as_deref(),
+            env.bundle.as_deref(),
+        )?;
         let tasks = dataset::load(&sources.dataset)?;
         let in_file: BTreeSet<String> = tasks.iter().map(|t| t.instance_id.clone()).collect();
         let unknown: Vec<&str> = self
@@ -848,97 +706,6 @@ impl TaskArgs {
             bail!("--repos {}: not a directory", sources.repos.display());
         }
         Ok((tasks, in_file, sources))
-    }
-}
-
-/// Where a command's tasks, repositories and models come from: the flags,
-/// or a bundle (`--bundle`, `PATCHWRIGHT_BUNDLE`).
-pub struct Sources {
-    pub dataset: PathBuf,
-    pub repos: PathBuf,
-    pub bundle: Option<Bundle>,
-}
-
-impl Sources {
-    /// `--dataset` and `--repos`, or the bundle's (and then its models
-    /// directory: [`Sources::models_dir`]).
-    pub fn resolve(
-        dataset: Option<&std::path::Path>,
-        repos: Option<&std::path::Path>,
-        env: &EnvArgs,
-    ) -> Result<Sources> {
-        let bundle = env.bundle.as_deref().map(Bundle::open).transpose()?;
-        let Some(bundle) = bundle else {
-            let dataset = dataset.context("--dataset is required (or --bundle)")?;
-            let repos = repos.context("--repos is required (or --bundle)")?;
-            return Ok(Sources {
-                dataset: dataset.to_path_buf(),
-                repos: repos.to_path_buf(),
-                bundle: None,
-            });
-        };
-        if let Some(r) = repos {
-            bail!(
-                "--repos {} and --bundle {}: with a bundle the repositories are its own",
-                r.display(),
-                bundle.root.display()
-            );
-        }
-        Ok(Sources {
-            dataset: dataset.map_or_else(|| bundle.dataset(), std::path::Path::to_path_buf),
-            repos: bundle.repos_dir(),
-            bundle: Some(bundle),
-        })
-    }
-
-    /// Where model names are looked up: the bundle's models directory,
-    /// else the user's ([`patchwright::models::models_dir`]).
-    pub fn models_dir(&self) -> Result<PathBuf> {
-        match &self.bundle {
-            Some(b) => Ok(b.models_dir()),
-            None => Ok(patchwright::models::models_dir()?),
-        }
-    }
-
-    /// `--dataset`, or the bundle's task file.
-    pub fn dataset(dataset: Option<&std::path::Path>, env: &EnvArgs) -> Result<PathBuf> {
-        match (dataset, &env.bundle) {
-            (Some(d), _) => Ok(d.to_path_buf()),
-            (None, Some(b)) => Ok(Bundle::open(b)?.dataset()),
-            (None, None) => bail!("--dataset is required (or --bundle)"),
-        }
-    }
-
-    /// With a bundle: checks that it holds what `tasks` need (and the model
-    /// `model`, a manifest name or a file in the bundle) and that those
-    /// files are intact.
-    pub fn check(
-        &self,
-        tasks: &[dataset::Task],
-        specs: &patchwright::env::spec::Specs,
-        model: Option<&str>,
-    ) -> Result<()> {
-        let Some(bundle) = &self.bundle else {
-            return Ok(());
-        };
-        let mut files = Vec::new();
-        if let Some(spec) = model {
-            let known = patchwright::models::manifest()?;
-            if let Some(k) = known.iter().find(|k| k.name == spec) {
-                files.push(k.file.clone());
-            } else if let Ok(p) = std::fs::canonicalize(spec) {
-                if let Ok(rel) = p.strip_prefix(bundle.models_dir()) {
-                    files.push(rel.to_string_lossy().into_owned());
-                }
-            }
-        }
-        bundle.check_for(tasks, specs, &files)?;
-        tracing::info!(
-            "bundle {}: everything {} tasks need is there and intact",
-            bundle.root.display(),
-            tasks.len()
-        );
-        Ok(())
     }
 }
 
@@ -977,15 +744,12 @@ impl RunnerArgs {
         }
     }
 
-    /// How to grade, with `--evaluate`: one task at a time, each as soon as
-    /// it is solved.
     /// The environments of the run's tasks (the agents', the Ranker's,
-    /// the metrics' and, with `--evaluate`, grading's).
-    pub fn environments(&self) -> Result<EnvSettings> {
-        let options = self
-            .env
-            .options(Some(1), eval::DEFAULT_TEST_TIMEOUT_S, false, false);
-        Ok(options.resolve()?)
+    /// the metrics' and, with `--evaluate`, grading's: one task at a
+    /// time, each as soon as it is solved).
+    pub fn env_options(&self) -> EnvOptions {
+        self.env
+            .options(Some(1), eval::DEFAULT_TEST_TIMEOUT_S, false, false)
     }
 
     /// `--repos` must be a directory and `--jobs` at least 1.
@@ -1016,13 +780,7 @@ impl RunArgs {
             repos: self.repos,
             out: Some(out),
             list: false,
-            settings: SettingsArgs {
-                model: self.model,
-                config: self.config,
-                set: self.set,
-                keep_workspaces: self.keep_workspaces,
-                environment: self.environment,
-            },
+            settings: self.settings,
             runner: RunnerArgs {
                 jobs: 1,
                 redo: true,
@@ -1036,10 +794,11 @@ impl RunArgs {
 }
 
 impl ExecArgs {
-    /// The policy of an agent's command in `--dir`, with these limits and
-    /// binds; the message says which flag is wrong.
-    pub fn policy(&self) -> Result<sandbox::Policy, String> {
-        let mut policy = sandbox::Policy::for_worktree(&self.dir).map_err(|e| e.to_string())?;
+    /// The policy of an agent's command in `--dir` on `host`, with these
+    /// limits and binds; the message says which flag is wrong.
+    pub fn policy(&self, host: &sandbox::Host) -> Result<sandbox::Policy, String> {
+        let mut policy =
+            sandbox::Policy::for_worktree(&self.dir, host).map_err(|e| e.to_string())?;
         if let Some(s) = self.timeout {
             if !(s.is_finite() && s > 0.0) {
                 return Err(format!(

@@ -39,7 +39,7 @@ pub fn pack(args: PackArgs) -> Result<i32> {
     }
     // The downloads run in the sandbox with the network kept: bubblewrap
     // (the WASI tier runs no pip).
-    super::preflight(true, patchwright::config::SandboxChoice::Bubblewrap)?;
+    let host = super::sandbox_host(true, patchwright::config::SandboxChoice::Bubblewrap)?;
     let specs = Specs::load(args.specs.as_deref())?;
     let pythons = Pythons::discover(&args.pythons);
     let repos = Repos::new(repos_dir)?;
@@ -54,6 +54,7 @@ pub fn pack(args: PackArgs) -> Result<i32> {
         specs: &specs,
         pythons: &pythons,
         pip_cache: &pip_cache,
+        host: &host,
     };
     let report = write_bundle(&opts, out, &|msg| eprintln!("pack: {msg}"))?;
     for bad in &report.replaced {

@@ -30,15 +30,23 @@ pub fn aci(args: AciArgs) -> Result<i32> {
     // The tier of `run`: a host that cannot sandbox at all still gets the
     // exploring commands (they run in-process); `run` then says why it
     // cannot run anything. A tier asked for by name must be ready.
-    match (
-        super::preflight(false, args.sandbox.or_auto()),
+    let unchecked = super::unchecked_host()?;
+    let host = match (
+        patchwright::inputs::preflight(unchecked.clone(), false, args.sandbox.or_auto()),
         args.sandbox.choice,
     ) {
-        (Ok(_), _) => {}
-        (Err(e), None) => tracing::warn!("{e:#}; `run` will refuse every command"),
-        (Err(e), Some(_)) => return Err(e),
-    }
-    let mut interface = Aci::new(repo, &base, index, settings);
+        (Ok(host), _) => host,
+        (Err(e), None) => {
+            tracing::warn!(
+                "{:#}; `run` will refuse every command",
+                anyhow::Error::from(e)
+            );
+            unchecked
+        }
+        (Err(e), Some(_)) => return Err(e.into()),
+    };
+    let env = patchwright::env::task::TaskEnv::bare(&host);
+    let mut interface = Aci::new(repo, &base, index, settings, env);
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     let mut out = std::io::stdout().lock();
@@ -69,12 +77,15 @@ pub fn sandbox_exec(args: ExecArgs) -> Result<i32> {
     // `timeout` and `docker run` do: the command never ran. The host's
     // tier first: it says why the host cannot sandbox (too old a
     // bubblewrap, no namespaces and no WASI runtime).
-    if let Err(host) = super::preflight(false, args.sandbox.or_auto()) {
-        eprintln!("error: {host:#}");
-        return Ok(SANDBOX_REFUSED);
-    }
+    let host = match super::sandbox_host(false, args.sandbox.or_auto()) {
+        Ok(host) => host,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(SANDBOX_REFUSED);
+        }
+    };
     let outcome = match args
-        .policy()
+        .policy(&host)
         .and_then(|p| sandbox::run(&p, &args.command).map_err(|e| e.to_string()))
     {
         Ok(o) => o,

@@ -166,12 +166,14 @@ impl Index {
 }
 
 impl Plan {
-    /// The built environment, building it first if needed. `scratch` holds
-    /// the checkout of the setup commit while building.
+    /// The built environment, building it first if needed, in `host`'s
+    /// sandbox. `scratch` holds the checkout of the setup commit while
+    /// building.
     pub fn ensure(
         &self,
         source: &Path,
         index: &Index,
+        host: &sandbox::Host,
         scratch: &Path,
     ) -> Result<Environment, BuildError> {
         let missing: Vec<String> = self
@@ -189,7 +191,7 @@ impl Plan {
             });
         }
         if !self.is_built() {
-            self.build(source, index, scratch)?;
+            self.build(source, index, host, scratch)?;
         }
         Environment::open(&self.dir).map_err(|e| self.failed(e.to_string()))
     }
@@ -203,7 +205,13 @@ impl Plan {
         }
     }
 
-    fn build(&self, source: &Path, index: &Index, scratch: &Path) -> Result<(), BuildError> {
+    fn build(
+        &self,
+        source: &Path,
+        index: &Index,
+        host: &sandbox::Host,
+        scratch: &Path,
+    ) -> Result<(), BuildError> {
         let parent = self.dir.parent().unwrap_or(&self.dir).to_path_buf();
         std::fs::create_dir_all(&parent).map_err(io("create", &parent))?;
         // One builder per environment across processes; a second waits.
@@ -227,7 +235,7 @@ impl Plan {
         std::fs::create_dir_all(scratch).map_err(io("create", scratch))?;
         let checkout_dir = scratch.join(format!("checkout-{}", &self.hash[..12]));
         let checkout = Workspace::create(source, &self.setup_commit, &checkout_dir)?;
-        let policy = self.build_policy(checkout.path(), index)?;
+        let policy = self.build_policy(checkout.path(), index, host)?;
 
         let script = self.script();
         write("build.sh", script.clone())?;
@@ -285,14 +293,19 @@ impl Plan {
     /// The sandbox policy of a build step in `worktree`: the environment
     /// writable, the package index reachable (or only the wheel directory),
     /// pip's cache shared by all environments.
-    fn build_policy(&self, worktree: &Path, index: &Index) -> Result<sandbox::Policy, BuildError> {
+    fn build_policy(
+        &self,
+        worktree: &Path,
+        index: &Index,
+        host: &sandbox::Host,
+    ) -> Result<sandbox::Policy, BuildError> {
         let cache = self
             .dir
             .parent()
             .and_then(Path::parent)
             .map(|r| r.join(".pip-cache"));
 
-        let mut policy = sandbox::Policy::for_worktree(worktree)?;
+        let mut policy = sandbox::Policy::for_worktree(worktree, host)?;
         policy.extra_ro_binds.push(self.interpreter.prefix.clone());
         super::allow_python_prefix(&mut policy, &self.interpreter.prefix);
         policy.writable.push(self.dir.clone());

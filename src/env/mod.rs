@@ -112,9 +112,13 @@ pub fn allow_python_prefix(policy: &mut sandbox::Policy, prefix: &Path) {
     }
 }
 
-/// The default policy for `worktree` with `env` applied.
-pub fn policy(worktree: &Path, env: Option<&Environment>) -> Result<sandbox::Policy, EnvError> {
-    let mut policy = sandbox::Policy::for_worktree(worktree)?;
+/// The default policy for `worktree` on `host` with `env` applied.
+pub fn policy(
+    worktree: &Path,
+    env: Option<&Environment>,
+    host: &sandbox::Host,
+) -> Result<sandbox::Policy, EnvError> {
+    let mut policy = sandbox::Policy::for_worktree(worktree, host)?;
     apply(&mut policy, env);
     Ok(policy)
 }
@@ -125,6 +129,10 @@ pub fn policy(worktree: &Path, env: Option<&Environment>) -> Result<sandbox::Pol
 pub struct EnvSettings {
     pub specs: spec::Specs,
     pub pythons: build::Pythons,
+    /// The host's sandbox (bubblewrap, tier, the program's directories),
+    /// which every policy of an environment, a build or a grading run
+    /// starts from.
+    pub host: sandbox::Host,
     pub envs_root: PathBuf,
     pub index: build::Index,
     pub jobs: usize,

@@ -82,11 +82,16 @@ pub const WASI_INSTALL: &str =
     "(WASI tier: nothing installed; the worktree is on PYTHONPATH, like an install of a \
      pure-Python package)";
 
-/// A worktree prepared by [`Setup::install`].
+/// Where a task's commands run: the host's sandbox, in a worktree prepared
+/// by [`Setup::install`] when the task has an environment, else with the
+/// sandbox's own `python3` ([`TaskEnv::bare`]).
 #[derive(Debug, Clone)]
 pub struct TaskEnv {
-    /// What it was prepared from (and other worktrees of the task can be).
-    pub setup: Setup,
+    /// The host's sandbox every command of the task runs in.
+    pub host: sandbox::Host,
+    /// What it was prepared from (and other worktrees of the task can be);
+    /// none without an environment.
+    pub setup: Option<Setup>,
     /// The layer the repository is installed into (with a spec).
     pub layer: Option<PathBuf>,
 }
@@ -127,11 +132,17 @@ impl Setup {
     /// the environment as it is. Files the install leaves in the worktree
     /// (egg-info, built extensions) are excluded from git there, so diffs
     /// and resets never see them.
-    pub fn install(&self, worktree: &Path, layer_dir: &Path) -> Result<Installed, InstallError> {
+    pub fn install(
+        &self,
+        host: &sandbox::Host,
+        worktree: &Path,
+        layer_dir: &Path,
+    ) -> Result<Installed, InstallError> {
         let Some(s) = &self.spec else {
             return Ok(Installed {
                 task: TaskEnv {
-                    setup: self.clone(),
+                    host: host.clone(),
+                    setup: Some(self.clone()),
                     layer: None,
                 },
                 command: None,
@@ -143,7 +154,8 @@ impl Setup {
             // the repository itself with no other step (`wasi::refusal`).
             return Ok(Installed {
                 task: TaskEnv {
-                    setup: self.clone(),
+                    host: host.clone(),
+                    setup: Some(self.clone()),
                     layer: None,
                 },
                 command: Some(WASI_INSTALL.to_string()),
@@ -152,7 +164,8 @@ impl Setup {
         }
         let layer = Layer::create(&self.env, layer_dir)?;
         let task = TaskEnv {
-            setup: self.clone(),
+            host: host.clone(),
+            setup: Some(self.clone()),
             layer: Some(layer.dir),
         };
         let install = self.install_command().unwrap_or_default();
@@ -185,18 +198,37 @@ impl Setup {
 }
 
 impl TaskEnv {
+    /// No environment: commands run in `host`'s sandbox with its own
+    /// `python3`.
+    pub fn bare(host: &sandbox::Host) -> TaskEnv {
+        TaskEnv {
+            host: host.clone(),
+            setup: None,
+            layer: None,
+        }
+    }
+
+    /// Whether the task has an environment (else it is [`TaskEnv::bare`]).
+    pub fn is_prepared(&self) -> bool {
+        self.setup.is_some()
+    }
+
     /// The spec the environment was built from, if any.
     pub fn spec(&self) -> Option<&Spec> {
-        self.setup.spec.as_ref().map(|s| &s.spec)
+        self.setup.as_ref()?.spec.as_ref().map(|s| &s.spec)
     }
 
     /// The sandbox policy of commands in `worktree`: the worktree (and the
     /// layer) writable, the environment and its interpreter read-only, the
     /// layer's then the environment's `bin/` first on PATH, the spec's
-    /// variables and local hosts, no network.
+    /// variables and local hosts, no network. Without an environment, the
+    /// host's default policy ([`super::policy`]).
     pub fn policy(&self, worktree: &Path) -> Result<sandbox::Policy, EnvError> {
-        let env = &self.setup.env;
-        let mut policy = super::policy(worktree, Some(env))?;
+        let Some(setup) = &self.setup else {
+            return super::policy(worktree, None, &self.host);
+        };
+        let env = &setup.env;
+        let mut policy = super::policy(worktree, Some(env), &self.host)?;
         if let Some(layer) = &self.layer {
             // Created by the program for this worktree.
             policy.allowed_in_home.push(layer.clone());
@@ -214,7 +246,7 @@ impl TaskEnv {
                 .env
                 .insert("VIRTUAL_ENV".into(), layer.display().to_string());
         }
-        if let Some(wasi) = self.setup.spec.as_ref().and_then(|s| s.wasi.as_ref()) {
+        if let Some(wasi) = setup.spec.as_ref().and_then(|s| s.wasi.as_ref()) {
             let mut path = super::wasi::repository_path(&policy.worktree);
             path.push(wasi.site_packages());
             let path: Vec<String> = path.iter().map(|p| p.display().to_string()).collect();
@@ -223,7 +255,7 @@ impl TaskEnv {
                 .env
                 .insert("PYTEST_ADDOPTS".into(), super::wasi::PYTEST_ADDOPTS.into());
         }
-        if let Some(s) = &self.setup.spec {
+        if let Some(s) = &setup.spec {
             for (k, v) in &s.spec.vars {
                 policy.env.insert(k.clone(), v.clone());
             }
@@ -261,15 +293,6 @@ impl TaskEnv {
 pub fn default_test_script(files: &[String]) -> String {
     let args: Vec<String> = files.iter().map(|f| quote(f)).collect();
     format!("{DEFAULT_TEST_COMMAND} {}\n", args.join(" "))
-}
-
-/// The sandbox policy of commands in `worktree`: `env`'s when given
-/// ([`TaskEnv::policy`]), else the default one with no environment.
-pub fn policy_for(worktree: &Path, env: Option<&TaskEnv>) -> Result<sandbox::Policy, EnvError> {
-    match env {
-        Some(e) => e.policy(worktree),
-        None => super::policy(worktree, None),
-    }
 }
 
 /// The test script of `spec` for `files`: its `eval_commands`, then its

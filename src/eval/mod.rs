@@ -141,7 +141,7 @@ pub fn ensure_envs(plans: &Plans, settings: &EnvSettings, repos: &Repos, scratch
             let built = plan.clone().and_then(|plan| {
                 let ensured = (|| -> Result<Environment, EvalError> {
                     let source = repos.locate(&key.0)?;
-                    Ok(plan.ensure(&source, &settings.index, scratch)?)
+                    Ok(plan.ensure(&source, &settings.index, &settings.host, scratch)?)
                 })();
                 ensured.map(|env| (plan, env)).map_err(Arc::new)
             });
@@ -172,7 +172,13 @@ pub fn prepare_commits(
                 .ok()?;
             let result = (|| -> Result<(), EvalError> {
                 let source = repos.locate(&t.repo)?;
-                Ok(plan.prepare_commit(&source, &t.base_commit, &settings.index, scratch)?)
+                Ok(plan.prepare_commit(
+                    &source,
+                    &t.base_commit,
+                    &settings.index,
+                    &settings.host,
+                    scratch,
+                )?)
             })()
             .map_err(Arc::new);
             if let Err(e) = &result {
@@ -309,6 +315,7 @@ pub fn evaluate_one(
             .and_then(|setup| {
                 let ctx = TaskRun {
                     setup,
+                    host: &settings.host,
                     repos,
                     work: &work,
                     logdir: &logdir,
@@ -353,6 +360,7 @@ impl RunLog {
 
 struct TaskRun<'a> {
     setup: &'a Setup,
+    host: &'a sandbox::Host,
     repos: &'a Repos,
     work: &'a Path,
     logdir: &'a Path,
@@ -369,6 +377,7 @@ impl TaskRun<'_> {
     ) -> Result<(), InfraError> {
         let TaskRun {
             setup,
+            host,
             repos,
             work,
             logdir,
@@ -403,7 +412,7 @@ impl TaskRun<'_> {
         // layer (the same preparation the agents' worktrees get): an
         // environment problem if this fails.
         log.step(&format!("install at base commit: {install}"));
-        let task_env = match setup.install(ws.path(), &work.join("layer")) {
+        let task_env = match setup.install(host, ws.path(), &work.join("layer")) {
             Ok(installed) => {
                 if let Some(o) = &installed.outcome {
                     log.output(o);
@@ -693,8 +702,8 @@ pub fn build_envs(
     started: &mut dyn FnMut(usize, usize, &str, &str),
     done: &mut dyn FnMut(&EnvBuilt),
 ) -> Result<Vec<EnvBuilt>, ScratchError> {
-    if let sandbox::Tier::Wasi(runtime) = sandbox::host_tier() {
-        return Ok(build_wasi_envs(tasks, settings, &runtime, started, done));
+    if let sandbox::Tier::Wasi(runtime) = &settings.host.tier {
+        return Ok(build_wasi_envs(tasks, settings, runtime, started, done));
     }
     let plans = plans(tasks, settings, repos);
     let scratch = tempfile::Builder::new()

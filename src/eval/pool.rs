@@ -61,8 +61,8 @@ impl<'a> Pool<'a> {
     /// `task`'s setup: its (repository, version) environment, built on
     /// first need, with the task's commit's dependencies prepared.
     pub fn setup(&self, task: &Task) -> Result<Setup, Unavailable> {
-        if let sandbox::Tier::Wasi(runtime) = sandbox::host_tier() {
-            return self.wasi_setup(task, &runtime);
+        if let sandbox::Tier::Wasi(runtime) = &self.settings.host.tier {
+            return self.wasi_setup(task, runtime);
         }
         let key = (task.repo.clone(), task.version.clone());
         let mut envs = self.envs.lock().unwrap_or_else(|e| e.into_inner());
@@ -226,6 +226,7 @@ mod tests {
         let settings = EnvSettings {
             specs: Specs::default(),
             pythons: Pythons::discover_at(None, &[]),
+            host: sandbox::Host::default(),
             envs_root: dir.path().join("envs"),
             index: Index::Online,
             jobs: 1,

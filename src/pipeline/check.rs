@@ -25,6 +25,7 @@ use crate::dataset::Task;
 use crate::engine::{
     Backend, Candidate, Conversation, EngineError, Generation, Request, Stats, Stop,
 };
+use crate::env::task::TaskEnv;
 use crate::eval::pool::Pool;
 use crate::index::symbols;
 use crate::record::result::EnvironmentUsed;
@@ -152,17 +153,18 @@ fn run_check(
 
     let (setup, used) = pool.for_agents(task, None);
     row.environment = Some(used);
+    let host = &pool.settings.host;
     let env = match &setup {
-        Some(s) => match s.install(ws.path(), &scratch.join("layer")) {
-            Ok(i) => Some(i.task),
+        Some(s) => match s.install(host, ws.path(), &scratch.join("layer")) {
+            Ok(i) => i.task,
             Err(e) => {
                 if let Some(u) = row.environment.as_mut() {
                     u.error = Some(e.to_string());
                 }
-                None
+                TaskEnv::bare(host)
             }
         },
-        None => None,
+        None => TaskEnv::bare(host),
     };
 
     // The localizer records the gold functions, then submits.
@@ -243,7 +245,7 @@ fn run_check(
         &settings,
         &task.issue(),
         &ws,
-        env.as_ref(),
+        &env,
         &Dirs {
             artifacts: scratch.join("artifacts"),
             scratch: scratch.join("candidates"),

@@ -232,23 +232,19 @@ struct Context<'a> {
     backend: &'a dyn Backend,
     settings: &'a Settings,
     ws: &'a Workspace,
-    env: Option<&'a TaskEnv>,
+    env: &'a TaskEnv,
     index: CodeIndex,
 }
 
 impl Context<'_> {
     fn interface(&self) -> Result<Aci, MasaiError> {
-        let mut aci = Aci::new(
+        Ok(Aci::new(
             self.ws.path(),
             self.ws.base_commit(),
             self.index.clone(),
             self.settings.aci.settings(),
-        );
-        match self.env {
-            Some(env) => aci.set_environment(env.clone())?,
-            None => aci.set_policy(crate::env::policy(self.ws.path(), None)?),
-        }
-        Ok(aci)
+            self.env.clone(),
+        ))
     }
 
     /// Runs one ReAct agent, then puts the workspace back.
@@ -330,7 +326,7 @@ impl Context<'_> {
                 chosen: None,
             });
         }
-        let test_cmd = self.env.and_then(|e| e.spec()).map(|s| s.test_cmd.as_str());
+        let test_cmd = self.env.spec().map(|s| s.test_cmd.as_str());
         let mut a = self.test_stage(
             &agent_defs::test_template(issue, test_cmd),
             TestCheck::Passes,
@@ -359,7 +355,7 @@ impl Context<'_> {
                 text: reproduce::excerpt(&t.path, &t.text, reproduce::EXCERPT_TESTS),
                 ..t.clone()
             });
-            let test_cmd = self.env.and_then(|e| e.spec()).map(|s| s.test_cmd.as_str());
+            let test_cmd = self.env.spec().map(|s| s.test_cmd.as_str());
             return self.test_stage(
                 &agent_defs::reproducer(issue, shown.as_ref(), test_cmd),
                 TestCheck::Fails,
@@ -405,7 +401,7 @@ pub fn run(
     settings: &Settings,
     issue: &Issue,
     ws: &Workspace,
-    env: Option<&TaskEnv>,
+    env: &TaskEnv,
     dirs: &Dirs,
     trajectory: &mut Trajectory,
 ) -> Result<Outcome, MasaiError> {

@@ -164,7 +164,7 @@ fn patched(ws: &Workspace, dir: &Path, patches: &[&str]) -> Result<Workspace, Me
 /// Ranker runs it: in a worktree prepared like the task's.
 fn reproduction_passes(
     ws: &Workspace,
-    env: Option<&TaskEnv>,
+    env: &TaskEnv,
     gold: &str,
     test: &SubmittedTest,
     dir: &Path,
@@ -173,9 +173,8 @@ fn reproduction_passes(
     let result = (|| {
         let env = prepare_like(env, w.path(), &dir.join("layer"))?;
         test.place(w.path())?;
-        let (outcome, verdict) =
-            check::run_test(w.path(), env.as_ref(), &test.command, TEST_TIMEOUT_S)?;
-        Ok(check::fixed(env.as_ref(), test, &outcome, &verdict))
+        let (outcome, verdict) = check::run_test(w.path(), &env, &test.command, TEST_TIMEOUT_S)?;
+        Ok(check::fixed(&env, test, &outcome, &verdict))
     })();
     let _ = w.remove();
     let _ = std::fs::remove_dir_all(dir);
@@ -239,7 +238,7 @@ fn is_package(root: &Path, name: &str) -> bool {
 pub fn compute(
     task: &Task,
     ws: &Workspace,
-    env: Option<&TaskEnv>,
+    env: &TaskEnv,
     pool: &Pool<'_>,
     outcome: &Outcome,
     steps: &[TimedStep],

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 
 use patchwright::aci::{command, Aci, AciSettings, Command};
+use patchwright::env::task::TaskEnv;
 use patchwright::index::symbols::CodeIndex;
+use patchwright_sandbox::Host;
 
 struct Case {
     name: &'static str,
@@ -260,7 +262,13 @@ fn interface(root: &Path, case: &Case) -> Aci {
         window: case.window,
         run_timeout_s: case.run_timeout_s,
     };
-    Aci::new(root, &head(root), CodeIndex::build(root).unwrap(), settings)
+    Aci::new(
+        root,
+        &head(root),
+        CodeIndex::build(root).unwrap(),
+        settings,
+        TaskEnv::bare(&Host::default()),
+    )
 }
 
 fn commands(script: &str) -> Vec<String> {

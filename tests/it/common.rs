@@ -60,7 +60,7 @@ pub fn demo_pool() -> &'static patchwright::eval::pool::Pool<'static> {
             run_empty: false,
             keep_work: false,
         }
-        .resolve()
+        .resolve(&patchwright_sandbox::Host::default())
         .unwrap();
         let settings: &'static _ = Box::leak(Box::new(settings));
         let repos: &'static _ = Box::leak(Box::new(

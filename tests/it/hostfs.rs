@@ -155,7 +155,8 @@ fn the_interface_refuses_links_out_of_the_worktree_with_the_reason() -> Result<(
         window: 20,
         run_timeout_s: 10,
     };
-    let mut aci = Aci::new(&wt, &head, CodeIndex::build(&wt)?, settings);
+    let env = patchwright::env::task::TaskEnv::bare(&patchwright_sandbox::Host::default());
+    let mut aci = Aci::new(&wt, &head, CodeIndex::build(&wt)?, settings, env);
     // `b.py` open, then made a link to the host's `a.py` (what a sandboxed
     // `run` could do between two turns).
     let opened = aci.execute(&Command::Open {

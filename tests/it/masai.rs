@@ -29,7 +29,10 @@ fn task(id: &str) -> Task {
 /// first need), the repository installed into a layer over it in `ws`.
 fn task_env(task: &Task, ws: &Workspace, layer: &Path) -> TaskEnv {
     let setup = common::demo_pool().setup(task).unwrap();
-    setup.install(ws.path(), layer).unwrap().task
+    setup
+        .install(&patchwright_sandbox::Host::default(), ws.path(), layer)
+        .unwrap()
+        .task
 }
 
 const REPRODUCER: &[&str] = &[
@@ -84,7 +87,7 @@ fn run(task: &Task, settings: &Settings, backend: &dyn Backend) -> Run {
         settings,
         &task.issue(),
         &ws,
-        Some(&env),
+        &env,
         &masai::Dirs {
             artifacts: artifacts.clone(),
             scratch: dir.path().join("scratch"),
@@ -207,7 +210,7 @@ fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
     let m = metrics::compute(
         &task,
         &r.ws,
-        Some(&r.env),
+        &r.env,
         common::demo_pool(),
         o,
         &r.trajectory.steps,
@@ -361,7 +364,7 @@ fn sampled_reproductions_agree_on_the_failure_and_the_template_needs_no_model() 
     let m = metrics::compute(
         &task,
         &r.ws,
-        Some(&r.env),
+        &r.env,
         common::demo_pool(),
         o,
         &r.trajectory.steps,
@@ -546,7 +549,7 @@ fn a_repair_round_fixes_what_the_first_round_did_not() {
     let m = metrics::compute(
         &task,
         &r.ws,
-        Some(&r.env),
+        &r.env,
         common::demo_pool(),
         o,
         &r.trajectory.steps,

@@ -33,7 +33,13 @@ fn interface(ws: &Workspace, window: usize) -> Aci {
         window,
         ..AciSettings::default()
     };
-    Aci::new(ws.path(), ws.base_commit(), index, settings)
+    Aci::new(
+        ws.path(),
+        ws.base_commit(),
+        index,
+        settings,
+        patchwright::env::task::TaskEnv::bare(&patchwright_sandbox::Host::default()),
+    )
 }
 
 /// An episode of the solver on a fresh workspace of `task`, with the

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use patchwright_sandbox::{host_bwrap, run_with, Outcome, Policy, SandboxError, SpawnPath};
+use patchwright_sandbox::{run_with, Host, Outcome, Policy, SandboxError, SpawnPath};
 
 /// The environment variable that makes the tests run the classic path
 /// (`PW_SANDBOX_TEST_PATH=classic`); the default is the fast path, as for
@@ -12,14 +12,14 @@ pub const PATH_VAR: &str = "PW_SANDBOX_TEST_PATH";
 
 /// The environment variable naming the bubblewrap binary the tests run
 /// (`PW_SANDBOX_BWRAP=/work/bwrap06/bin/bwrap` checks the sandbox against
-/// an older bubblewrap); unset, the host's default ([`host_bwrap`]).
+/// an older bubblewrap); unset, the default ([`Host::default`]'s).
 pub const BWRAP_VAR: &str = "PW_SANDBOX_BWRAP";
 
 /// The bubblewrap binary under test.
 pub fn bwrap() -> PathBuf {
     std::env::var_os(BWRAP_VAR)
         .map(PathBuf::from)
-        .unwrap_or_else(host_bwrap)
+        .unwrap_or_else(|| Host::default().bwrap)
 }
 
 /// The spawn path under test.
@@ -53,7 +53,7 @@ impl Task {
         std::fs::write(wt.join(".git/config"), "[core]\n\tbare = false\n").expect("write config");
         std::fs::write(wt.join("hello.txt"), "hello from the worktree\n").expect("write file");
         std::fs::create_dir_all(dir.path().join("outside")).expect("mkdir outside");
-        let mut policy = Policy::for_worktree(&wt).expect("policy");
+        let mut policy = Policy::for_worktree(&wt, &Host::default()).expect("policy");
         policy.bwrap = bwrap();
         Task { dir, policy }
     }

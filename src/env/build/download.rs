@@ -35,6 +35,7 @@ impl Plan {
         downloads: &Path,
         scratch: &Path,
         cache: &Path,
+        host: &sandbox::Host,
     ) -> Result<(), BuildError> {
         let inputs = self.write_inputs(scratch)?;
         let checkout_dir = scratch.join(format!("checkout-{}", &self.hash[..12]));
@@ -52,6 +53,7 @@ impl Plan {
             cache,
             s,
             "setup",
+            host,
         );
         let _ = checkout.remove();
         result
@@ -61,6 +63,7 @@ impl Plan {
     /// when its dependency files differ from the setup commit's (what
     /// [`Plan::prepare_commit`] does on a machine with the network).
     /// Returns whether there was anything to download.
+    #[allow(clippy::too_many_arguments)]
     pub fn download_commit(
         &self,
         source: &Path,
@@ -69,6 +72,7 @@ impl Plan {
         downloads: &Path,
         scratch: &Path,
         cache: &Path,
+        host: &sandbox::Host,
     ) -> Result<bool, BuildError> {
         if commit == self.setup_commit {
             return Ok(false);
@@ -97,6 +101,7 @@ impl Plan {
             cache,
             s,
             commit,
+            host,
         );
         let _ = checkout.remove();
         result.map(|()| true)
@@ -194,10 +199,11 @@ offline() { PIP_NO_INDEX=1 PIP_FIND_LINKS="$H" pip "$@"; }
         cache: &Path,
         script: String,
         what: &str,
+        host: &sandbox::Host,
     ) -> Result<(), BuildError> {
         std::fs::create_dir_all(house).map_err(io("create", house))?;
         std::fs::create_dir_all(cache).map_err(io("create", cache))?;
-        let mut policy = sandbox::Policy::for_worktree(worktree)?;
+        let mut policy = sandbox::Policy::for_worktree(worktree, host)?;
         policy.extra_ro_binds.push(self.interpreter.prefix.clone());
         crate::env::allow_python_prefix(&mut policy, &self.interpreter.prefix);
         policy.extra_ro_binds.extend(inputs.iter().cloned());

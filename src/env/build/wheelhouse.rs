@@ -36,6 +36,7 @@ impl Plan {
         source: &Path,
         commit: &str,
         index: &Index,
+        host: &sandbox::Host,
         scratch: &Path,
     ) -> Result<(), BuildError> {
         let done = self.wheelhouse().join(format!(".done-{commit}"));
@@ -50,7 +51,7 @@ impl Plan {
         if changed {
             let checkout_dir = scratch.join(format!("deps-{}", &commit[..commit.len().min(12)]));
             let checkout = Workspace::create(source, commit, &checkout_dir)?;
-            let mut policy = self.build_policy(checkout.path(), index)?;
+            let mut policy = self.build_policy(checkout.path(), index, host)?;
             // The environment is complete: read-only from here on.
             policy.writable.retain(|p| p != &self.dir);
             policy.extra_ro_binds.push(self.dir.clone());
