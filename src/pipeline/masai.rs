@@ -193,9 +193,33 @@ impl SharedStages {
         self.dir.join(format!("{stage}-{key}.json"))
     }
 
+    /// The stored stage, if any. One that cannot be read or parsed (a
+    /// file cut short, or written by another version) is reported with its
+    /// path and why, and the stage runs again (its result then replaces
+    /// the file).
     fn load<T: serde::de::DeserializeOwned>(&self, stage: &str, key: &str) -> Option<T> {
-        let text = std::fs::read_to_string(self.path(stage, key)).ok()?;
-        serde_json::from_str(&text).ok()
+        let path = self.path(stage, key);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(
+                    "{}: cannot read the shared stage ({e}); running it again",
+                    path.display()
+                );
+                return None;
+            }
+        };
+        match serde_json::from_str(&text) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(
+                    "{}: not a stored {stage} stage ({e}); running it again",
+                    path.display()
+                );
+                None
+            }
+        }
     }
 
     fn store(&self, stage: &str, key: &str, value: &impl Serialize) -> Result<(), MasaiError> {
@@ -669,4 +693,30 @@ pub fn run(
         ranking,
         chosen,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_stage_is_taken_only_when_it_reads_back() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let shared = SharedStages {
+            dir: dir.path().to_path_buf(),
+        };
+        shared.store("localize", "k1", &vec!["a.py".to_string()])?;
+        std::fs::write(shared.path("localize", "k2"), "{\"cut short")?;
+        std::fs::write(shared.path("localize", "k3"), "{\"other\": 1}")?;
+        let cases: [(&str, Option<Vec<String>>); 4] = [
+            ("k1", Some(vec!["a.py".to_string()])),
+            ("k2", None),
+            ("k3", None),
+            ("missing", None),
+        ];
+        for (key, want) in cases {
+            assert_eq!(shared.load::<Vec<String>>("localize", key), want, "{key}");
+        }
+        Ok(())
+    }
 }
