@@ -208,11 +208,6 @@ impl TaskEnv {
         }
     }
 
-    /// Whether the task has an environment (else it is [`TaskEnv::bare`]).
-    pub fn is_prepared(&self) -> bool {
-        self.setup.is_some()
-    }
-
     /// The spec the environment was built from, if any.
     pub fn spec(&self) -> Option<&Spec> {
         self.setup.as_ref()?.spec.as_ref().map(|s| &s.spec)
