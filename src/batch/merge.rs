@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use super::rundir::first_difference;
 use super::{BatchError, RunDir, Summary};
 use crate::record::grade::{self as grades, InstanceReport, Summary as GradeSummary};
+use crate::record::metrics::Summary as MetricsSummary;
 use crate::record::run::RunRecord;
 use crate::record::write_atomic;
 
@@ -19,6 +20,8 @@ use crate::record::write_atomic;
 #[derive(Debug, Clone)]
 pub struct Merged {
     pub summary: Summary,
+    /// The stage metrics over the merged run's tasks (`metrics.json`).
+    pub metrics: MetricsSummary,
     /// Tasks copied from the shards by this merge (not already there).
     pub copied: usize,
 }
@@ -74,18 +77,23 @@ pub fn merge(shards: &[PathBuf], out: &Path) -> Result<Merged, BatchError> {
         }
     }
     let (merged, _) = RunDir::open(out, &identity)?;
-    // Task order: each shard's selection in turn, first seen first.
     let mut ids: Vec<String> = Vec::new();
-    if let Ok(Some(old)) = merged.record() {
-        ids.extend(old.instance_ids().iter().cloned());
+    let old = match merged.record() {
+        Ok(Some(old)) => old.instance_ids().to_vec(),
+        _ => Vec::new(),
+    };
+    match dealt_order(&runs) {
+        // Shards of one selection: the order one batch of it runs them in,
+        // then what an earlier merge held besides.
+        Some(order) => ids.extend(order.into_iter().chain(old)),
+        // Otherwise each shard's selection in turn.
+        None => ids.extend(
+            old.into_iter()
+                .chain(runs.iter().flat_map(|r| r.instance_ids().iter().cloned())),
+        ),
     }
-    for run in &runs {
-        for id in run.instance_ids() {
-            if !ids.contains(id) {
-                ids.push(id.clone());
-            }
-        }
-    }
+    let mut seen = std::collections::HashSet::new();
+    ids.retain(|id| seen.insert(id.clone()));
     let mut copied = 0;
     let mut graded = false;
     for id in &ids {
@@ -125,7 +133,7 @@ pub fn merge(shards: &[PathBuf], out: &Path) -> Result<Merged, BatchError> {
     }
     let model_name = runs[0].model_name().unwrap_or("patchwright").to_string();
     merged.write_predictions(ids.iter().map(String::as_str), &model_name)?;
-    merged.write_metrics(ids.iter().map(String::as_str))?;
+    let metrics = merged.write_metrics(ids.iter().map(String::as_str))?;
 
     let mut summary = Summary::default();
     let mut reports: Vec<InstanceReport> = Vec::new();
@@ -153,5 +161,106 @@ pub fn merge(shards: &[PathBuf], out: &Path) -> Result<Merged, BatchError> {
         selection.instance_ids = ids;
     }
     record.write(&merged.run_json())?;
-    Ok(Merged { summary, copied })
+    Ok(Merged {
+        summary,
+        metrics,
+        copied,
+    })
+}
+
+/// The tasks of `runs` in the order one batch of their whole selection
+/// runs them, when they are shards K/N of one selection (the same filter
+/// and slice, the same N, each K at most once): `--shard` deals task i to
+/// shard `i mod N + 1`, so shard K's j-th task was the selection's
+/// `j·N + K − 1`-th. `None` for any other set of runs.
+fn dealt_order(runs: &[RunRecord]) -> Option<Vec<String>> {
+    let first = runs.first()?.selection.as_ref()?;
+    let count = first.shard?.count;
+    let mut indices = std::collections::HashSet::new();
+    let mut dealt: Vec<(usize, String)> = Vec::new();
+    for run in runs {
+        let s = run.selection.as_ref()?;
+        let shard = s.shard?;
+        if shard.count != count
+            || s.filter != first.filter
+            || s.slice != first.slice
+            || !indices.insert(shard.index)
+        {
+            return None;
+        }
+        for (j, id) in s.instance_ids.iter().enumerate() {
+            dealt.push((j * count + shard.index - 1, id.clone()));
+        }
+    }
+    dealt.sort();
+    Some(dealt.into_iter().map(|(_, id)| id).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::run::{SelectionInfo, ShardInfo, SliceInfo};
+
+    fn shard(index: usize, count: usize, ids: &[&str], filter: Option<&str>) -> RunRecord {
+        RunRecord {
+            selection: Some(SelectionInfo {
+                filter: filter.map(String::from),
+                instance_ids: ids.iter().map(|s| s.to_string()).collect(),
+                shard: Some(ShardInfo { index, count }),
+                slice: Some(SliceInfo {
+                    start: 0,
+                    end: None,
+                }),
+            }),
+            ..RunRecord::default()
+        }
+    }
+
+    #[test]
+    fn shards_of_one_selection_merge_in_the_order_they_were_dealt() {
+        type Case<'a> = (&'a str, Vec<RunRecord>, Option<Vec<&'a str>>);
+        let cases: [Case<'_>; 5] = [
+            (
+                "three shards of seven, given out of order",
+                vec![
+                    shard(2, 3, &["b", "e"], None),
+                    shard(1, 3, &["a", "d", "g"], None),
+                    shard(3, 3, &["c", "f"], None),
+                ],
+                Some(vec!["a", "b", "c", "d", "e", "f", "g"]),
+            ),
+            (
+                "a shard missing: the others keep their places",
+                vec![
+                    shard(3, 3, &["c", "f"], None),
+                    shard(1, 3, &["a", "d", "g"], None),
+                ],
+                Some(vec!["a", "c", "d", "f", "g"]),
+            ),
+            (
+                "the same shard twice",
+                vec![shard(1, 2, &["a"], None), shard(1, 2, &["a"], None)],
+                None,
+            ),
+            (
+                "shards of different counts",
+                vec![shard(1, 2, &["a"], None), shard(2, 3, &["b"], None)],
+                None,
+            ),
+            (
+                "shards of different filters",
+                vec![shard(1, 2, &["a"], Some("x")), shard(2, 2, &["b"], None)],
+                None,
+            ),
+        ];
+        for (case, runs, want) in cases {
+            let want = want.map(|w| w.into_iter().map(String::from).collect::<Vec<_>>());
+            assert_eq!(dealt_order(&runs), want, "{case}");
+        }
+        let unsharded = RunRecord {
+            selection: Some(SelectionInfo::default()),
+            ..RunRecord::default()
+        };
+        assert_eq!(dealt_order(&[unsharded]), None, "a run that is no shard");
+    }
 }

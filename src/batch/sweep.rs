@@ -422,14 +422,16 @@ pub fn prepare(
     Ok(Prepared { file, settings })
 }
 
-/// Runs every point of `sweep` into its run directory under `out` (the
-/// selection and options of `cx`) and writes the table after each. Points
-/// that load the same model the same way share one load (or `server`), its
-/// scheduler keeping `cx`'s jobs as conversations sized for the group's
-/// largest fixer.
+/// Runs every point of `sweep` (or only the points numbered in `only`,
+/// when it is not empty) into its run directory under `out` (the
+/// selection and options of `cx`), and writes the table after each when
+/// every point runs. Points that load the same model the same way share
+/// one load (or `server`), its scheduler keeping `cx`'s jobs as
+/// conversations sized for the group's largest fixer.
 pub fn run<E>(
     out: &Path,
     sweep: &Prepared,
+    only: &[usize],
     server: Option<&str>,
     cx: &RunContext<'_>,
 ) -> Result<Vec<Row>, E>
@@ -437,8 +439,22 @@ where
     E: From<BatchError> + From<ModelError> + From<EngineError>,
 {
     let (points, settings) = (&sweep.file.points, &sweep.settings);
+    if let Some(&bad) = only.iter().find(|&&i| i >= points.len()) {
+        return Err(BatchError::Invalid(format!(
+            "--point {bad}: the grid has {} points (0 to {})",
+            points.len(),
+            points.len().saturating_sub(1)
+        ))
+        .into());
+    }
+    // A sweep of some points leaves the table to whoever runs them all
+    // (`slurm sweep`, after merging).
+    let whole = only.is_empty();
     let mut groups: Vec<(String, EngineSettings, Vec<usize>)> = Vec::new();
     for (i, s) in settings.iter().enumerate() {
+        if !whole && !only.contains(&i) {
+            continue;
+        }
         match groups
             .iter_mut()
             .find(|(m, e, _)| *m == s.model && *e == s.engine)
@@ -479,13 +495,17 @@ where
                     Some(out.join(&sweep.file.shared)),
                 )?;
                 rows[i] = Some(Row::new(point, &o.summary, &o.metrics, o.load.as_ref()));
-                let done: Vec<Row> = rows.iter().flatten().cloned().collect();
-                write_table(out, &sweep.file.grid, &done)?;
+                if whole {
+                    let done: Vec<Row> = rows.iter().flatten().cloned().collect();
+                    write_table(out, &sweep.file.grid, &done)?;
+                }
             }
             Ok::<_, E>(())
         })?;
     }
     let rows: Vec<Row> = rows.into_iter().flatten().collect();
-    write_table(out, &sweep.file.grid, &rows)?;
+    if whole {
+        write_table(out, &sweep.file.grid, &rows)?;
+    }
     Ok(rows)
 }

@@ -212,7 +212,7 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
     );
     let cx = prepared.context(&args.runner, &envs);
     let server = args.runner.server.as_deref();
-    let rows = sweep::run::<anyhow::Error>(&args.out, &sweep, server, &cx)?;
+    let rows = sweep::run::<anyhow::Error>(&args.out, &sweep, &args.points, server, &cx)?;
     eprintln!(
         "{:<50} {:>8} {:>8} {:>10} {:>9}",
         "point", "patched", "resolved", "tokens", "seconds"
@@ -228,8 +228,14 @@ pub fn sweep(args: SweepArgs) -> Result<i32> {
             r.elapsed_s
         );
     }
-    for name in ["table.csv", "table.json"] {
-        println!("table: {}", args.out.join(name).display());
+    if args.points.is_empty() {
+        for name in ["table.csv", "table.json"] {
+            println!("table: {}", args.out.join(name).display());
+        }
+    } else {
+        for r in &rows {
+            println!("point: {}", args.out.join(&r.dir).display());
+        }
     }
     println!("sweep: {}", args.out.join("sweep.json").display());
     Ok(0)

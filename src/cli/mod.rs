@@ -580,6 +580,11 @@ pub struct SweepArgs {
     /// config file's [sweep.grid].
     #[arg(long, value_name = "KEY=V1,V2,...")]
     pub grid: Vec<String>,
+    /// Run only this point of the grid (its number in sweep.json, from 0),
+    /// and write no table; repeatable. How `slurm sweep` runs one point
+    /// per array element.
+    #[arg(long = "point", value_name = "N")]
+    pub points: Vec<usize>,
     #[command(flatten)]
     pub settings: SettingsArgs,
     #[command(flatten)]

@@ -223,11 +223,11 @@ fn shards_merge_into_one_run() -> Result<(), Error> {
         ids,
         [
             "\"demo__cachekit-1\"",
-            "\"demo__confkit-1\"",
             "\"demo__cachekit-2\"",
+            "\"demo__confkit-1\"",
             "\"demo__confkit-2\""
         ],
-        "shard 1's tasks, then shard 2's"
+        "the selection's order, as one batch of it writes them"
     );
     let run = read_json(&merged.join("run.json"))?;
     assert_eq!(run["summary"]["tasks"], 4);
