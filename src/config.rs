@@ -347,12 +347,15 @@ impl Settings {
     }
 
     /// `base` overridden by the TOML text of a configuration file (its
-    /// `[sweep]` table, a sweep's grid, left out).
+    /// `[sweep]` table, a sweep's grid, and its `[slurm]` table, a cluster's
+    /// resources, left out).
     pub fn with_toml(base: &Settings, text: &str) -> Result<Settings, SettingsError> {
         let mut overrides: toml::Table = toml::from_str(text)?;
-        // A sweep's grid (`[sweep.grid]`) lives in the same file; it is not
-        // a setting of one run.
+        // A sweep's grid (`[sweep.grid]`) and the Slurm resources
+        // (`slurm::SlurmSettings`) live in the same file; they are not
+        // settings of one run.
         overrides.remove("sweep");
+        overrides.remove("slurm");
         Self::with_table(base, overrides)
     }
 

@@ -23,6 +23,7 @@ pub mod pipeline;
 pub mod record;
 pub mod repo;
 pub mod report;
+pub mod slurm;
 pub mod trajectory;
 
 /// Versions of what produced a run, for `run.json`.

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{Cli, Command, EnvCommand, ModelsCommand, SandboxCommand};
+use cli::{Cli, Command, EnvCommand, ModelsCommand, SandboxCommand, SlurmCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -17,6 +17,9 @@ fn main() -> ExitCode {
         Command::Batch(args) => cli::batch::batch(args),
         Command::Sweep(args) => cli::batch::sweep(args),
         Command::Merge(args) => cli::batch::merge(args),
+        Command::Slurm(SlurmCommand::Batch(args)) => cli::slurm::batch(args),
+        Command::Slurm(SlurmCommand::Sweep(args)) => cli::slurm::sweep(args),
+        Command::Slurm(SlurmCommand::Status(args)) => cli::slurm::status(args),
         Command::Report(args) => cli::batch::report(args),
         Command::Models(ModelsCommand::List { json }) => cli::models::list(json),
         Command::Models(ModelsCommand::Fetch { name }) => cli::models::fetch(&name),

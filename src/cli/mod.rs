@@ -11,6 +11,7 @@ pub mod batch;
 pub mod evaluation;
 pub mod models;
 pub mod pack;
+pub mod slurm;
 pub mod tools;
 
 use std::collections::BTreeSet;
@@ -77,6 +78,12 @@ pub enum Command {
     /// Join the run directories of a batch's shards (`--shard K/N`) into
     /// one run: results, trajectories, artifacts, grades, predictions.
     Merge(MergeArgs),
+    /// Run a batch or a sweep on a Slurm cluster: one job array element per
+    /// shard (and grid point), after one job that builds the environments;
+    /// watch the queue and the shards, resubmit the unfinished elements,
+    /// and merge the shards into one run directory.
+    #[command(subcommand)]
+    Slurm(SlurmCommand),
     /// Write one self-contained HTML report of run or sweep directories:
     /// resolve rate per configuration, plots against each swept setting,
     /// stage funnels, tokens and time per task, and every trajectory.
@@ -589,6 +596,69 @@ pub struct SweepArgs {
     pub settings: SettingsArgs,
     #[command(flatten)]
     pub runner: RunnerArgs,
+}
+
+#[derive(Subcommand)]
+pub enum SlurmCommand {
+    /// Submit a batch as a job array (the `batch` flags, and --shards) and
+    /// watch it until its shards are merged into --out.
+    // The command sets these per element; given, they are refused.
+    #[command(
+        mut_arg("list", |a| a.hide(true)),
+        mut_arg("shard", |a| a.hide(true)),
+        mut_arg("redo", |a| a.hide(true))
+    )]
+    Batch(SlurmBatchArgs),
+    /// Submit a sweep as job arrays, one per grid point (the `sweep` flags,
+    /// and --shards), and watch them until each point's shards are merged
+    /// and the table written.
+    #[command(
+        mut_arg("points", |a| a.hide(true)),
+        mut_arg("shard", |a| a.hide(true)),
+        mut_arg("redo", |a| a.hide(true))
+    )]
+    Sweep(SlurmSweepArgs),
+    /// Watch a run submitted with `slurm batch` or `slurm sweep` again:
+    /// progress, resubmission of unfinished elements, the merge.
+    Status(SlurmStatusArgs),
+}
+
+/// How a run goes to Slurm (its resources are `[slurm]` settings).
+#[derive(Args)]
+pub struct SlurmArgs {
+    /// Shards of the selection: array elements per grid point.
+    #[arg(long, value_name = "N")]
+    pub shards: usize,
+    /// Submit and return; `patchwright slurm status RUN_DIR` watches later.
+    #[arg(long)]
+    pub detach: bool,
+}
+
+#[derive(Args)]
+pub struct SlurmBatchArgs {
+    #[command(flatten)]
+    pub batch: BatchArgs,
+    #[command(flatten)]
+    pub slurm: SlurmArgs,
+}
+
+#[derive(Args)]
+pub struct SlurmSweepArgs {
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    #[command(flatten)]
+    pub slurm: SlurmArgs,
+}
+
+#[derive(Args)]
+pub struct SlurmStatusArgs {
+    /// The run (or sweep) directory `slurm batch` or `slurm sweep` wrote.
+    #[arg(value_name = "RUN_DIR", value_parser = absolute_dir)]
+    pub run: PathBuf,
+    /// Look once (and resubmit or merge if the last round has ended); do
+    /// not wait.
+    #[arg(long)]
+    pub detach: bool,
 }
 
 #[derive(Args)]

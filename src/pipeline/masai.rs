@@ -156,6 +156,31 @@ pub struct Dirs {
     pub shared: Option<PathBuf>,
 }
 
+/// Whether a run with settings `b` can reuse every shared stage a run with
+/// settings `a` stores (the same task, the same stages before): the
+/// settings [`SharedStages::key`] reads are all equal, and both run the
+/// MASAI pipeline. `slurm sweep` starts such a point's elements after the
+/// earlier point's.
+pub fn shares_stages(a: &Settings, b: &Settings) -> bool {
+    let read = |s: &Settings| {
+        serde_json::json!({
+            "kind": s.pipeline.kind,
+            "template": s.pipeline.template,
+            "reproduce": s.pipeline.reproduce,
+            "model": s.model,
+            "engine": s.engine,
+            "sampling": s.sampling,
+            "aci": s.aci,
+            "react": s.react,
+            "agents": s.agents,
+            "localizer": s.localizer,
+            "reproducer": s.reproducer,
+            "environment": s.environment,
+        })
+    };
+    a.pipeline.kind == crate::config::Kind::Masai && read(a) == read(b)
+}
+
 /// Shared stages of one task: `<shared>/<instance_id>/<stage>-<key>.json`,
 /// the key a hash of everything the stage's outcome depends on.
 struct SharedStages {
@@ -698,6 +723,36 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn points_share_stages_when_only_later_stages_settings_differ(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let base = Settings::defaults("m");
+        let with =
+            |key: &str, value: toml::Value| -> Result<Settings, Box<dyn std::error::Error>> {
+                let set: crate::config::SetArg = format!("{key}={value}").parse()?;
+                Ok(Settings::with_table(&base, set.table())?)
+            };
+        let cases = [
+            ("fixer.temperature", toml::Value::from(0.8), true),
+            ("fixer.candidates", 2.into(), true),
+            ("ranker.compare", false.into(), true),
+            ("agents.localizer.max_steps", 3.into(), false),
+            ("reproducer.candidates", 2.into(), false),
+            ("aci.window", 30.into(), false),
+            ("model", "other".into(), false),
+        ];
+        for (key, value, shared) in cases {
+            let other = with(key, value)?;
+            assert_eq!(shares_stages(&base, &other), shared, "{key}");
+        }
+        let first = with("pipeline.kind", "first".into())?;
+        assert!(
+            !shares_stages(&first, &first),
+            "the first pipeline stores no stage"
+        );
+        Ok(())
+    }
 
     #[test]
     fn a_shared_stage_is_taken_only_when_it_reads_back() -> Result<(), Box<dyn std::error::Error>> {

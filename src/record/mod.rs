@@ -10,6 +10,7 @@
 //! - `sweep.json`, `table.json`: [`sweep::SweepFile`], [`sweep::Row`].
 //! - an eval directory's `report.json` and `logs/<id>/report.json`:
 //!   [`grade::Summary`], [`grade::InstanceReport`].
+//! - `slurm/slurm.json` of a run submitted to Slurm: [`slurm::SlurmFile`].
 //!
 //! Files of older versions lack some fields: those read as their default.
 //! This module sits below everything that runs tasks: it imports only data
@@ -19,6 +20,7 @@ pub mod grade;
 pub mod metrics;
 pub mod result;
 pub mod run;
+pub mod slurm;
 pub mod sweep;
 pub mod trajectory;
 

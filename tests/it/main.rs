@@ -35,6 +35,7 @@ mod resume;
 mod sandbox_cli;
 mod scheduler;
 mod session;
+mod slurm;
 mod sweep;
 mod tokenizer;
 mod vulkan;
