@@ -258,7 +258,7 @@ fn the_demo_runs_from_a_bundle_with_no_network() {
     let config = dir.path().join("first.toml");
     std::fs::write(
         &config,
-        "[engine]\ncontext = 4096\nthreads = 2\n[sampling]\nmax_tokens = 48\n[retrieval]\nfiles = 1\n[pipeline]\nkind = \"first\"\n",
+        "[engine]\ncontext = 1024\nthreads = 2\n[sampling]\nmax_tokens = 8\n[retrieval]\nfiles = 1\n[pipeline]\nkind = \"first\"\n",
     )
     .unwrap();
     let run = dir.path().join("run");

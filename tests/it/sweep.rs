@@ -184,7 +184,7 @@ fn shards_merge_into_one_run() -> Result<(), Error> {
     let config = dir.path().join("first.toml");
     std::fs::write(
         &config,
-        "[engine]\ncontext = 4096\n[sampling]\nmax_tokens = 32\n[retrieval]\nfiles = 1\n\
+        "[engine]\ncontext = 1024\n[sampling]\nmax_tokens = 8\n[retrieval]\nfiles = 1\n\
          [pipeline]\nkind = \"first\"\n",
     )?;
     let shard = |k: usize, name: &str, cfg: &Path| -> Result<std::path::PathBuf, Error> {
@@ -261,14 +261,14 @@ fn shards_merge_into_one_run() -> Result<(), Error> {
     let other = dir.path().join("other.toml");
     std::fs::write(
         &other,
-        std::fs::read_to_string(&config)?.replace("max_tokens = 32", "max_tokens = 24"),
+        std::fs::read_to_string(&config)?.replace("max_tokens = 8", "max_tokens = 6"),
     )?;
     let c = shard(1, "c", &other)?;
     let o = patchwright(&["merge", "--out", path(&merged), path(&a), path(&c)])?;
     let log = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(
-        log.contains("`settings.sampling.max_tokens` is 32 in the run, 24 now"),
+        log.contains("`settings.sampling.max_tokens` is 8 in the run, 6 now"),
         "{log}"
     );
     Ok(())
