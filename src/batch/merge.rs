@@ -95,7 +95,19 @@ pub fn merge(shards: &[PathBuf], out: &Path) -> Result<Merged, BatchError> {
     let mut seen = std::collections::HashSet::new();
     ids.retain(|id| seen.insert(id.clone()));
     let mut copied = 0;
+    // Graded shards (`--evaluate`) have a summary, even when no task had a
+    // patch to run; its empty patches have no report of their own.
     let mut graded = false;
+    let mut empty: Vec<InstanceReport> = Vec::new();
+    for shard in shards {
+        if let Some(s) = grades::read_summary(&shard.join("eval"))? {
+            graded = true;
+            empty.extend(s.empty_patch_ids.iter().map(|id| {
+                let patch = s.submitted_ids.contains(id).then_some("");
+                InstanceReport::new(id, patch)
+            }));
+        }
+    }
     for id in &ids {
         for shard in shards {
             let from = RunDir::at(shard);
@@ -142,13 +154,20 @@ pub fn merge(shards: &[PathBuf], out: &Path) -> Result<Merged, BatchError> {
             summary.add(&r);
             summary.elapsed_s += r.elapsed_s;
         }
-        if let Some(report) = grades::stored_report(&out.join("eval"), id) {
-            reports.push(report);
+        match grades::stored_report(&out.join("eval"), id) {
+            Some(report) => reports.push(report),
+            None => reports.extend(empty.iter().find(|r| &r.instance_id == id).cloned()),
         }
     }
     if graded {
         summary.resolved = Some(reports.iter().filter(|r| r.resolved).count());
-        grades::write_summary(&out.join("eval"), &GradeSummary::new(&ids, &reports))?;
+        let eval = out.join("eval");
+        std::fs::create_dir_all(&eval).map_err(|source| BatchError::Io {
+            action: "create",
+            path: eval.clone(),
+            source,
+        })?;
+        grades::write_summary(&eval, &GradeSummary::new(&ids, &reports))?;
     }
     let mut record = runs[0].clone();
     record.command = std::env::args().collect();
@@ -214,6 +233,65 @@ mod tests {
             }),
             ..RunRecord::default()
         }
+    }
+
+    /// A shard's run directory: its run.json (shard `index` of 2 over
+    /// `ids`), a result per task, and with `graded` the summary of
+    /// `--evaluate` over tasks that all had empty patches.
+    fn shard_dir(
+        dir: &Path,
+        index: usize,
+        ids: &[&str],
+        graded: bool,
+    ) -> Result<PathBuf, Box<dyn std::error::Error>> {
+        let root = dir.join(format!("{index}-of-2"));
+        let mut run = shard(index, 2, ids, None);
+        run.identity = serde_json::json!({"settings": {"x": 1}});
+        std::fs::create_dir_all(root.join("results"))?;
+        run.write(&root.join("run.json"))?;
+        for id in ids {
+            std::fs::write(
+                root.join("results").join(format!("{id}.json")),
+                format!("{{\"instance_id\": \"{id}\", \"status\": \"no_patch\"}}"),
+            )?;
+        }
+        if graded {
+            let reports: Vec<InstanceReport> = ids
+                .iter()
+                .map(|id| InstanceReport::new(id, Some("")))
+                .collect();
+            let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+            std::fs::create_dir_all(root.join("eval"))?;
+            grades::write_summary(&root.join("eval"), &GradeSummary::new(&ids, &reports))?;
+        }
+        Ok(root)
+    }
+
+    #[test]
+    fn graded_shards_of_empty_patches_merge_into_the_summary_one_batch_writes(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let a = shard_dir(dir.path(), 1, &["a", "c"], true)?;
+        let b = shard_dir(dir.path(), 2, &["b"], true)?;
+        let out = dir.path().join("merged");
+        let merged = merge(&[b, a], &out)?;
+        assert_eq!(merged.summary.resolved, Some(0));
+        let all = ["a", "b", "c"].map(String::from).to_vec();
+        let reports: Vec<InstanceReport> = all
+            .iter()
+            .map(|id| InstanceReport::new(id, Some("")))
+            .collect();
+        assert_eq!(
+            grades::read_summary(&out.join("eval"))?,
+            Some(GradeSummary::new(&all, &reports))
+        );
+        // Shards run without --evaluate: no grading summary.
+        let plain = tempfile::tempdir()?;
+        let a = shard_dir(plain.path(), 1, &["a"], false)?;
+        let out = plain.path().join("merged");
+        assert_eq!(merge(&[a], &out)?.summary.resolved, None);
+        assert_eq!(grades::read_summary(&out.join("eval"))?, None);
+        Ok(())
     }
 
     #[test]

@@ -285,6 +285,11 @@ pub fn stored_report(out: &Path, id: &str) -> Option<InstanceReport> {
         .filter(|r| r.instance_id == id)
 }
 
+/// Reads the summary `out/report.json`; `None` when there is none.
+pub fn read_summary(out: &Path) -> Result<Option<Summary>, RecordError> {
+    super::read_json_if_exists(&out.join("report.json"))
+}
+
 /// Writes the summary `out/report.json`.
 pub fn write_summary(out: &Path, summary: &Summary) -> Result<(), RecordError> {
     super::write_json(&out.join("report.json"), summary)
