@@ -18,6 +18,11 @@ pub enum Opened {
 /// Paths inside a run directory.
 pub struct RunDir {
     root: PathBuf,
+    /// `ROOT/.lock`, held while this process writes the run
+    /// ([`RunDir::open`]): a second writer of the same directory (two
+    /// batches, or a requeued Slurm element beside the one it replaces)
+    /// is refused instead of running its tasks again beside the first.
+    _lock: Option<std::fs::File>,
 }
 
 impl RunDir {
@@ -27,8 +32,32 @@ impl RunDir {
     /// refused, since mixing them would mislabel predictions. Leftover
     /// temporary files of a killed run are removed.
     pub fn open(root: &Path, identity: &serde_json::Value) -> Result<(RunDir, Opened), BatchError> {
+        let io = |action: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| BatchError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        std::fs::create_dir_all(root).map_err(io("create", root))?;
+        let lock_path = root.join(".lock");
+        let lock = std::fs::File::create(&lock_path).map_err(io("create", &lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(BatchError::Invalid(format!(
+                    "another patchwright is writing {} (it holds {}): wait for it to end, \
+                     or choose another --out",
+                    root.display(),
+                    lock_path.display()
+                )))
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io("lock", &lock_path)(e)),
+        }
         let run = RunDir {
             root: root.to_path_buf(),
+            _lock: Some(lock),
         };
         let opened = match run.record()? {
             Some(stored) => {
@@ -64,6 +93,7 @@ impl RunDir {
     pub fn at(root: &Path) -> RunDir {
         RunDir {
             root: root.to_path_buf(),
+            _lock: None,
         }
     }
 
@@ -246,10 +276,20 @@ mod tests {
             },
         )?;
         std::fs::write(root.join("results/.tmpAbC"), "torn")?;
+        // A second writer while the first holds it is refused, and removes
+        // nothing of the first's.
+        let busy = RunDir::open(&root, &identity)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(busy.contains("another patchwright is writing"), "{busy}");
+        assert!(root.join("results/.tmpAbC").exists());
+        drop(run);
         let (run, opened) = RunDir::open(&root, &identity)?;
         assert_eq!(opened, Opened::Resumed);
         assert!(!root.join("results/.tmpAbC").exists());
         assert!(run.finished("t-1")?.is_none());
+        drop(run);
         let err = RunDir::open(&root, &json!({"settings": {"window": 50}}))
             .err()
             .map(|e| e.to_string())
