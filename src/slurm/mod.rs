@@ -637,7 +637,21 @@ pub fn watch(
         show(&p);
         let ended = states.as_ref().is_some_and(|s| !round_active(&file, s));
         if ended {
-            let unfinished = unfinished(run, &file)?;
+            let mut unfinished = unfinished(run, &file)?;
+            if !unfinished.is_empty() {
+                // Slurm requeues a preempted element itself, and shows it
+                // ended for a moment before: look again before taking the
+                // round as over (a requeued element and its resubmission
+                // would both run the shard; the second is refused by the
+                // run directory's lock, but its element is wasted).
+                std::thread::sleep(std::time::Duration::from_secs(settings.poll_s.clamp(1, 5)));
+                match slurm.states(&latest_jobs(&file))? {
+                    Some(again) if !round_active(&file, &again) => {}
+                    _ => continue,
+                }
+                unfinished = self::unfinished(run, &file)?;
+                warn_env_failed(run, &file, states.as_ref());
+            }
             let retries = file.rounds.iter().rev().take_while(|r| r.retry).count();
             if !unfinished.is_empty() && retries < settings.retries {
                 tracing::info!(
@@ -692,6 +706,25 @@ pub fn watch(
             return Ok(Watched::Running(p));
         }
         std::thread::sleep(std::time::Duration::from_secs(settings.poll_s.max(1)));
+    }
+}
+
+/// Says so when the last round's environment job failed: its elements were
+/// cancelled (their dependency failed), and are resubmitted without it;
+/// each builds the environments it needs itself.
+fn warn_env_failed(run: &Path, file: &SlurmFile, states: Option<&HashMap<String, JobState>>) {
+    let Some(job) = file.rounds.last().and_then(|r| r.env_job.as_deref()) else {
+        return;
+    };
+    if let Some(JobState::Failed(state)) = states.and_then(|s| state_of(s, job, None)) {
+        tracing::warn!(
+            "the environment job {job} ended {state} (its log: {}); the elements that \
+             waited for it are resubmitted, and build what they need themselves",
+            run.join("slurm")
+                .join("logs")
+                .join(format!("env-{job}.log"))
+                .display()
+        );
     }
 }
 
@@ -791,7 +824,10 @@ mod tests {
     ) -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let run = dir.path().join("run");
-        let settings = SlurmSettings::default();
+        let settings = SlurmSettings {
+            poll_s: 1,
+            ..SlurmSettings::default()
+        };
         let request = Request {
             out: &run,
             work: Work::Batch,
