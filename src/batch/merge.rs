@@ -28,14 +28,7 @@ pub struct Merged {
 
 /// Copies `from` (a file or directory) to `to`, replacing what is there.
 fn copy_tree(from: &Path, to: &Path) -> Result<(), BatchError> {
-    let io = |action: &'static str, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| BatchError::Io {
-            action,
-            path,
-            source,
-        }
-    };
+    let io = BatchError::io;
     if from.is_dir() {
         std::fs::create_dir_all(to).map_err(io("create", to))?;
         for entry in std::fs::read_dir(from).map_err(io("read", from))? {
@@ -162,11 +155,7 @@ pub fn merge(shards: &[PathBuf], out: &Path) -> Result<Merged, BatchError> {
     if graded {
         summary.resolved = Some(reports.iter().filter(|r| r.resolved).count());
         let eval = out.join("eval");
-        std::fs::create_dir_all(&eval).map_err(|source| BatchError::Io {
-            action: "create",
-            path: eval.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(&eval).map_err(BatchError::io("create", &eval))?;
         grades::write_summary(&eval, &GradeSummary::new(&ids, &reports))?;
     }
     let mut record = runs[0].clone();

@@ -77,6 +77,19 @@ pub enum BatchError {
     Invalid(String),
 }
 
+impl BatchError {
+    /// An IO error's mapping, naming what was done to which path:
+    /// `.map_err(BatchError::io("create", dir))`.
+    pub fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> BatchError {
+        let path = path.to_path_buf();
+        move |source| BatchError::Io {
+            action,
+            path,
+            source,
+        }
+    }
+}
+
 /// What a batch needs besides its tasks.
 pub struct Batch<'a> {
     /// Answers every model call of the pipeline.

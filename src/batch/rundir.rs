@@ -32,14 +32,7 @@ impl RunDir {
     /// refused, since mixing them would mislabel predictions. Leftover
     /// temporary files of a killed run are removed.
     pub fn open(root: &Path, identity: &serde_json::Value) -> Result<(RunDir, Opened), BatchError> {
-        let io = |action: &'static str, path: &Path| {
-            let path = path.to_path_buf();
-            move |source| BatchError::Io {
-                action,
-                path,
-                source,
-            }
-        };
+        let io = BatchError::io;
         std::fs::create_dir_all(root).map_err(io("create", root))?;
         let lock_path = root.join(".lock");
         let lock = std::fs::File::create(&lock_path).map_err(io("create", &lock_path))?;

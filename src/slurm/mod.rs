@@ -246,12 +246,14 @@ fn plan(request: &Request<'_>) -> Result<(SlurmFile, Vec<(PathBuf, String)>), Sl
             Some(p) => format!("pw-{safe}-{p:02}"),
         };
         let text = script::ArrayScript {
+            job: script::Job {
+                name: &job_name,
+                log_dir: &log_dir,
+                cwd: request.cwd,
+                settings: request.settings,
+                program: request.program,
+            },
             about: &about,
-            job_name: &job_name,
-            log_dir: &log_dir,
-            cwd: request.cwd,
-            settings: request.settings,
-            program: request.program,
             command: &request.command,
             element_flags: &flags,
             shard_dirs: &outs,
@@ -264,11 +266,13 @@ fn plan(request: &Request<'_>) -> Result<(SlurmFile, Vec<(PathBuf, String)>), Sl
     scripts.push((
         env_script.clone(),
         script::EnvScript {
-            job_name: &env_job_name,
-            log_dir: &log_dir,
-            cwd: request.cwd,
-            settings: request.settings,
-            program: request.program,
+            job: script::Job {
+                name: &env_job_name,
+                log_dir: &log_dir,
+                cwd: request.cwd,
+                settings: request.settings,
+                program: request.program,
+            },
             command: &request.env_command,
         }
         .render()?,

@@ -7,18 +7,24 @@ use std::path::Path;
 use super::settings::SlurmSettings;
 use super::SlurmError;
 
-/// An array script: element `K-1` runs shard K.
-pub struct ArrayScript<'a> {
-    /// The comment at the top: what the elements run.
-    pub about: &'a str,
-    pub job_name: &'a str,
-    /// Where each element's log goes (`%A_%a.log` inside it).
+/// What every job of a run shares.
+pub struct Job<'a> {
+    pub name: &'a str,
+    /// Where its log goes (`%A_%a.log` or `env-%j.log` inside it).
     pub log_dir: &'a Path,
-    /// The working directory of every element: the submitting command's,
-    /// where its relative paths point.
+    /// The working directory: the submitting command's, where its
+    /// relative paths point.
     pub cwd: &'a Path,
     pub settings: &'a SlurmSettings,
+    /// The patchwright it runs.
     pub program: &'a Path,
+}
+
+/// An array script: element `K-1` runs shard K.
+pub struct ArrayScript<'a> {
+    pub job: Job<'a>,
+    /// The comment at the top: what the elements run.
+    pub about: &'a str,
     /// The element's command after the program, before its own flags.
     pub command: &'a [String],
     /// Flags that come after `--shard` and `--out` (a sweep's `--point`).
@@ -30,11 +36,7 @@ pub struct ArrayScript<'a> {
 /// The environment job's script: builds what the tasks need, once, before
 /// the elements start.
 pub struct EnvScript<'a> {
-    pub job_name: &'a str,
-    pub log_dir: &'a Path,
-    pub cwd: &'a Path,
-    pub settings: &'a SlurmSettings,
-    pub program: &'a Path,
+    pub job: Job<'a>,
     /// `env build ...`, after the program.
     pub command: &'a [String],
 }
@@ -75,18 +77,14 @@ fn path_text(path: &Path) -> Result<&str, SlurmError> {
         .ok_or_else(|| SlurmError::Invalid(format!("{} is not UTF-8", path.display())))
 }
 
-/// The directives every job of a run shares; `gres` only for elements.
-fn directives(
-    job_name: &str,
-    log: &str,
-    cwd: &Path,
-    settings: &SlurmSettings,
-    gres: bool,
-) -> Result<String, SlurmError> {
+/// The directives every job of a run shares, its log `log` (in the job's
+/// log directory); `gres` only for elements.
+fn directives(job: &Job<'_>, log: &str, gres: bool) -> Result<String, SlurmError> {
+    let settings = job.settings;
     let mut out = String::new();
-    directive(&mut out, "--job-name", job_name)?;
-    directive(&mut out, "--output", log)?;
-    directive(&mut out, "--chdir", path_text(cwd)?)?;
+    directive(&mut out, "--job-name", job.name)?;
+    directive(&mut out, "--output", path_text(&job.log_dir.join(log))?)?;
+    directive(&mut out, "--chdir", path_text(job.cwd)?)?;
     // Preempted or failed nodes requeue the element; it resumes its shard.
     out.push_str("#SBATCH --requeue\n");
     // A requeued element appends to its log instead of replacing it.
@@ -129,7 +127,6 @@ impl ArrayScript<'_> {
     /// The script's text.
     pub fn render(&self) -> Result<String, SlurmError> {
         let n = self.shard_dirs.len();
-        let log = self.log_dir.join("%A_%a.log");
         let mut out = String::from("#!/bin/bash\n");
         for line in self.about.lines() {
             out.push_str(&format!("# {line}\n").replace("# \n", "#\n"));
@@ -140,13 +137,7 @@ impl ArrayScript<'_> {
              # an element that runs a second time resumes its shard.\n",
             n.saturating_sub(1)
         ));
-        out.push_str(&directives(
-            self.job_name,
-            path_text(&log)?,
-            self.cwd,
-            self.settings,
-            true,
-        )?);
+        out.push_str(&directives(&self.job, "%A_%a.log", true)?);
         out.push_str("set -euo pipefail\n");
         out.push_str(
             "case \"${SLURM_ARRAY_TASK_ID:?submit this script with sbatch --array}\" in\n",
@@ -162,7 +153,7 @@ impl ArrayScript<'_> {
             "  *) echo \"no element $SLURM_ARRAY_TASK_ID in this array (0-{})\" >&2; exit 2 ;;\nesac\n",
             n.saturating_sub(1)
         ));
-        let mut line = words(self.program, self.command)?;
+        let mut line = words(self.job.program, self.command)?;
         line.push_str(" --shard \"$shard\" --out \"$out\"");
         for f in self.element_flags {
             line.push(' ');
@@ -178,25 +169,18 @@ impl EnvScript<'_> {
     /// not be built: the tasks that need it record why, so the elements
     /// still start; any other failure holds them back.
     pub fn render(&self) -> Result<String, SlurmError> {
-        let log = self.log_dir.join("env-%j.log");
         let mut out = String::from(
             "#!/bin/bash\n\
              # The environments the run's tasks need, built once into the directory every\n\
              # element reads, before the elements start (they depend on this job: afterok).\n",
         );
-        out.push_str(&directives(
-            self.job_name,
-            path_text(&log)?,
-            self.cwd,
-            self.settings,
-            false,
-        )?);
+        out.push_str(&directives(&self.job, "env-%j.log", false)?);
         out.push_str(&format!(
             "status=0\n{} || status=$?\n\
              if [ \"$status\" -eq 1 ]; then\n  \
              echo \"some environments could not be built; their tasks will say why\" >&2\n  \
              exit 0\nfi\nexit \"$status\"\n",
-            words(self.program, self.command)?
+            words(self.job.program, self.command)?
         ));
         Ok(out)
     }
@@ -291,12 +275,14 @@ mod tests {
             .map(|k| PathBuf::from(format!("/runs/lite/slurm/shards/{k}-of-2")))
             .collect();
         let script = ArrayScript {
+            job: Job {
+                name: "patchwright-lite",
+                log_dir: Path::new("/runs/lite/slurm/logs"),
+                cwd: Path::new("/home/me"),
+                settings: &settings(),
+                program: Path::new("/opt/patchwright/bin/patchwright"),
+            },
             about: "`patchwright slurm batch` over /runs/lite: one `batch` per shard.",
-            job_name: "patchwright-lite",
-            log_dir: Path::new("/runs/lite/slurm/logs"),
-            cwd: Path::new("/home/me"),
-            settings: &settings(),
-            program: Path::new("/opt/patchwright/bin/patchwright"),
             command: &command,
             element_flags: &[],
             shard_dirs: &dirs,
@@ -339,11 +325,13 @@ mod tests {
             .map(String::from)
             .to_vec();
         let script = EnvScript {
-            job_name: "patchwright-env-lite",
-            log_dir: Path::new("/runs/lite/slurm/logs"),
-            cwd: Path::new("/home/me"),
-            settings: &settings(),
-            program: Path::new("/opt/pw"),
+            job: Job {
+                name: "patchwright-env-lite",
+                log_dir: Path::new("/runs/lite/slurm/logs"),
+                cwd: Path::new("/home/me"),
+                settings: &settings(),
+                program: Path::new("/opt/pw"),
+            },
             command: &command,
         }
         .render()?;
@@ -364,12 +352,14 @@ mod tests {
         let dirs = [PathBuf::from("/r/1")];
         let script = |settings: &SlurmSettings, cwd: &str| {
             ArrayScript {
+                job: Job {
+                    name: "j",
+                    log_dir: Path::new("/r/logs"),
+                    cwd: Path::new(cwd),
+                    settings,
+                    program: Path::new("/pw"),
+                },
                 about: "",
-                job_name: "j",
-                log_dir: Path::new("/r/logs"),
-                cwd: Path::new(cwd),
-                settings,
-                program: Path::new("/pw"),
                 command: &[],
                 element_flags: &[],
                 shard_dirs: &dirs,

@@ -7,6 +7,7 @@
 
 use crate::common;
 
+use std::ffi::OsStr;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -168,7 +169,7 @@ impl Cluster {
         c
     }
 
-    fn patchwright(&self, args: &[&str]) -> Result<Output, Error> {
+    fn patchwright<S: AsRef<OsStr>>(&self, args: &[S]) -> Result<Output, Error> {
         Ok(self
             .command(env!("CARGO_BIN_EXE_patchwright"))
             .args(args)
@@ -185,11 +186,20 @@ impl Drop for Cluster {
     }
 }
 
-fn patchwright(args: &[&str]) -> Result<Output, Error> {
+fn patchwright<S: AsRef<OsStr>>(args: &[S]) -> Result<Output, Error> {
     Ok(Command::new(env!("CARGO_BIN_EXE_patchwright"))
         .args(args)
         .current_dir(common::root())
         .output()?)
+}
+
+/// `head`, then `args`, then `--out out`: one command line.
+fn line(head: &[&str], args: &[&str], out: &Path) -> Vec<String> {
+    head.iter()
+        .chain(args)
+        .chain(&["--out", path(out)])
+        .map(|s| s.to_string())
+        .collect()
 }
 
 fn ok(o: &Output, what: &str) -> Result<String, Error> {
@@ -261,36 +271,26 @@ fn a_batch_as_a_job_array_merges_into_the_single_machine_run_with_an_element_can
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("first.toml");
     std::fs::write(&config, format!("{FIRST}{SLURM}"))?;
-    let args = |out: &Path| -> Vec<String> {
-        [
-            "--dataset",
-            DEMO,
-            "--repos",
-            "datasets/demo/repos",
-            "--model",
-            "smollm2-135m",
-            "--config",
-            path(&config),
-            "--out",
-            path(out),
-        ]
-        .map(String::from)
-        .to_vec()
-    };
+    let args = [
+        "--dataset",
+        DEMO,
+        "--repos",
+        "datasets/demo/repos",
+        "--model",
+        "smollm2-135m",
+        "--config",
+        path(&config),
+    ];
     let single = dir.path().join("single");
-    let mut a: Vec<String> = vec!["batch".into()];
-    a.extend(args(&single));
-    let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    ok(&patchwright(&a)?, "batch")?;
+    ok(&patchwright(&line(&["batch"], &args, &single))?, "batch")?;
 
     // Four elements of 3, 3, 2 and 2 tasks, submitted and left running.
     let run = dir.path().join("array");
-    let mut s: Vec<String> = ["slurm", "batch", "--shards", "4", "--detach"]
-        .map(String::from)
-        .to_vec();
-    s.extend(args(&run));
-    let s: Vec<&str> = s.iter().map(String::as_str).collect();
-    let o = cluster.patchwright(&s)?;
+    let o = cluster.patchwright(&line(
+        &["slurm", "batch", "--shards", "4", "--detach"],
+        &args,
+        &run,
+    ))?;
     ok(&o, "slurm batch --detach")?;
     assert_eq!(
         String::from_utf8_lossy(&o.stdout),
@@ -395,44 +395,30 @@ fn a_sweep_as_job_arrays_writes_the_table_of_one_machine() -> Result<(), Error> 
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("masai.toml");
     std::fs::write(&config, format!("{MASAI}{SLURM}"))?;
-    let args = |out: &Path| -> Vec<String> {
-        [
-            "--dataset",
-            DEMO,
-            "--slice",
-            "0:2",
-            "--repos",
-            "datasets/demo/repos",
-            "--model",
-            "smollm2-135m",
-            "--config",
-            path(&config),
-            "--grid",
-            "temperature=0.4,0.8",
-            // One task at a time on one machine too: the elements run one
-            // task each, and a sampled reply depends on which sequences
-            // llama.cpp decodes beside it.
-            "--jobs",
-            "1",
-            "--out",
-            path(out),
-        ]
-        .map(String::from)
-        .to_vec()
-    };
+    let args = [
+        "--dataset",
+        DEMO,
+        "--slice",
+        "0:2",
+        "--repos",
+        "datasets/demo/repos",
+        "--model",
+        "smollm2-135m",
+        "--config",
+        path(&config),
+        "--grid",
+        "temperature=0.4,0.8",
+        // One task at a time on one machine too: the elements run one
+        // task each, and a sampled reply depends on which sequences
+        // llama.cpp decodes beside it.
+        "--jobs",
+        "1",
+    ];
     let one = dir.path().join("one");
-    let mut a: Vec<String> = vec!["sweep".into()];
-    a.extend(args(&one));
-    let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    ok(&patchwright(&a)?, "sweep")?;
+    ok(&patchwright(&line(&["sweep"], &args, &one))?, "sweep")?;
 
     let arrays = dir.path().join("arrays");
-    let mut s: Vec<String> = ["slurm", "sweep", "--shards", "2"]
-        .map(String::from)
-        .to_vec();
-    s.extend(args(&arrays));
-    let s: Vec<&str> = s.iter().map(String::as_str).collect();
-    let o = cluster.patchwright(&s)?;
+    let o = cluster.patchwright(&line(&["slurm", "sweep", "--shards", "2"], &args, &arrays))?;
     let log = ok(&o, "slurm sweep")?;
     assert!(
         String::from_utf8_lossy(&o.stdout)
