@@ -23,6 +23,10 @@ fn main() -> ExitCode {
         Command::Report(args) => cli::batch::report(args),
         Command::Models(ModelsCommand::List { json }) => cli::models::list(json),
         Command::Models(ModelsCommand::Fetch { name }) => cli::models::fetch(&name),
+        Command::Models(ModelsCommand::Synth(args)) => cli::models::synth(args),
+        Command::Models(ModelsCommand::Tokenizer { model, out }) => {
+            cli::models::tokenizer(&model, &out)
+        }
         Command::Generate(args) => cli::models::generate(args),
         Command::Sandbox(SandboxCommand::Exec(args)) => cli::tools::sandbox_exec(args),
         Command::Sandbox(SandboxCommand::FetchWasi(args)) => cli::tools::fetch_wasi(args),

@@ -405,6 +405,12 @@ pub struct GenerateArgs {
     /// Rust, CPU; as `[engine] kind`).
     #[arg(long, default_value = "llama", value_name = "KIND")]
     pub engine: String,
+    /// Decode without drafts (`[engine] prompt_lookup` and `jump_forward`
+    /// off): every token its own step, as a benchmark of the decoding speed
+    /// itself wants (a synthetic model repeats itself, which drafts would
+    /// reward).
+    #[arg(long)]
+    pub no_drafts: bool,
     /// Print {"candidates": [...], "tokens": [[...]], "stats": {...},
     /// "placement": {...}} as JSON.
     #[arg(long)]
@@ -698,6 +704,47 @@ pub enum ModelsCommand {
         /// A name from `patchwright models list`.
         name: String,
     },
+    /// Write a synthetic model: the architecture, tensor shapes and
+    /// quantisation of a real one, reproducible pseudo-random weights, and
+    /// the tokenizer of a small GGUF of the same family. It runs at the
+    /// real model's speed (what it says is noise): a benchmark of a model
+    /// too large to carry.
+    Synth(SynthArgs),
+    /// Write the tokenizer of a GGUF model (vocabulary, merges, chat
+    /// template) alone, as a small GGUF of no tensors, for `models synth
+    /// --tokenizer`.
+    Tokenizer {
+        /// The model to take it from.
+        #[arg(value_name = "GGUF")]
+        model: PathBuf,
+        /// The file to write.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Args)]
+pub struct SynthArgs {
+    /// The shape: qwen2.5-coder-0.5b, -1.5b, -7b or -32b.
+    #[arg(value_name = "SHAPE")]
+    pub shape: String,
+    /// The quantisation: q4_0 or q4_k_m (llama.cpp's mixes).
+    #[arg(long, value_name = "QUANT", default_value = "q4_k_m")]
+    pub quant: String,
+    /// Take each tensor's type from this GGUF of the same shape instead
+    /// (the real model, where it is at hand).
+    #[arg(long, value_name = "GGUF")]
+    pub like: Option<PathBuf>,
+    /// A GGUF whose tokenizer the model gets (a model of the family, or
+    /// what `models tokenizer` wrote).
+    #[arg(long, value_name = "GGUF")]
+    pub tokenizer: PathBuf,
+    /// The weights' seed: the same seed writes the same file.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// The file to write.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
 }
 
 impl EnvArgs {

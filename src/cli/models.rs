@@ -107,6 +107,39 @@ pub fn fetch(name: &str) -> Result<i32> {
 }
 
 /// `patchwright generate`: one prompt, its candidates on stdout.
+/// `patchwright models synth`: a synthetic model of a real one's shape.
+pub fn synth(args: super::SynthArgs) -> Result<i32> {
+    use patchwright::models::synth::{self, Quant, Shape};
+    let shape = Shape::named(&args.shape)?;
+    let quant: Quant = args.quant.parse()?;
+    let like = args.like.as_deref().map(synth::read_layout).transpose()?;
+    let started = std::time::Instant::now();
+    let written = synth::write(
+        &shape,
+        quant,
+        like.as_ref(),
+        &args.tokenizer,
+        args.seed,
+        &args.out,
+    )?;
+    eprintln!(
+        "{}: {} tensors, {:.2} GB of weights in {:.0} s",
+        shape.name,
+        written.tensors,
+        written.bytes as f64 / 1e9,
+        started.elapsed().as_secs_f64()
+    );
+    println!("{}", args.out.display());
+    Ok(0)
+}
+
+/// `patchwright models tokenizer`: a model's tokenizer as a small GGUF.
+pub fn tokenizer(model: &std::path::Path, out: &std::path::Path) -> Result<i32> {
+    patchwright::models::synth::write_tokenizer(model, out)?;
+    println!("{}", out.display());
+    Ok(0)
+}
+
 pub fn generate(args: GenerateArgs) -> Result<i32> {
     if args.n == 0 {
         bail!("--n must be at least 1");
@@ -130,6 +163,8 @@ pub fn generate(args: GenerateArgs) -> Result<i32> {
         context: args.context,
         threads: args.threads,
         gpu_layers,
+        prompt_lookup: !args.no_drafts,
+        jump_forward: !args.no_drafts,
         ..EngineSettings::default()
     };
     let server = ServerSettings {

@@ -7,6 +7,7 @@
 //! every function here that looks a model up takes it.
 
 pub mod digest;
+pub mod synth;
 pub use patchwright_engine_types::gguf;
 
 use std::ffi::OsString;

@@ -37,6 +37,7 @@ mod scheduler;
 mod session;
 mod slurm;
 mod sweep;
+mod synth;
 mod tokenizer;
 mod vulkan;
 mod wasi;

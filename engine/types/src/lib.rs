@@ -8,6 +8,7 @@
 
 mod call;
 pub mod gguf;
+pub mod gguf_file;
 mod load;
 pub mod placement;
 
