@@ -24,12 +24,13 @@ const FIRST: &str = "[engine]\ncontext = 1024\n[sampling]\nmax_tokens = 8\n\
     [retrieval]\nfiles = 1\n[pipeline]\nkind = \"first\"\n";
 
 /// The localizer runs (one turn, greedy, shared between points); the
-/// Fixer samples two candidates.
+/// Fixer samples two short candidates (what is compared is the table and
+/// the sharing, not the patches).
 const MASAI: &str = "[engine]\ncontext = 2048\n\
-    [react]\nreply_tokens = 48\n[aci]\nwindow = 20\n\
+    [react]\nreply_tokens = 32\n[aci]\nwindow = 20\n\
     [pipeline]\ntemplate = false\nreproduce = false\nrank = false\n\
     [agents.localizer]\nmax_steps = 1\ntemperature = 0.0\n\
-    [fixer]\ncandidates = 2\nmax_tokens = 48\n";
+    [fixer]\ncandidates = 2\nmax_tokens = 16\n";
 
 /// Every element asks for both CPUs of the node, so they run one at a time
 /// (two llama.cpp processes would busy-wait against each other); the
