@@ -132,26 +132,35 @@ fn raw_args() -> Result<Vec<String>> {
         .collect()
 }
 
-/// The selection's tasks dealt into `shards` shards, as `--shard K/N`
-/// deals them.
-fn shard_ids(selection: &Selection, dataset: &Path, shards: usize) -> Result<Vec<Vec<String>>> {
+/// The selected task ids (the file read once), and the same dealt into
+/// `shards` shards as `--shard K/N` deals them ([`Selection::apply`]).
+fn selected_ids(
+    selection: &Selection,
+    dataset: &Path,
+    shards: usize,
+) -> Result<(Vec<String>, Vec<Vec<String>>)> {
     if shards == 0 {
         bail!("--shards must be at least 1");
     }
-    (1..=shards)
+    let mut whole = selection.clone();
+    whole.shard = None;
+    let tasks = whole.apply(patchwright::dataset::load(dataset)?);
+    let ids = |tasks: Vec<patchwright::dataset::Task>| -> Vec<String> {
+        tasks.into_iter().map(|t| t.instance_id).collect()
+    };
+    let dealt = (1..=shards)
         .map(|k| {
-            let mut s = selection.clone();
-            s.shard = Some(Shard {
-                index: k,
-                count: shards,
-            });
-            Ok(s.select(dataset)?
-                .tasks
-                .into_iter()
-                .map(|t| t.instance_id)
-                .collect())
+            let deal = Selection {
+                shard: Some(Shard {
+                    index: k,
+                    count: shards,
+                }),
+                ..Selection::default()
+            };
+            ids(deal.apply(tasks.clone()))
         })
-        .collect()
+        .collect();
+    Ok((ids(tasks), dealt))
 }
 
 /// The flags `slurm` sets itself, refused when given.
@@ -196,16 +205,7 @@ fn common<'a>(
         runner.env.bundle.as_deref(),
     )?;
     runner.check(&sources.repos)?;
-    let shards = shard_ids(&selection, &sources.dataset, slurm.shards)?;
-    let all: Vec<String> = {
-        let mut s = selection.clone();
-        s.shard = None;
-        s.select(&sources.dataset)?
-            .tasks
-            .into_iter()
-            .map(|t| t.instance_id)
-            .collect()
-    };
+    let (all, shards) = selected_ids(&selection, &sources.dataset, slurm.shards)?;
     if all.is_empty() {
         bail!("no task of {} is selected", sources.dataset.display());
     }

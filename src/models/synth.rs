@@ -266,15 +266,25 @@ pub fn fill(tensor: &TensorInfo, seed: u64, buf: &mut [u8]) {
         }
         return;
     }
+    if kind == TensorType::F16 || kind == TensorType::BF16 {
+        // Random bits would be NaN or infinity one time in 32: small
+        // finite values instead.
+        for chunk in buf.chunks_exact_mut(2) {
+            let v = ((rng.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.02;
+            let half = match kind {
+                TensorType::F16 => f16_bits(v),
+                _ => (v.to_bits() >> 16) as u16,
+            };
+            chunk.copy_from_slice(&half.to_le_bytes());
+        }
+        return;
+    }
     for chunk in buf.chunks_mut(8) {
         let word = rng.next().to_le_bytes();
         chunk.copy_from_slice(&word[..chunk.len()]);
     }
     let (_, size) = kind.block();
     let scale = f16_bits(block_scale(kind)).to_le_bytes();
-    if kind == TensorType::F16 || kind == TensorType::BF16 {
-        return;
-    }
     for block in buf.chunks_exact_mut(size as usize) {
         for &at in kind.scale_offsets() {
             block[at..at + 2].copy_from_slice(&scale);
@@ -301,7 +311,7 @@ pub fn tokenizer_entries(path: &Path) -> Result<Vec<RawEntry>, SynthError> {
     if !entries.iter().any(|e| e.key == "tokenizer.ggml.tokens") {
         return Err(SynthError::Invalid(format!(
             "{}: no tokenizer.ggml.tokens: give a GGUF of the same family (a model, or the \
-             tokenizer file `models synth --tokenizer-only` writes)",
+             tokenizer file `models tokenizer` writes)",
             path.display()
         )));
     }

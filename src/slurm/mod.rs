@@ -216,12 +216,9 @@ fn plan(request: &Request<'_>) -> Result<(SlurmFile, Vec<(PathBuf, String)>), Sl
         // A sweep element's run directory is the point's inside its shard's
         // sweep directory; `--out` is that sweep directory.
         let outs: Vec<PathBuf> = (1..=n)
-            .map(|k| {
-                let dir = request.out.join(array.shard_dir(k));
-                match &array.point {
-                    Some(_) => request.out.join(format!("slurm/shards/{k}-of-{n}")),
-                    None => dir,
-                }
+            .map(|k| match array.point {
+                Some(_) => request.out.join(format!("slurm/shards/{k}-of-{n}")),
+                None => request.out.join(array.shard_dir(k)),
             })
             .collect();
         let (about, flags) = match array.point {
@@ -521,8 +518,6 @@ pub struct Progress {
     /// Ended in the last round with tasks left (failed, cancelled, timed
     /// out, preempted).
     pub failed: usize,
-    /// The environment job's state, while the scheduler knows it.
-    pub env: Option<JobState>,
     /// Whether the scheduler could be asked this time.
     pub queue_known: bool,
 }
@@ -535,10 +530,6 @@ fn progress(run: &Path, file: &SlurmFile, states: Option<&HashMap<String, JobSta
         ..Progress::default()
     };
     let last = file.rounds.last();
-    p.env = last
-        .and_then(|r| r.env_job.as_deref())
-        .and_then(|j| states.and_then(|s| state_of(s, j, None)))
-        .cloned();
     for (a, k) in elements(file) {
         let array = &file.arrays[a];
         let tasks = &file.shards[k - 1];
