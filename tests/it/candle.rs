@@ -84,7 +84,8 @@ fn first_difference(a: &[TraceStep], b: &[TraceStep]) -> Option<usize> {
 
 /// Runs the differential comparison on `model` over `prompts`; panics with
 /// every prompt's outcome when one diverges at a step that is not a
-/// near-tie.
+/// near-tie. After the first difference the traces would compare
+/// different texts, so candle decodes no further.
 fn differential(model: &Path, prompts: Vec<(String, Vec<Message>)>) {
     let started = Instant::now();
     let llama = Engine::load(model, &settings(EngineKind::Llama)).unwrap();
@@ -110,7 +111,13 @@ fn differential(model: &Path, prompts: Vec<(String, Vec<Message>)>) {
         let a = llama.greedy_trace(&ids, STEPS).unwrap();
         let llama_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let b = candle.greedy_trace(&ids, STEPS, PROMPT_BATCH).unwrap();
+        // Only the steps up to the first difference are compared: candle's
+        // trace stops there.
+        let b = candle
+            .greedy_trace_while(&ids, STEPS, PROMPT_BATCH, |k, step| {
+                a.get(k).map(|s| s.token) == Some(step.token)
+            })
+            .unwrap();
         let candle_s = t.elapsed().as_secs_f64();
         let timing = format!(
             "{} prompt tokens, llama.cpp {llama_s:.1}s, candle {candle_s:.1}s",

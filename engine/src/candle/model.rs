@@ -518,13 +518,26 @@ impl Model {
         n: usize,
         batch: usize,
     ) -> Result<Vec<TraceStep>, ModelError> {
+        self.greedy_trace_while(tokens, n, batch, |_, _| true)
+    }
+
+    /// [`Model::greedy_trace`] that ends early, after the first step `k`
+    /// for which `go_on(k, &step)` is false (that step included): a
+    /// comparison with another engine's trace stops where they part.
+    pub fn greedy_trace_while(
+        &self,
+        tokens: &[u32],
+        n: usize,
+        batch: usize,
+        mut go_on: impl FnMut(usize, &TraceStep) -> bool,
+    ) -> Result<Vec<TraceStep>, ModelError> {
         let mut cache = self.new_cache();
         let mut logits = self.eval(tokens, &mut cache, batch)?;
         let mut steps = Vec::with_capacity(n);
         for k in 0..n {
             let step = TraceStep::of(&logits);
             steps.push(step);
-            if k + 1 == n {
+            if k + 1 == n || !go_on(k, &step) {
                 break;
             }
             logits = row(&self.forward(&[step.token], 1, &mut cache)?, 0)?;
