@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         Command::Models(ModelsCommand::List { json }) => cli::models::list(json),
         Command::Models(ModelsCommand::Fetch { name }) => cli::models::fetch(&name),
         Command::Models(ModelsCommand::Synth(args)) => cli::models::synth(args),
+        Command::Models(ModelsCommand::Bench(args)) => cli::models::bench(args),
         Command::Models(ModelsCommand::Tokenizer { model, out }) => {
             cli::models::tokenizer(&model, &out)
         }

@@ -11,6 +11,7 @@
 //! may carry a GBNF grammar ([`grammar`] builds the common ones). Prompts are
 //! rendered with the chat template stored in the model's metadata.
 
+pub mod bench;
 pub mod candle;
 pub mod chat;
 pub mod gbnf;

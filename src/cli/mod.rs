@@ -710,6 +710,12 @@ pub enum ModelsCommand {
     /// real model's speed (what it says is noise): a benchmark of a model
     /// too large to carry.
     Synth(SynthArgs),
+    /// Measure the engine's speed on a model in one process: prompt
+    /// evaluation at each length, then generation of N candidates from one
+    /// prompt (greedy for 1, sampled as the Fixer samples for more), with
+    /// the Fixer-shaped grammar and without; no drafts. Prints a table, or
+    /// JSON with --json.
+    Bench(BenchArgs),
     /// Write the tokenizer of a GGUF model (vocabulary, merges, chat
     /// template) alone, as a small GGUF of no tensors, for `models synth
     /// --tokenizer`.
@@ -721,6 +727,54 @@ pub enum ModelsCommand {
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
     },
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// A name from `patchwright models list` or a GGUF file.
+    #[arg(value_name = "MODEL")]
+    pub model: String,
+    /// Prompt lengths in tokens whose evaluation is measured.
+    #[arg(
+        long,
+        value_name = "TOKENS,...",
+        value_delimiter = ',',
+        default_value = "2048,8192"
+    )]
+    pub prompts: Vec<usize>,
+    /// Tokens of the prompt the candidates are generated from.
+    #[arg(long, value_name = "TOKENS", default_value_t = 1024)]
+    pub generation_prompt: usize,
+    /// Candidate counts N.
+    #[arg(
+        long,
+        value_name = "N,...",
+        value_delimiter = ',',
+        default_value = "1,4,8,16"
+    )]
+    pub candidates: Vec<usize>,
+    /// Most tokens generated per candidate.
+    #[arg(long, value_name = "K", default_value_t = 128)]
+    pub max_tokens: u32,
+    /// The grammar of the "grammar on" figures [default: one of the Fixer's
+    /// shape, free text then SEARCH/REPLACE blocks].
+    #[arg(long, value_name = "FILE.gbnf")]
+    pub grammar: Option<PathBuf>,
+    /// Context size in tokens: the longest prompt and one reply must fit.
+    #[arg(long, value_name = "TOKENS", default_value_t = 16384)]
+    pub context: u32,
+    /// CPU threads; 0 is all cores.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub threads: u32,
+    /// Layers offloaded to the GPU: auto, all, none or a number.
+    #[arg(long, default_value = "auto", value_name = "LAYERS")]
+    pub gpu_layers: String,
+    /// Seed of the sampled candidates.
+    #[arg(long, default_value_t = 7, value_name = "S")]
+    pub seed: u32,
+    /// Print the figures as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]

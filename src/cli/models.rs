@@ -133,6 +133,82 @@ pub fn synth(args: super::SynthArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// `--gpu-layers`: auto, all, none or a number.
+fn gpu_layers(value: &str) -> Result<engine::GpuLayers> {
+    Ok(match value.parse::<u32>() {
+        Ok(n) => engine::GpuLayers::Count(n),
+        Err(_) => serde_json::from_value(serde_json::Value::String(value.to_string()))
+            .with_context(|| format!("--gpu-layers {value} (auto, all, none or a number)"))?,
+    })
+}
+
+/// `patchwright models bench`: the engine's speed on one model, in one
+/// process.
+pub fn bench(args: super::BenchArgs) -> Result<i32> {
+    use engine::bench;
+    let grammar = match &args.grammar {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read grammar file {}", path.display()))?,
+        None => bench::FIXER_SHAPE_GRAMMAR.to_string(),
+    };
+    let settings = EngineSettings {
+        context: args.context,
+        threads: args.threads,
+        gpu_layers: gpu_layers(&args.gpu_layers)?,
+        prompt_lookup: false,
+        jump_forward: false,
+        ..EngineSettings::default()
+    };
+    let model = models::resolve(&models::models_dir()?, &args.model)?;
+    let engine = engine::Engine::load(&model.path, &settings)?;
+    let plan = bench::Plan {
+        prompts: args.prompts,
+        generation_prompt: args.generation_prompt,
+        candidates: args.candidates,
+        max_tokens: args.max_tokens,
+        grammar,
+        seed: args.seed,
+    };
+    let report = bench::run(&engine, &plan, |line| tracing::info!("{line}"))
+        .with_context(|| format!("benchmark of {}", model.path.display()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", bench_table(&report));
+    }
+    Ok(0)
+}
+
+/// The figures as Markdown tables.
+fn bench_table(r: &engine::bench::Report) -> String {
+    let p = &r.placement;
+    let device = p.devices.first().map_or("the GPU", |d| d.name.as_str());
+    let mut out = format!(
+        "{} ({:.2} GB): {}/{} layers on {}, KV budget {:.1} GiB\n\n\
+         | prompt tokens | tokens/s |\n| ---: | ---: |\n",
+        r.model.display(),
+        r.file_bytes as f64 / 1e9,
+        p.gpu_layers,
+        p.layers,
+        device,
+        p.kv_budget as f64 / f64::from(1u32 << 30),
+    );
+    for f in &r.prompt {
+        out.push_str(&format!("| {} | {:.1} |\n", f.tokens, f.tokens_per_s));
+    }
+    out.push_str("\n| N | grammar | tokens/s | steps/s |\n| ---: | --- | ---: | ---: |\n");
+    for f in &r.generation {
+        out.push_str(&format!(
+            "| {} | {} | {:.1} | {:.1} |\n",
+            f.candidates,
+            if f.grammar { "on" } else { "off" },
+            f.tokens_per_s,
+            f.steps_per_s
+        ));
+    }
+    out
+}
+
 /// `patchwright models tokenizer`: a model's tokenizer as a small GGUF.
 pub fn tokenizer(model: &std::path::Path, out: &std::path::Path) -> Result<i32> {
     patchwright::models::synth::write_tokenizer(model, out)?;
@@ -151,11 +227,7 @@ pub fn generate(args: GenerateArgs) -> Result<i32> {
         ),
         None => None,
     };
-    let gpu_layers = match args.gpu_layers.parse::<u32>() {
-        Ok(n) => engine::GpuLayers::Count(n),
-        Err(_) => serde_json::from_value(serde_json::Value::String(args.gpu_layers.clone()))
-            .with_context(|| format!("--gpu-layers {}", args.gpu_layers))?,
-    };
+    let gpu_layers = gpu_layers(&args.gpu_layers)?;
     let kind = serde_json::from_value(serde_json::Value::String(args.engine.clone()))
         .with_context(|| format!("--engine {} (llama or candle)", args.engine))?;
     let engine = EngineSettings {

@@ -1,5 +1,6 @@
 //! `models synth`: a synthetic model of the default model's shape has the
-//! real file's tensors, types and size, and llama.cpp loads and runs it.
+//! real file's tensors, types and size, and llama.cpp loads and runs it;
+//! `models bench` measures a model's every figure in one process.
 
 use crate::common;
 
@@ -105,4 +106,58 @@ fn a_synthetic_half_billion_model_is_the_real_files_layout_and_runs() {
         "{v}"
     );
     assert_eq!(v["stats"]["draft_tokens"], 0);
+}
+
+/// `models bench` on SmolLM2 (CPU build): every figure asked for, in
+/// order; each prompt as long as asked or at most one line of code
+/// shorter, and all of it evaluated (none from the KV cache); each
+/// candidate at most `--max-tokens`.
+#[test]
+fn models_bench_measures_every_figure_in_one_process() {
+    let o = Command::new(env!("CARGO_BIN_EXE_patchwright"))
+        .args(["models", "bench"])
+        .arg(common::test_model())
+        .args(["--prompts", "48,96", "--generation-prompt", "64"])
+        .args(["--candidates", "1,3", "--max-tokens", "4"])
+        .args(["--context", "512", "--threads", "2", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "models bench: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["placement"]["gpu_layers"], 0, "{r}");
+    assert!(r["warmup_s"].as_f64().unwrap() > 0.0, "{r}");
+    let prompt = r["prompt"].as_array().unwrap();
+    assert_eq!(prompt.len(), 2, "{r}");
+    for (figure, target) in prompt.iter().zip([48u64, 96]) {
+        assert_eq!(figure["target_tokens"], target);
+        let tokens = figure["tokens"].as_u64().unwrap();
+        // A line of the code is at most 20 of SmolLM2's tokens.
+        assert!(tokens <= target && tokens + 20 > target, "{figure}");
+        assert!(figure["tokens_per_s"].as_f64().unwrap() > 0.0, "{figure}");
+    }
+    let generation = r["generation"].as_array().unwrap();
+    let shape: Vec<(u64, bool)> = generation
+        .iter()
+        .map(|g| {
+            (
+                g["candidates"].as_u64().unwrap(),
+                g["grammar"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(shape, [(1, false), (3, false), (1, true), (3, true)]);
+    for g in generation {
+        let n = g["candidates"].as_u64().unwrap();
+        let tokens = g["tokens"].as_u64().unwrap();
+        let steps = g["steps"].as_u64().unwrap();
+        assert!(
+            (n..=4 * n).contains(&tokens) && (1..=4).contains(&steps),
+            "{g}"
+        );
+        assert!(g["tokens_per_s"].as_f64().unwrap() > 0.0, "{g}");
+    }
 }

@@ -78,3 +78,134 @@ fn offloaded_on_vulkan_the_greedy_tokens_match_the_cpu_build() {
         gpu["candidates"], cpu["candidates"]
     );
 }
+
+/// The GPU benchmark payload as `scripts/gpu-payload` builds it (scripts/test
+/// names it in `PATCHWRIGHT_TEST_GPU_PAYLOAD`), run where a user runs it:
+/// its `gpu-bench` unpacks the binary, writes the 0.5B-shaped synthetic
+/// model from the payload's tokenizer and measures it on Vulkan0 (lavapipe
+/// here, about 3 GFLOPS, so the figures are tiny: the shortest prompts and
+/// two tokens per candidate).
+#[test]
+fn the_gpu_payload_measures_every_figure_on_vulkan0() {
+    let Some(payload) = std::env::var_os("PATCHWRIGHT_TEST_GPU_PAYLOAD") else {
+        panic!(
+            "PATCHWRIGHT_TEST_GPU_PAYLOAD is not set: it names the directory \
+             `scripts/gpu-payload` writes (scripts/test builds it into target/gpu-payload)"
+        );
+    };
+    let payload = std::path::PathBuf::from(payload);
+    let size: u64 = walk(&payload)
+        .iter()
+        .map(|p| p.metadata().map_or(0, |m| m.len()))
+        .sum();
+    assert!(size < 60 << 20, "the payload is {size} bytes, over 60 MiB");
+    for file in [
+        "gpu-bench",
+        "bin/patchwright.xz",
+        "tokenizer-qwen2.5.gguf",
+        "lib/libvulkan.so.1",
+        "lib/libgomp.so.1",
+    ] {
+        assert!(payload.join(file).exists(), "the payload has no {file}");
+    }
+
+    let out = tempfile::tempdir().unwrap();
+    let o = Command::new("python3")
+        .arg(payload.join("gpu-bench"))
+        .arg("--out")
+        .arg(out.path())
+        .args(["--shapes", "qwen2.5-coder-0.5b", "--prompts", "1"])
+        .args(["--generation-prompt", "1", "--candidates", "1,4,8,16"])
+        .args([
+            "--max-tokens",
+            "2",
+            "--context",
+            "256",
+            "--gpu-layers",
+            "all",
+        ])
+        .env("GGML_VK_VISIBLE_DEVICES", "0")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "gpu-bench failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let json = std::fs::read_to_string(out.path().join("gpu-bench.json")).unwrap();
+    let result: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let models = result["models"].as_array().unwrap();
+    assert_eq!(models.len(), 1, "{json}");
+    let row = &models[0];
+    assert!(
+        row["model"]
+            .as_str()
+            .unwrap()
+            .ends_with("qwen2.5-coder-0.5b-q4_k_m-synthetic.gguf"),
+        "{}",
+        row["model"]
+    );
+    // 24 blocks + the output layer, all on the first Vulkan device.
+    let placement = &row["placement"];
+    assert_eq!(placement["gpu_layers"], 25, "{placement}");
+    assert_eq!(placement["layers"], 25, "{placement}");
+    assert_eq!(placement["devices"][0]["name"], "Vulkan0", "{placement}");
+    // 24 layers × 2 KV heads × 64 × 2 (K and V) × 2 bytes.
+    assert_eq!(placement["kv_bytes_per_token"], 12_288, "{placement}");
+
+    let prompt = row["prompt"].as_array().unwrap();
+    assert_eq!(prompt.len(), 1, "{json}");
+    assert!(prompt[0]["tokens"].as_u64().unwrap() > 0, "{json}");
+    assert!(positive(&prompt[0]["tokens_per_s"]), "{json}");
+    let figures: Vec<(u64, bool)> = row["generation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            let n = g["candidates"].as_u64().unwrap();
+            // Every candidate generated both tokens (nothing stops them:
+            // the grammar's prose takes two tokens, a synthetic model's
+            // end-of-generation token is as rare as any other).
+            assert_eq!(g["tokens"].as_u64(), Some(2 * n), "{g}");
+            assert_eq!(g["steps"], 2, "{g}");
+            assert!(positive(&g["tokens_per_s"]), "{g}");
+            assert!(positive(&g["steps_per_s"]), "{g}");
+            (n, g["grammar"].as_bool().unwrap())
+        })
+        .collect();
+    let expected: Vec<(u64, bool)> = [false, true]
+        .into_iter()
+        .flat_map(|grammar| [1, 4, 8, 16].map(|n| (n, grammar)))
+        .collect();
+    assert_eq!(figures, expected);
+
+    let markdown = std::fs::read_to_string(out.path().join("gpu-bench.md")).unwrap();
+    assert!(markdown.contains("25/25 layers on Vulkan0"), "{markdown}");
+    for n in [1, 4, 8, 16] {
+        for grammar in ["off", "on"] {
+            assert!(
+                markdown.contains(&format!("| {n} | {grammar} | ")),
+                "no row for N = {n}, grammar {grammar}:\n{markdown}"
+            );
+        }
+    }
+}
+
+/// A finite figure above zero.
+fn positive(v: &serde_json::Value) -> bool {
+    v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0)
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
