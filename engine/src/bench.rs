@@ -242,6 +242,7 @@ fn sampling(n: usize, seed: u32, max_tokens: u32) -> Sampling {
     }
 }
 
+/// `n` candidates of `messages`, under `grammar` if any.
 fn request<'a>(
     messages: &'a [Message],
     sampling: Sampling,
@@ -249,11 +250,9 @@ fn request<'a>(
     grammar: Option<&'a str>,
 ) -> Request<'a> {
     Request {
-        messages,
-        sampling,
         n,
-        temperatures: None,
         grammar,
+        ..Request::new(messages, sampling)
     }
 }
 

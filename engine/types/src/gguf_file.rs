@@ -168,32 +168,28 @@ pub struct RawEntry {
 impl RawEntry {
     /// A string value.
     pub fn str(key: &str, value: &str) -> RawEntry {
-        let mut e = 8u32.to_le_bytes().to_vec();
-        e.extend_from_slice(&(value.len() as u64).to_le_bytes());
-        e.extend_from_slice(value.as_bytes());
-        RawEntry {
-            key: key.into(),
-            encoded: e,
-        }
+        let mut v = (value.len() as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(value.as_bytes());
+        RawEntry::of(key, 8, &v)
     }
 
     /// A `u32` value.
     pub fn u32(key: &str, value: u32) -> RawEntry {
-        let mut e = 4u32.to_le_bytes().to_vec();
-        e.extend_from_slice(&value.to_le_bytes());
-        RawEntry {
-            key: key.into(),
-            encoded: e,
-        }
+        RawEntry::of(key, 4, &value.to_le_bytes())
     }
 
     /// An `f32` value.
     pub fn f32(key: &str, value: f32) -> RawEntry {
-        let mut e = 6u32.to_le_bytes().to_vec();
-        e.extend_from_slice(&value.to_le_bytes());
+        RawEntry::of(key, 6, &value.to_le_bytes())
+    }
+
+    /// A value of GGUF type `kind`, encoded as `value`.
+    fn of(key: &str, kind: u32, value: &[u8]) -> RawEntry {
+        let mut encoded = kind.to_le_bytes().to_vec();
+        encoded.extend_from_slice(value);
         RawEntry {
             key: key.into(),
-            encoded: e,
+            encoded,
         }
     }
 }
@@ -243,20 +239,21 @@ impl<R: Read> Raw<R> {
         }
     }
 
-    fn u32(&mut self, out: &mut Vec<u8>) -> Result<u32, GgufError> {
+    /// The next `N` bytes, also appended to `out`.
+    fn bytes<const N: usize>(&mut self, out: &mut Vec<u8>) -> Result<[u8; N], GgufError> {
         let at = out.len();
-        self.take(4, out)?;
-        let mut b = [0u8; 4];
-        b.copy_from_slice(&out[at..at + 4]);
-        Ok(u32::from_le_bytes(b))
+        self.take(N as u64, out)?;
+        let mut b = [0u8; N];
+        b.copy_from_slice(&out[at..at + N]);
+        Ok(b)
+    }
+
+    fn u32(&mut self, out: &mut Vec<u8>) -> Result<u32, GgufError> {
+        Ok(u32::from_le_bytes(self.bytes(out)?))
     }
 
     fn u64(&mut self, out: &mut Vec<u8>) -> Result<u64, GgufError> {
-        let at = out.len();
-        self.take(8, out)?;
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&out[at..at + 8]);
-        Ok(u64::from_le_bytes(b))
+        Ok(u64::from_le_bytes(self.bytes(out)?))
     }
 
     fn string(&mut self, out: &mut Vec<u8>) -> Result<String, GgufError> {
