@@ -7,12 +7,34 @@ use std::path::Path;
 
 use crate::engine::candle::CandleEngine;
 use crate::engine::http::{HttpBackend, ServerSettings};
-use crate::engine::scheduler::Meter;
+use crate::engine::scheduler::{conversations_within, Meter};
 use crate::engine::{
     serve, Backend, Engine, EngineError, EngineKind, EngineSettings, Generation, Message, Request,
     Sampling, Slots,
 };
 use crate::models::{self, ModelError, ModelRef};
+
+/// Tasks in flight when `--jobs` is not given and the model runs on the
+/// CPU (or a server). On the 2-core machine of BENCHMARKS.md
+/// ("Scheduler") the demo batch keeps the model 98.5% busy with one task;
+/// more pay where the model waits (`model_load.busy_fraction` in run.json
+/// well below 1).
+pub const DEFAULT_JOBS: usize = 1;
+
+/// Most tasks in flight that `--jobs` defaults to on a GPU, however many
+/// conversations the KV budget holds: each task runs its tests in sandboxes
+/// on the host's CPUs, and llama.cpp decodes at most 256 sequences in one
+/// context (`LLAMA_MAX_SEQ`), shared by every candidate of every task.
+pub const MAX_DEFAULT_JOBS: usize = 32;
+
+/// What a run asks of its model: tasks in flight (`--jobs`; none: the
+/// default for where the model runs) and the largest call they make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Demand {
+    pub jobs: Option<usize>,
+    /// Most candidates of one call.
+    pub candidates: usize,
+}
 
 /// What a run's calls go to, while [`with_model`] holds it.
 pub struct Backing<'a> {
@@ -20,16 +42,42 @@ pub struct Backing<'a> {
     pub backend: &'a dyn Backend,
     /// The scheduler's busy fraction and token counters; none for a server.
     pub meter: Option<Meter>,
+    /// Tasks to keep in flight: `--jobs`, or the default for where the
+    /// model runs ([`jobs_for`]).
+    pub jobs: usize,
+}
+
+/// Tasks in flight for `demand` on a model placed as `engine` is: the
+/// asked number, else on a GPU as many conversations of the largest call
+/// as the scheduler's KV budget holds (at most [`MAX_DEFAULT_JOBS`]), else
+/// [`DEFAULT_JOBS`].
+pub fn jobs_for(engine: &Engine, demand: Demand) -> usize {
+    if let Some(jobs) = demand.jobs {
+        return jobs.max(1);
+    }
+    let placement = engine.placement();
+    if placement.gpu_layers == 0 {
+        return DEFAULT_JOBS;
+    }
+    let limit = (256 / demand.candidates.max(1)).min(MAX_DEFAULT_JOBS);
+    conversations_within(
+        placement.scheduler_kv_budget,
+        placement.kv_bytes_per_token,
+        engine.context_size(),
+        demand.candidates,
+        limit,
+    )
 }
 
 /// Loads `model` with `settings` (or connects to its server, speaking as
-/// `server` says) and runs `body` with it; the scheduler keeps `slots`
-/// (conversations, each with up to that many candidates).
+/// `server` says) and runs `body` with it; the scheduler holds the
+/// conversations of `demand` (one per task in flight, each with up to that
+/// many candidates).
 pub fn with_model<T, E: From<EngineError>>(
     model: &ModelRef,
     settings: &EngineSettings,
     server: &ServerSettings,
-    slots: Slots,
+    demand: Demand,
     body: impl FnOnce(&Backing<'_>) -> Result<T, E>,
 ) -> Result<T, E> {
     let Some(path) = &model.path else {
@@ -37,6 +85,7 @@ pub fn with_model<T, E: From<EngineError>>(
         return body(&Backing {
             backend: &http,
             meter: None,
+            jobs: demand.jobs.unwrap_or(DEFAULT_JOBS).max(1),
         });
     };
     tracing::info!("loading {}", path.display());
@@ -47,13 +96,26 @@ pub fn with_model<T, E: From<EngineError>>(
         return body(&Backing {
             backend: &engine,
             meter: None,
+            jobs: demand.jobs.unwrap_or(DEFAULT_JOBS).max(1),
         });
     }
     let engine = Engine::load(path, settings)?;
+    let jobs = jobs_for(&engine, demand);
+    if demand.jobs.is_none() && jobs != DEFAULT_JOBS {
+        tracing::info!(
+            "{jobs} tasks in flight: what {:.1} GiB of KV cache holds (--jobs sets it)",
+            engine.placement().scheduler_kv_budget as f64 / f64::from(1u32 << 30)
+        );
+    }
+    let slots = Slots {
+        conversations: jobs,
+        candidates: demand.candidates,
+    };
     serve(&engine, slots, |scheduler| {
         body(&Backing {
             backend: scheduler,
             meter: Some(scheduler.meter()),
+            jobs,
         })
     })?
 }

@@ -8,6 +8,12 @@
 //! (Vulkan's pipelines are compiled on first use), which a benchmark of one
 //! process per figure would pay for every figure.
 //!
+//! The scheduler figures measure what a batch gets: K conversations at
+//! once through the scheduler (`batch --jobs K`), each a prompt of the
+//! generation prompt's length (a shared half, as the stages of a task share
+//! the issue and the code, then a half of its own), N candidates under the
+//! Fixer-shaped grammar, all decoded in the same steps.
+//!
 //! What is measured is the engine itself: drafts are the caller's to turn
 //! off (their gain depends on what the model writes, and a synthetic
 //! model's text is noise). The generation figures share one conversation of
@@ -16,11 +22,13 @@
 //! the KV cache.
 
 use std::path::PathBuf;
+use std::sync::Barrier;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Backend, Engine, EngineError, Message, Placement, Request, Sampling};
+use crate::scheduler::{serve, Slots};
+use crate::{Backend, Engine, EngineError, Load, Message, Placement, Request, Sampling};
 
 /// A grammar of the Fixer's shape: free text, then SEARCH/REPLACE blocks.
 pub const FIXER_SHAPE_GRAMMAR: &str = r#"root   ::= prose block+
@@ -67,6 +75,10 @@ pub struct Plan {
     /// The grammar of the "grammar on" figures (GBNF, rule `root`).
     pub grammar: String,
     pub seed: u32,
+    /// Conversations K of the scheduler figures (none: no scheduler
+    /// figure), each with `scheduler_candidates` candidates.
+    pub conversations: Vec<usize>,
+    pub scheduler_candidates: usize,
 }
 
 /// Every figure of one model.
@@ -81,6 +93,11 @@ pub struct Report {
     pub warmup_s: f64,
     pub prompt: Vec<PromptFigure>,
     pub generation: Vec<GenerationFigure>,
+    #[serde(default)]
+    pub scheduler: Vec<SchedulerFigure>,
+    /// Scheduler figures left out, and why (a KV cache over the budget).
+    #[serde(default)]
+    pub scheduler_skipped: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -104,6 +121,42 @@ pub struct GenerationFigure {
     pub seconds: f64,
     pub tokens_per_s: f64,
     pub steps_per_s: f64,
+    /// Tokens picked under the grammar, first picks it refused, and picks
+    /// that masked the whole vocabulary (zero with the grammar off).
+    #[serde(default)]
+    pub grammar_checked: usize,
+    #[serde(default)]
+    pub grammar_refused: usize,
+    #[serde(default)]
+    pub grammar_masked: usize,
+}
+
+/// K conversations of N candidates each through the scheduler, as a batch
+/// of K tasks in flight sends them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SchedulerFigure {
+    pub conversations: usize,
+    pub candidates: usize,
+    /// Each conversation's prompt, and the part all of them share.
+    pub prompt_tokens: usize,
+    pub shared_tokens: usize,
+    /// Tokens generated, every candidate of every conversation.
+    pub tokens: u64,
+    /// From the calls' start to the last one's end (the prompts were
+    /// evaluated before, by the warm-up).
+    pub seconds: f64,
+    pub tokens_per_s: f64,
+    /// Batches the model thread evaluated, and the forward passes they
+    /// took; of those, the steps that only decoded.
+    pub steps: u64,
+    pub micro_batches: u64,
+    pub decode_steps: u64,
+    pub decode_micro_batches: u64,
+    /// Share of `seconds` the model thread was busy, and its busy seconds
+    /// split into evaluating batches and sampling.
+    pub busy_fraction: f64,
+    pub decoding_s: f64,
+    pub sampling_s: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -186,6 +239,9 @@ pub fn run(
                 seconds: s.decode_s,
                 tokens_per_s: per_second(tokens, s.decode_s),
                 steps_per_s: per_second(steps, s.decode_s),
+                grammar_checked: s.grammar.checked,
+                grammar_refused: s.grammar.refused,
+                grammar_masked: s.grammar.masked,
             };
             shown(&format!("{what}: {:.1} tokens/s", f.tokens_per_s));
             generation.push(f);
@@ -216,6 +272,30 @@ pub fn run(
         ));
         prompt.push(f);
     }
+
+    let mut scheduler = Vec::new();
+    let mut scheduler_skipped = Vec::new();
+    let n = plan.scheduler_candidates.max(1);
+    for &k in &plan.conversations {
+        let f = match scheduler_figure(engine, plan, k, n) {
+            Ok(f) => f,
+            Err(BenchError::Figure {
+                what,
+                source: source @ EngineError::KvBudget { .. },
+            }) => {
+                shown(&format!("{what}: left out: {source}"));
+                scheduler_skipped.push(format!("{what}: {source}"));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        shown(&format!(
+            "K = {k} x N = {n}: {:.1} tokens/s, {:.2} forward passes per decoding step",
+            f.tokens_per_s,
+            f.decode_micro_batches as f64 / (f.decode_steps.max(1)) as f64
+        ));
+        scheduler.push(f);
+    }
     Ok(Report {
         model: engine.path().to_path_buf(),
         file_bytes,
@@ -223,7 +303,136 @@ pub fn run(
         warmup_s,
         prompt,
         generation,
+        scheduler,
+        scheduler_skipped,
     })
+}
+
+/// `k` conversations of `n` candidates through a scheduler of their own:
+/// each evaluates its prompt in a warm-up call (two tokens), then all send
+/// the measured call at once.
+fn scheduler_figure(
+    engine: &Engine,
+    plan: &Plan,
+    k: usize,
+    n: usize,
+) -> Result<SchedulerFigure, BenchError> {
+    let what = format!("K = {k} conversations x N = {n}");
+    let target = plan.generation_prompt;
+    let shared = shared_prompt(engine, target / 2).map_err(figure(what.clone()))?;
+    let prompts = (0..k)
+        .map(|i| task_prompt(engine, &shared, i, target))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(figure(what.clone()))?;
+    let prompt_tokens = engine
+        .count_tokens(&prompts[0])
+        .map_err(figure(what.clone()))?;
+    let shared_tokens = match prompts.get(1) {
+        Some(other) => common_tokens(engine, &prompts[0], other).map_err(figure(what.clone()))?,
+        None => 0,
+    };
+    let slots = Slots {
+        conversations: k,
+        candidates: n,
+    };
+    let barrier = Barrier::new(k + 1);
+    let measured = serve(engine, slots, |s| {
+        std::thread::scope(|scope| {
+            let calls: Vec<_> = prompts
+                .iter()
+                .map(|messages| {
+                    let barrier = &barrier;
+                    scope.spawn(move || -> Result<u64, EngineError> {
+                        // The prompt evaluated first; every thread meets the
+                        // others at the barrier, failed or not.
+                        let warm = s
+                            .conversation(n, plan.max_tokens as usize)
+                            .and_then(|mut c| {
+                                let sampling = sampling(n, plan.seed, WARMUP_TOKENS);
+                                c.generate(&request(messages, sampling, n, Some(&plan.grammar)))?;
+                                Ok(c)
+                            });
+                        barrier.wait();
+                        let sampling = sampling(n, plan.seed, plan.max_tokens);
+                        let g =
+                            warm?.generate(&request(messages, sampling, n, Some(&plan.grammar)))?;
+                        Ok(g.stats.generated_tokens.iter().sum::<usize>() as u64)
+                    })
+                })
+                .collect();
+            barrier.wait();
+            let before = s.load();
+            let started = Instant::now();
+            let tokens = calls
+                .into_iter()
+                .map(|c| {
+                    c.join().unwrap_or_else(|_| {
+                        Err(EngineError::Llama {
+                            action: "run a benchmark conversation",
+                            message: "its thread panicked".into(),
+                        })
+                    })
+                })
+                .collect::<Result<Vec<u64>, EngineError>>();
+            let seconds = started.elapsed().as_secs_f64();
+            tokens.map(|t| (t.iter().sum::<u64>(), seconds, s.load().since(&before)))
+        })
+    })
+    .and_then(|r| r)
+    .map_err(figure(what))?;
+    let (tokens, seconds, load): (u64, f64, Load) = measured;
+    Ok(SchedulerFigure {
+        conversations: k,
+        candidates: n,
+        prompt_tokens,
+        shared_tokens,
+        tokens,
+        seconds,
+        tokens_per_s: tokens as f64 / seconds.max(1e-9),
+        steps: load.steps,
+        micro_batches: load.micro_batches,
+        decode_steps: load.decode_steps,
+        decode_micro_batches: load.decode_micro_batches,
+        busy_fraction: load.busy_s / seconds.max(1e-9),
+        decoding_s: load.busy_s - load.sampling_s,
+        sampling_s: load.sampling_s,
+    })
+}
+
+/// The system message every conversation of a scheduler figure shares:
+/// code of about `target` tokens.
+fn shared_prompt(engine: &Engine, target: usize) -> Result<String, EngineError> {
+    let messages = prompt_of(engine, "Shared context", target)?;
+    Ok(messages
+        .into_iter()
+        .next()
+        .map(|m| m.content)
+        .unwrap_or_default())
+}
+
+/// Conversation `i`'s prompt: the shared system message, then a user
+/// message of its own, `target` tokens in all or the longest below.
+fn task_prompt(
+    engine: &Engine,
+    shared: &str,
+    i: usize,
+    target: usize,
+) -> Result<Vec<Message>, EngineError> {
+    let system = engine.count_tokens(&[Message::system(shared.to_string())])?;
+    let own = prompt_of(
+        engine,
+        &format!("Task {}", i + 1),
+        target.saturating_sub(system),
+    )?;
+    let mut messages = vec![Message::system(shared.to_string())];
+    messages.extend(own);
+    Ok(messages)
+}
+
+/// Tokens two prompts share from their start.
+fn common_tokens(engine: &Engine, a: &[Message], b: &[Message]) -> Result<usize, EngineError> {
+    let (a, b) = (engine.tokenize_messages(a)?, engine.tokenize_messages(b)?);
+    Ok(a.iter().zip(&b).take_while(|(x, y)| x == y).count())
 }
 
 fn per_second(count: usize, seconds: f64) -> f64 {

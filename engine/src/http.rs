@@ -1055,6 +1055,7 @@ impl Conversation for HttpConversation<'_> {
                 generated_tokens: generated,
                 draft_tokens: 0,
                 draft_accepted: 0,
+                grammar: Default::default(),
                 prompt_s: 0.0,
                 decode_s: total_s,
                 total_s,

@@ -20,13 +20,15 @@ pub mod grammar;
 pub mod http;
 pub mod placement;
 pub mod prompt;
+pub mod sampler;
 pub mod scheduler;
 mod session;
 pub mod speculate;
+pub mod split;
 pub mod tokenizer;
 
 pub use patchwright_engine_types::{
-    Candidate, Completion, Generation, Load, Message, Request, Sampling, Stats, Stop,
+    Candidate, Completion, Generation, GrammarChecks, Load, Message, Request, Sampling, Stats, Stop,
 };
 pub use placement::{
     context_within_budget, gpus, kv_budgets, kv_bytes_per_token, plan, plan_layers, Device,
@@ -45,7 +47,7 @@ pub fn llama_log_directives(level: &str) -> String {
 
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -53,7 +55,6 @@ use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::{LlamaModelParams, LlamaSplitMode};
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
-use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use serde::{Deserialize, Serialize};
 
@@ -89,6 +90,20 @@ pub enum EngineError {
         needed: usize,
         context: usize,
         over: usize,
+    },
+    #[error(
+        "{conversations} conversations × {candidates} candidates × {context} tokens of context \
+         would take {:.1} GiB of KV cache (at most {:.1} GiB, engine.kv_budget): lower --jobs, \
+         fixer.candidates or engine.context, or raise engine.kv_budget",
+        *bytes as f64 / f64::from(1u32 << 30),
+        *budget as f64 / f64::from(1u32 << 30)
+    )]
+    KvBudget {
+        conversations: usize,
+        candidates: usize,
+        context: usize,
+        bytes: u64,
+        budget: u64,
     },
     #[error("context size {requested} is larger than {model}'s trained context {trained}")]
     ContextTooLarge {
@@ -181,6 +196,14 @@ pub struct EngineSettings {
     /// (checked like a prompt-lookup guess, so the output is the same).
     #[serde(default = "default_true")]
     pub jump_forward: bool,
+    /// Grammar-first sampling: a token is picked from the unconstrained
+    /// distribution and only it is checked against the grammar; the
+    /// vocabulary is masked only when the grammar refuses it
+    /// ([`sampler`]). Greedy replies are the same either way and sampled
+    /// ones follow the same distribution; off only costs time (about a
+    /// third of a decoding step on a CPU).
+    #[serde(default = "default_true")]
+    pub grammar_first: bool,
 }
 
 /// The implementation behind `[engine] kind`.
@@ -265,6 +288,7 @@ impl Default for EngineSettings {
             chat_template: default_chat_template(),
             prompt_lookup: true,
             jump_forward: true,
+            grammar_first: true,
         }
     }
 }
@@ -394,10 +418,14 @@ pub struct Engine {
     pub(crate) threads: i32,
     /// Prompt tokens per `decode` call (`[engine] batch`).
     pub(crate) batch: usize,
-    ubatch: u32,
+    pub(crate) ubatch: u32,
     placement: Placement,
     /// Which drafts decoding uses (`prompt_lookup`, `jump_forward`).
     pub(crate) drafts: speculate::Drafts,
+    /// Whether a grammar is checked after the pick (`grammar_first`).
+    pub(crate) grammar_first: bool,
+    /// The vocabulary by first byte, built on the first grammar's use.
+    first_bytes: OnceLock<Arc<sampler::FirstBytes>>,
     /// llama.cpp's context creation is not safe to run concurrently.
     pub(crate) context_lock: Mutex<()>,
 }
@@ -515,6 +543,8 @@ impl Engine {
                 prompt_lookup: settings.prompt_lookup,
                 jump_forward: settings.jump_forward,
             },
+            grammar_first: settings.grammar_first,
+            first_bytes: OnceLock::new(),
             context_lock: Mutex::new(()),
         })
     }
@@ -603,6 +633,61 @@ impl Engine {
             .iter()
             .map(|t| t.0)
             .collect())
+    }
+
+    /// The token whose text is exactly `piece`, if the vocabulary has one.
+    pub fn token_of(&self, piece: &str) -> Option<i32> {
+        let vocab = self.model.vocab();
+        match vocab.tokenize(piece.as_bytes(), false, false).as_slice() {
+            [one] if vocab.token_to_piece(*one, false, None) == piece.as_bytes() => Some(one.0),
+            _ => None,
+        }
+    }
+
+    /// Tokens in the vocabulary (the length of a position's logits).
+    pub fn vocab_size(&self) -> usize {
+        self.model.vocab().n_tokens() as usize
+    }
+
+    /// A candidate's sampler with this engine's settings: what
+    /// [`Session`] and the scheduler give candidate 0 of a request with
+    /// `sampling` and `grammar` (a test's way to sample given logits).
+    pub fn sampler(
+        &self,
+        sampling: &Sampling,
+        grammar: Option<&str>,
+    ) -> Result<sampler::TokenSampler, EngineError> {
+        self.token_sampler(sampling, None, grammar, 0)
+    }
+
+    /// Candidate `i`'s sampler ([`sampler::TokenSampler::new`]): `grammar`
+    /// checked first unless `[engine] grammar_first` is off, then greedy
+    /// at temperature 0, else the chain at its temperature (the
+    /// candidate's own from `temperatures`) seeded with `seed + i`.
+    pub(crate) fn token_sampler(
+        &self,
+        sampling: &Sampling,
+        temperatures: Option<&[f32]>,
+        grammar: Option<&str>,
+        i: usize,
+    ) -> Result<sampler::TokenSampler, EngineError> {
+        let first_bytes = self
+            .first_bytes
+            .get_or_init(|| Arc::new(sampler::FirstBytes::of(&self.model)));
+        sampler::TokenSampler::new(
+            &self.model,
+            first_bytes,
+            sampling,
+            temperatures,
+            grammar,
+            i,
+            self.grammar_first,
+        )
+    }
+
+    /// Whether `token` ends generation.
+    pub fn is_eog(&self, token: i32) -> bool {
+        self.model.vocab().is_eog(LlamaToken(token))
     }
 
     /// Tokens in `messages` once rendered with the chat template.
@@ -711,15 +796,7 @@ impl Engine {
         }
         let prompt_s = started.elapsed().as_secs_f64();
 
-        let mut sampler = if sampling.temperature <= 0.0 {
-            LlamaSampler::greedy()
-        } else {
-            LlamaSampler::chain_simple([
-                LlamaSampler::top_p(sampling.top_p, 1),
-                LlamaSampler::temp(sampling.temperature),
-                LlamaSampler::dist(sampling.seed),
-            ])
-        };
+        let mut sampler = self.token_sampler(sampling, None, None, 0)?;
         let vocab = self.model.vocab();
         let decode_started = Instant::now();
         let mut tokens = Vec::new();
@@ -727,7 +804,9 @@ impl Engine {
         let mut pos = prompt.len();
         let mut stop = Stop::MaxTokens;
         while tokens.len() < max_tokens {
-            let token = sampler.sample(&ctx, batch.n_tokens() - 1);
+            let token = sampler.sample(ctx.get_logits_ith(batch.n_tokens() - 1), |t| {
+                vocab.is_eog(t)
+            });
             if vocab.is_eog(token) {
                 stop = Stop::EndOfText;
                 break;

@@ -33,11 +33,12 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::token::LlamaToken;
 
 use super::prompt::reusable_prefix;
-use super::session::{parse_grammar, sampler, shared_context};
-use super::speculate::{Decoder, DraftCount};
+use super::session::{parse_grammar, shared_context};
+use super::speculate::{common_draft_length, sample_batch, Decoder, DraftCount};
+use super::split::micro_batches;
 use super::{
-    Backend, Candidate, Conversation, Engine, EngineError, Generation, Load, Message, Request,
-    Sampling, Stats,
+    Backend, Candidate, Conversation, Engine, EngineError, Generation, GrammarChecks, Load,
+    Message, Request, Sampling, Stats,
 };
 
 /// Fewest prompt tokens worth copying from another conversation's cache:
@@ -55,14 +56,36 @@ pub struct Slots {
     pub candidates: usize,
 }
 
+/// Conversations of `candidates` candidates whose streams (`context`
+/// tokens each) fit `budget` bytes of KV cache at `bytes_per_token`, at
+/// least 1 and at most `limit`: what `--jobs` defaults to on a GPU.
+pub fn conversations_within(
+    budget: u64,
+    bytes_per_token: u64,
+    context: usize,
+    candidates: usize,
+    limit: usize,
+) -> usize {
+    let one = (candidates.max(1) * context) as u64 * bytes_per_token;
+    let fit = budget.checked_div(one).unwrap_or(u64::MAX);
+    usize::try_from(fit)
+        .unwrap_or(usize::MAX)
+        .clamp(1, limit.max(1))
+}
+
 #[derive(Default)]
 struct Counters {
     busy_us: AtomicU64,
+    /// Of `busy_us`, the time spent sampling.
+    sample_us: AtomicU64,
     prompt_tokens: AtomicU64,
     generated: AtomicU64,
     requests: AtomicU64,
     steps: AtomicU64,
     max_decoding: AtomicU64,
+    micro_batches: AtomicU64,
+    decode_steps: AtomicU64,
+    decode_micro_batches: AtomicU64,
 }
 
 type ConvId = u64;
@@ -120,18 +143,12 @@ pub fn serve<T>(
     let bytes = streams * engine.context_size() as u64 * engine.kv_bytes_per_token();
     let budget = engine.placement().scheduler_kv_budget;
     if bytes > budget {
-        return Err(EngineError::Llama {
-            action: "size the scheduler's KV cache",
-            message: format!(
-                "{} conversations × {} candidates × {} tokens of context would take {:.1} GiB \
-                 (at most {:.1} GiB, engine.kv_budget): lower --jobs, fixer.candidates or \
-                 engine.context, or raise engine.kv_budget",
-                slots.conversations,
-                slots.candidates,
-                engine.context_size(),
-                bytes as f64 / f64::from(1u32 << 30),
-                budget as f64 / f64::from(1u32 << 30)
-            ),
+        return Err(EngineError::KvBudget {
+            conversations: slots.conversations,
+            candidates: slots.candidates,
+            context: engine.context_size(),
+            bytes,
+            budget,
         });
     }
     let counters = Arc::new(Counters::default());
@@ -203,6 +220,10 @@ impl Meter {
             requests: c.requests.load(Ordering::Relaxed),
             steps: c.steps.load(Ordering::Relaxed),
             max_decoding: c.max_decoding.load(Ordering::Relaxed),
+            sampling_s: c.sample_us.load(Ordering::Relaxed) as f64 / 1e6,
+            micro_batches: c.micro_batches.load(Ordering::Relaxed),
+            decode_steps: c.decode_steps.load(Ordering::Relaxed),
+            decode_micro_batches: c.decode_micro_batches.load(Ordering::Relaxed),
         }
     }
 }
@@ -342,6 +363,17 @@ struct Conv {
     /// Tokens the first sequence holds, in order.
     cached: Vec<LlamaToken>,
     busy: bool,
+}
+
+/// One sequence's rows of a decoding batch: its tokens from position
+/// `pos`, the first `real` of them evaluated for their logits (the rest
+/// padding, dropped after the batch), and the candidate it decodes, if any.
+struct Row {
+    seq: i32,
+    pos: usize,
+    tokens: Vec<LlamaToken>,
+    real: usize,
+    candidate: Option<(usize, usize)>,
 }
 
 /// A call being served.
@@ -524,8 +556,7 @@ impl<'e> Worker<'e> {
         let n = spec.n;
         let mut decoders = Vec::with_capacity(n);
         for i in 0..n {
-            let s = sampler(
-                self.engine,
+            let s = self.engine.token_sampler(
                 &spec.sampling,
                 spec.temperatures.as_deref(),
                 spec.grammar.as_deref(),
@@ -617,23 +648,29 @@ impl<'e> Worker<'e> {
             .max_by_key(|(seq, shared)| (*shared, std::cmp::Reverse(*seq)))
     }
 
-    /// One batch: the tokens of every decoding candidate (its last sampled
-    /// token and a draft), then prompt tokens.
-    fn step(&mut self) {
-        self.batch.clear();
-        let mut in_batch: i32 = 0;
-        let mut decoding = 0u64;
-        let mut failed: Option<EngineError> = None;
-        let mut in_this: Vec<bool> = vec![false; self.jobs.len()];
+    /// The decoding rows of the next batch, one entry per sequence, in
+    /// sequence-id order and of one length, so that llama.cpp evaluates
+    /// them in one forward pass (a stream per sequence takes a pass per run
+    /// of consecutive ids with equal token counts, [`micro_batches`]):
+    /// every decoding candidate's pending token and its draft, all drafts
+    /// cut to one length ([`common_draft_length`]) and shorter ones padded;
+    /// and the sequences between two candidates' ids padded too, where
+    /// that costs less than the pass it saves. Marks the jobs that decode.
+    fn decoding_rows(&mut self, in_this: &mut [bool]) -> Vec<Row> {
         let pending: usize = self
             .jobs
             .iter()
+            .filter(|j| j.next >= j.prompt.len())
             .map(|j| j.decoders.iter().filter(|d| d.pending()).count())
             .sum();
-        // Batch positions left for drafts once every candidate has one.
-        let mut spare = self.engine.batch.saturating_sub(pending);
+        if pending == 0 {
+            return Vec::new();
+        }
+        // Each candidate's share of the batch for its draft.
+        let room = (self.engine.batch / pending).max(1);
         let model = &self.engine.model;
-        'jobs: for (j, job) in self.jobs.iter_mut().enumerate() {
+        let mut rows: Vec<Row> = Vec::new();
+        for (j, job) in self.jobs.iter_mut().enumerate() {
             if job.next < job.prompt.len() {
                 continue;
             }
@@ -642,23 +679,106 @@ impl<'e> Worker<'e> {
                     continue;
                 }
                 let pos = d.pending_pos(job.prompt.len());
-                let tokens = d.next_batch(model, &job.prompt, 1 + spare, job.max_tokens, pending);
-                spare = spare.saturating_sub(tokens.len().saturating_sub(1));
-                d.set_logits(in_batch);
-                for (k, &token) in tokens.iter().enumerate() {
-                    if let Err(e) = self
-                        .batch
-                        .add(token, (pos + k) as i32, &[job.seqs[i]], true)
-                    {
-                        failed = Some(llama("fill a batch")(&e));
-                        break 'jobs;
-                    }
-                    in_batch += 1;
-                }
-                decoding += 1;
+                let tokens = d.next_batch(model, &job.prompt, room, job.max_tokens, pending);
+                rows.push(Row {
+                    seq: job.seqs[i],
+                    pos,
+                    real: tokens.len(),
+                    tokens,
+                    candidate: Some((j, i)),
+                });
                 in_this[j] = true;
             }
         }
+        rows.sort_by_key(|r| r.seq);
+        // The sequences between the candidates' that padding may use: not
+        // a candidate's, not one a prompt is read into this step.
+        let reading: Vec<i32> = self
+            .jobs
+            .iter()
+            .filter(|j| j.next < j.prompt.len())
+            .filter_map(|j| j.seqs.first().copied())
+            .collect();
+        let (lo, hi) = (rows[0].seq, rows[rows.len() - 1].seq);
+        let holes: Vec<i32> = (lo..=hi)
+            .filter(|s| rows.binary_search_by_key(s, |r| r.seq).is_err())
+            .collect();
+        let drafts: Vec<(usize, f64)> = rows
+            .iter()
+            .filter_map(|r| r.candidate)
+            .map(|(j, i)| self.jobs[j].decoders[i].draft())
+            .collect();
+        let length = common_draft_length(&drafts, rows.len() + holes.len());
+        // Holes are padded unless a prompt is read into one this step
+        // (that step takes a second pass for the prompt anyway). Measured
+        // (BENCHMARKS.md, issue 44): padding every hole is as fast as
+        // padding only a few on this CPU, and a pass costs more on a GPU.
+        let pad_holes = holes.iter().all(|h| !reading.contains(h));
+        for row in &mut rows {
+            let Some((j, i)) = row.candidate else {
+                continue;
+            };
+            self.jobs[j].decoders[i].cut_draft(length);
+            row.real = row.real.min(1 + length);
+            row.tokens.truncate(row.real);
+            let last = row.tokens[0];
+            row.tokens.resize(1 + length, last);
+        }
+        if pad_holes {
+            let context = self.engine.context_size();
+            for h in holes {
+                let pos = usize::try_from(self.ctx.kv_cache_seq_pos_max(h) + 1).unwrap_or(0);
+                if pos + 1 + length > context {
+                    // No room in its stream: the step takes two passes.
+                    continue;
+                }
+                let at = rows.partition_point(|r| r.seq < h);
+                rows.insert(
+                    at,
+                    Row {
+                        seq: h,
+                        pos,
+                        real: 0,
+                        tokens: vec![LlamaToken(0); 1 + length],
+                        candidate: None,
+                    },
+                );
+            }
+        }
+        rows
+    }
+
+    /// One batch: the tokens of every decoding candidate (its last sampled
+    /// token and a draft), then prompt tokens.
+    fn step(&mut self) {
+        self.batch.clear();
+        // The sequence of every row, for the count of forward passes.
+        let mut rows: Vec<i32> = Vec::new();
+        let mut in_batch: i32 = 0;
+        let mut failed: Option<EngineError> = None;
+        let mut in_this: Vec<bool> = vec![false; self.jobs.len()];
+        let decoding = self.decoding_rows(&mut in_this);
+        // Padding rows to drop once the batch is evaluated: (sequence,
+        // first position).
+        let mut padding: Vec<(i32, usize)> = Vec::new();
+        for row in &decoding {
+            let (seq, pos, tokens, real) = (row.seq, row.pos, &row.tokens, row.real);
+            if let Some((j, i)) = row.candidate {
+                self.jobs[j].decoders[i].set_logits(in_batch);
+            }
+            for (k, &token) in tokens.iter().enumerate() {
+                if let Err(e) = self.batch.add(token, (pos + k) as i32, &[seq], k < real) {
+                    failed = Some(llama("fill a batch")(&e));
+                    break;
+                }
+                rows.push(seq);
+                in_batch += 1;
+            }
+            if real < tokens.len() {
+                padding.push((seq, pos + real));
+            }
+        }
+        let decoding = decoding.iter().filter(|r| r.candidate.is_some()).count() as u64;
         let mut budget = self.engine.batch.saturating_sub(in_batch as usize);
         let mut prompt_tokens = 0u64;
         for (j, job) in self.jobs.iter_mut().enumerate() {
@@ -683,6 +803,7 @@ impl<'e> Worker<'e> {
                         d.set_logits(in_batch);
                     }
                 }
+                rows.push(job.seqs[0]);
                 in_batch += 1;
             }
             prompt_tokens += (end - job.next) as u64;
@@ -721,7 +842,25 @@ impl<'e> Worker<'e> {
                 failed = Some(llama("decode")(&e));
             }
         }
+        // Padding is dropped before anything reads or copies its sequence.
+        for (seq, from) in padding {
+            let _ = self.ctx.clear_kv_cache_seq(
+                u32::try_from(seq).ok(),
+                u32::try_from(from).ok(),
+                None,
+            );
+        }
         self.counters.steps.fetch_add(1, Ordering::Relaxed);
+        let passes = micro_batches(&rows, self.engine.ubatch as usize, false) as u64;
+        self.counters
+            .micro_batches
+            .fetch_add(passes, Ordering::Relaxed);
+        if prompt_tokens == 0 && decoding > 0 {
+            self.counters.decode_steps.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .decode_micro_batches
+                .fetch_add(passes, Ordering::Relaxed);
+        }
         self.counters
             .prompt_tokens
             .fetch_add(prompt_tokens, Ordering::Relaxed);
@@ -747,13 +886,10 @@ impl<'e> Worker<'e> {
             }
             return;
         }
+        self.after_decode(&in_this);
         let mut j = 0;
         while j < self.jobs.len() {
-            if in_this[j] {
-                self.after_decode(j);
-            }
             if self.jobs[j].decoders.iter().all(|d| d.stop.is_some()) {
-                in_this.remove(j);
                 let job = self.jobs.remove(j);
                 self.finish(job);
             } else {
@@ -762,14 +898,14 @@ impl<'e> Worker<'e> {
         }
     }
 
-    /// Samples the candidates whose logits the last batch computed.
-    fn after_decode(&mut self, j: usize) {
-        let model = &self.engine.model;
-        let job = &mut self.jobs[j];
-        if job.next < job.prompt.len() {
-            return;
-        }
-        if job.prompt_done.is_none() {
+    /// After a batch: the prompts it finished are copied to their
+    /// candidates' sequences, and every candidate whose logits it computed
+    /// is sampled (all of them at once, [`sample_batch`]).
+    fn after_decode(&mut self, in_this: &[bool]) {
+        for (j, job) in self.jobs.iter_mut().enumerate() {
+            if !in_this[j] || job.next < job.prompt.len() || job.prompt_done.is_some() {
+                continue;
+            }
             job.prompt_done = Some(Instant::now());
             if let Some(conv) = self.convs.get_mut(&job.conv) {
                 conv.cached = job.prompt.clone();
@@ -778,14 +914,29 @@ impl<'e> Worker<'e> {
                 let _ = self.ctx.copy_kv_cache_seq(job.seqs[0], seq, None, None);
             }
         }
-        let mut generated = 0u64;
-        for (i, d) in job.decoders.iter_mut().enumerate() {
-            if !d.has_logits() {
+        // (job, candidate) of each sampled candidate, in `work`'s order.
+        let mut whose = Vec::new();
+        let mut work = Vec::new();
+        for (j, job) in self.jobs.iter_mut().enumerate() {
+            if !in_this[j] || job.next < job.prompt.len() {
                 continue;
             }
-            let (made, clear) = d.sample(&self.ctx, model, job.max_tokens);
+            for (i, d) in job.decoders.iter_mut().enumerate() {
+                if d.has_logits() {
+                    whose.push((j, i));
+                    work.push((d, job.max_tokens));
+                }
+            }
+        }
+        let sampled = sample_batch(&self.ctx, &self.engine.model, work);
+        self.counters
+            .sample_us
+            .fetch_add((sampled.seconds * 1e6) as u64, Ordering::Relaxed);
+        let mut generated = 0u64;
+        for (&(j, i), &(made, clear)) in whose.iter().zip(&sampled.per_candidate) {
             generated += made as u64;
             if let Some(from) = clear {
+                let job = &self.jobs[j];
                 let _ = self.ctx.clear_kv_cache_seq(
                     u32::try_from(job.seqs[i]).ok(),
                     Some((job.prompt.len() + from) as u32),
@@ -803,7 +954,9 @@ impl<'e> Worker<'e> {
         let prompt_done = job.prompt_done.unwrap_or(now);
         let mut candidates = Vec::with_capacity(job.decoders.len());
         let mut count = DraftCount::default();
+        let mut grammar = GrammarChecks::default();
         for d in job.decoders {
+            grammar.add(d.grammar_checks());
             let (tokens, bytes, stop, c) = d.into_parts();
             count.drafted += c.drafted;
             count.accepted += c.accepted;
@@ -833,6 +986,7 @@ impl<'e> Worker<'e> {
                 generated_tokens: candidates.iter().map(|c| c.tokens.len()).collect(),
                 draft_tokens: count.drafted,
                 draft_accepted: count.accepted,
+                grammar,
                 prompt_s: (prompt_done - job.submitted).as_secs_f64(),
                 decode_s: (now - prompt_done).as_secs_f64(),
                 total_s: (now - job.submitted).as_secs_f64(),

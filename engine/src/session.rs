@@ -15,12 +15,11 @@ use std::time::Instant;
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
-use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
 use super::gbnf::Grammar;
-use super::speculate::{Decoder, DraftCount, Drafts};
-use super::{backend, Candidate, Engine, EngineError, Generation, Request, Sampling, Stats};
+use super::speculate::{sample_batch, Decoder, DraftCount, Drafts};
+use super::{backend, Candidate, Engine, EngineError, Generation, GrammarChecks, Request, Stats};
 
 /// A conversation with its own KV cache.
 pub struct Session<'e> {
@@ -100,14 +99,14 @@ impl<'e> Session<'e> {
         let grammar = parse_grammar(request.grammar, drafts);
         let mut decoders = (0..n)
             .map(|i| {
-                sampler(
-                    self.engine,
-                    &request.sampling,
-                    request.temperatures.as_deref(),
-                    request.grammar,
-                    i,
-                )
-                .map(|s| Decoder::new(s, grammar.as_ref(), drafts))
+                self.engine
+                    .token_sampler(
+                        &request.sampling,
+                        request.temperatures.as_deref(),
+                        request.grammar,
+                        i,
+                    )
+                    .map(|s| Decoder::new(s, grammar.as_ref(), drafts))
             })
             .collect::<Result<Vec<_>, _>>()?;
 
@@ -155,8 +154,9 @@ impl<'e> Session<'e> {
             d.set_logits(last_index);
         }
         loop {
-            for (i, d) in decoders.iter_mut().enumerate() {
-                let (_, clear) = d.sample(&self.ctx, model, max_tokens);
+            let work = decoders.iter_mut().map(|d| (d, max_tokens)).collect();
+            let sampled = sample_batch(&self.ctx, model, work);
+            for (i, &(_, clear)) in sampled.per_candidate.iter().enumerate() {
                 if let Some(from) = clear {
                     self.ctx
                         .clear_kv_cache_seq(
@@ -197,7 +197,9 @@ impl<'e> Session<'e> {
 
         let mut candidates = Vec::with_capacity(n);
         let mut count = DraftCount::default();
+        let mut grammar = GrammarChecks::default();
         for d in decoders {
+            grammar.add(d.grammar_checks());
             let (tokens, bytes, stop, c) = d.into_parts();
             count.drafted += c.drafted;
             count.accepted += c.accepted;
@@ -219,6 +221,7 @@ impl<'e> Session<'e> {
                 generated_tokens: candidates.iter().map(|c| c.tokens.len()).collect(),
                 draft_tokens: count.drafted,
                 draft_accepted: count.accepted,
+                grammar,
                 prompt_s,
                 decode_s,
                 total_s: started.elapsed().as_secs_f64(),
@@ -264,35 +267,4 @@ pub(crate) fn shared_context(
         .model
         .new_context(backend()?, params)
         .map_err(|e| llama("create a context")(&e))
-}
-
-/// Candidate `i`'s sampler: the grammar (if any), then greedy at
-/// temperature 0, else nucleus sampling at `temperature` seeded with
-/// `seed + i`.
-pub(crate) fn sampler(
-    engine: &Engine,
-    request_sampling: &Sampling,
-    temperatures: Option<&[f32]>,
-    grammar: Option<&str>,
-    i: usize,
-) -> Result<LlamaSampler, EngineError> {
-    let temperature = temperatures
-        .and_then(|t| t.get(i).copied())
-        .unwrap_or(request_sampling.temperature);
-    let seed = request_sampling.seed.wrapping_add(i as u32);
-    let mut chain = Vec::new();
-    if let Some(grammar) = grammar {
-        chain.push(
-            LlamaSampler::grammar(&engine.model, grammar, "root")
-                .map_err(|e| EngineError::Grammar(e.to_string()))?,
-        );
-    }
-    if temperature <= 0.0 {
-        chain.push(LlamaSampler::greedy());
-    } else {
-        chain.push(LlamaSampler::top_p(request_sampling.top_p, 1));
-        chain.push(LlamaSampler::temp(temperature));
-        chain.push(LlamaSampler::dist(seed));
-    }
-    Ok(LlamaSampler::chain_simple(chain))
 }

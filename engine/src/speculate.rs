@@ -21,14 +21,16 @@
 //! costs little more than one token.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::model::LlamaModel;
-use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
+use rayon::prelude::*;
 
 use super::gbnf::{Grammar, Matcher};
-use super::Stop;
+use super::sampler::TokenSampler;
+use super::{GrammarChecks, Stop};
 
 /// Longest run of the candidate's last tokens looked up in its history: a
 /// longer match is a surer guess, so the longest is tried first.
@@ -62,6 +64,10 @@ pub const FORCED_MAX_DRAFT: usize = 24;
 /// Most characters of forced text asked of the grammar matcher per step
 /// (a token is rarely more than 8 characters).
 pub const FORCED_MAX_CHARS: usize = 4 * FORCED_MAX_DRAFT;
+/// The chance a token of a jump-forward draft is kept: the grammar admits
+/// nothing else, so it is refused only when the model spells the text with
+/// other tokens.
+pub const FORCED_KEPT: f64 = 0.95;
 
 /// Which drafts a generation uses (`[engine] prompt_lookup` and
 /// `jump_forward`).
@@ -139,6 +145,45 @@ pub fn lookup_length(kept: f64, decoding: usize) -> usize {
     length
 }
 
+/// The draft length every decoding candidate of a step gets (longer drafts
+/// cut, shorter ones padded) so that the step is one forward pass, for
+/// candidates whose drafts have `(length, chance a token is kept)` in a
+/// step of `rows` sequences (the candidates and any padded between them):
+/// of 0 and the drafts' own lengths, the one that generates the most tokens
+/// per unit of the step's cost, `1 + POSITION_COST × (positions - 1)`;
+/// the shorter among equals.
+pub fn common_draft_length(drafts: &[(usize, f64)], rows: usize) -> usize {
+    let rate = |d: usize| {
+        let gain: f64 = drafts
+            .iter()
+            .map(|&(len, kept)| {
+                let mut chance = 1.0;
+                1.0 + (0..len.min(d))
+                    .map(|_| {
+                        chance *= kept;
+                        chance
+                    })
+                    .sum::<f64>()
+            })
+            .sum();
+        let positions = (rows.max(1) * (1 + d)) as f64;
+        gain / (1.0 + POSITION_COST * (positions - 1.0))
+    };
+    let mut best = 0;
+    let mut best_rate = rate(0);
+    let mut lengths: Vec<usize> = drafts.iter().map(|&(len, _)| len).collect();
+    lengths.sort_unstable();
+    lengths.dedup();
+    for d in lengths.into_iter().filter(|&d| d > 0) {
+        let r = rate(d);
+        if r > best_rate {
+            best = d;
+            best_rate = r;
+        }
+    }
+    best
+}
+
 /// What one candidate's drafts did over a call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DraftCount {
@@ -151,7 +196,7 @@ pub struct DraftCount {
 /// One candidate being decoded: its sampler, what it generated, and the
 /// batch positions it is waiting on.
 pub struct Decoder {
-    sampler: LlamaSampler,
+    sampler: TokenSampler,
     pub tokens: Vec<LlamaToken>,
     pub bytes: Vec<u8>,
     pub stop: Option<Stop>,
@@ -180,7 +225,7 @@ pub struct Decoder {
 impl Decoder {
     /// A candidate sampling with `sampler`; `grammar` (parsed) when the
     /// request has one and jump-forward is on.
-    pub fn new(sampler: LlamaSampler, grammar: Option<&Arc<Grammar>>, drafts: Drafts) -> Self {
+    pub fn new(sampler: TokenSampler, grammar: Option<&Arc<Grammar>>, drafts: Drafts) -> Self {
         Decoder {
             sampler,
             tokens: Vec::new(),
@@ -262,6 +307,22 @@ impl Decoder {
         out
     }
 
+    /// The draft of the batch being built and the chance each of its tokens
+    /// is kept (its running estimate for a prompt-lookup draft).
+    pub fn draft(&self) -> (usize, f64) {
+        let kept = if self.looked_up {
+            self.kept
+        } else {
+            FORCED_KEPT
+        };
+        (self.draft.len(), kept)
+    }
+
+    /// Cuts the draft of the batch being built to `length` tokens.
+    pub fn cut_draft(&mut self, length: usize) {
+        self.draft.truncate(length);
+    }
+
     /// Where the logits of this candidate's next batch start: the prompt's
     /// last token (first step) or its pending token.
     pub fn set_logits(&mut self, first: i32) {
@@ -273,20 +334,28 @@ impl Decoder {
         self.logits_first.is_some()
     }
 
-    /// Samples after a batch: position after position, for as long as the
-    /// sampled token is the draft's. Returns how many tokens it generated
-    /// and, when part of the draft was not kept (or the candidate stopped
-    /// with one in the cache), the index into the reply from which the
-    /// sequence's cache must be cleared (`prompt_len + index` on).
+    /// The batch rows this candidate samples from, when the batch just
+    /// evaluated holds its logits: the first, and how many (its pending
+    /// token's and its draft's).
+    pub fn logit_rows(&self) -> Option<(i32, usize)> {
+        self.logits_first.map(|first| (first, self.draft.len() + 1))
+    }
+
+    /// Samples after a batch from `rows`, the logits of the positions
+    /// [`Self::logit_rows`] names: position after position, for as long as
+    /// the sampled token is the draft's. Returns how many tokens it
+    /// generated and, when part of the draft was not kept (or the candidate
+    /// stopped with one in the cache), the index into the reply from which
+    /// the sequence's cache must be cleared (`prompt_len + index` on).
     pub fn sample(
         &mut self,
-        ctx: &LlamaContext<'_>,
+        rows: &[&[f32]],
         model: &LlamaModel,
         max_tokens: usize,
     ) -> (usize, Option<usize>) {
-        let Some(first) = self.logits_first.take() else {
+        if self.logits_first.take().is_none() {
             return (0, None);
-        };
+        }
         if self.stop.is_some() {
             return (0, None);
         }
@@ -298,12 +367,12 @@ impl Decoder {
         let draft = std::mem::take(&mut self.draft);
         let mut generated = 0;
         let mut kept = 0;
-        for (k, at) in (first..).take(draft.len() + 1).enumerate() {
+        for (k, logits) in rows.iter().take(draft.len() + 1).enumerate() {
             if self.tokens.len() >= max_tokens {
                 self.stop = Some(Stop::MaxTokens);
                 break;
             }
-            let token = self.sampler.sample(ctx, at);
+            let token = self.sampler.sample(logits, |t| vocab.is_eog(t));
             if vocab.is_eog(token) {
                 self.stop = Some(Stop::EndOfText);
                 break;
@@ -360,6 +429,11 @@ impl Decoder {
         }
     }
 
+    /// How its sampler consulted the grammar.
+    pub fn grammar_checks(&self) -> GrammarChecks {
+        self.sampler.count
+    }
+
     /// Takes the candidate's result.
     pub fn into_parts(self) -> (Vec<LlamaToken>, Vec<u8>, Stop, DraftCount) {
         (
@@ -368,6 +442,49 @@ impl Decoder {
             self.stop.unwrap_or(Stop::MaxTokens),
             self.count,
         )
+    }
+}
+
+/// What sampling one batch's logits did: per candidate (in the order
+/// given) the tokens it generated and where its cache must be cleared
+/// from ([`Decoder::sample`]), and the seconds it took.
+pub struct Sampled {
+    pub per_candidate: Vec<(usize, Option<usize>)>,
+    pub seconds: f64,
+}
+
+/// Samples every candidate of `work` (each with its call's `max_tokens`)
+/// whose logits the batch just evaluated in `ctx` holds. The candidates
+/// are independent (each its own sampler, grammar and random state), so
+/// they are sampled in parallel: the model's threads are idle meanwhile,
+/// and on a GPU the sampling of tens of candidates one after another
+/// would otherwise take longer than the decoding step itself.
+pub fn sample_batch(
+    ctx: &LlamaContext<'_>,
+    model: &LlamaModel,
+    work: Vec<(&mut Decoder, usize)>,
+) -> Sampled {
+    let started = Instant::now();
+    let rows: Vec<Vec<&[f32]>> = work
+        .iter()
+        .map(|(d, _)| match d.logit_rows() {
+            Some((first, n)) => (0..n)
+                .map(|k| ctx.get_logits_ith(first + k as i32))
+                .collect(),
+            None => Vec::new(),
+        })
+        .collect();
+    let sample = |((d, max_tokens), rows): ((&mut Decoder, usize), Vec<&[f32]>)| {
+        d.sample(&rows, model, max_tokens)
+    };
+    let per_candidate = if work.len() > 1 {
+        work.into_par_iter().zip(rows).map(sample).collect()
+    } else {
+        work.into_iter().zip(rows).map(sample).collect()
+    };
+    Sampled {
+        per_candidate,
+        seconds: started.elapsed().as_secs_f64(),
     }
 }
 
@@ -419,6 +536,38 @@ mod tests {
                 lookup_length(kept, decoding),
                 want,
                 "kept {kept}, {decoding} decoding"
+            );
+        }
+    }
+
+    /// Drafts (length, chance kept), rows of the step, the common length.
+    type Case = (&'static [(usize, f64)], usize, usize);
+
+    #[test]
+    fn a_step_drafts_one_length_for_all() {
+        #[rustfmt::skip]
+        let cases: &[Case] = &[
+            // (drafts, rows, common length)
+            (&[], 1, 0),
+            // One candidate: its whole draft when it pays.
+            (&[(8, FORCED_KEPT)], 1, 8),
+            (&[(4, 0.2)], 1, 0),
+            // Sixteen candidates, one with a forced draft: padding the
+            // other fifteen costs more than the draft saves.
+            (&[(10, FORCED_KEPT), (0, 0.7), (0, 0.7), (0, 0.7), (0, 0.7), (0, 0.7), (0, 0.7),
+               (0, 0.7), (0, 0.7), (0, 0.7), (0, 0.7), (0, 0.7), (0, 0.7), (0, 0.7), (0, 0.7),
+               (0, 0.7)], 16, 0),
+            // Two candidates with sure drafts of 3 and 6: 3 is the best rate.
+            (&[(3, 0.99), (6, 0.99)], 2, 3),
+            // Rows padded between the candidates make drafting dearer.
+            (&[(3, 0.9), (3, 0.9)], 2, 3),
+            (&[(3, 0.9), (3, 0.9)], 16, 0),
+        ];
+        for &(drafts, rows, want) in cases {
+            assert_eq!(
+                common_draft_length(drafts, rows),
+                want,
+                "{drafts:?} rows {rows}"
             );
         }
     }

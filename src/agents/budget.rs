@@ -281,6 +281,7 @@ pub(crate) mod fake {
                     generated_tokens: vec![1; n],
                     draft_tokens: 0,
                     draft_accepted: 0,
+                    grammar: Default::default(),
                     prompt_s: 0.0,
                     decode_s: 0.0,
                     total_s: 0.0,

@@ -113,17 +113,12 @@ pub struct Batch<'a> {
     pub envs: &'a Pool<'a>,
 }
 
-/// Tasks in flight at once by default. On the 2-core machine of
-/// BENCHMARKS.md ("Scheduler") the demo batch keeps the model 98.5% busy
-/// with one task, and four took 16% longer; more pay where the model waits
-/// (`model_load.busy_fraction` in run.json well below 1).
-pub const DEFAULT_JOBS: usize = 1;
-
 /// How a batch runs its tasks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
-    /// Tasks in flight at once.
-    pub jobs: usize,
+    /// Tasks in flight at once (none: the default for where the model
+    /// runs, `backing::jobs_for`; a batch runs with its backing's).
+    pub jobs: Option<usize>,
     /// Run finished tasks again.
     pub redo: bool,
 }
@@ -280,7 +275,8 @@ impl Batch<'_> {
             }
         };
         std::thread::scope(|scope| {
-            for _ in 0..options.jobs.max(1).min(todo.len().max(1)) {
+            let jobs = options.jobs.unwrap_or(crate::backing::DEFAULT_JOBS).max(1);
+            for _ in 0..jobs.min(todo.len().max(1)) {
                 scope.spawn(worker);
             }
         });

@@ -106,7 +106,7 @@ pub fn run(
         environments: Vec::new(),
         finished_at: None,
         identity: identity.clone(),
-        jobs: Some(cx.options.jobs),
+        jobs: Some(backing.jobs),
         merged_from: None,
         model: Some(model_info),
         model_load: None,
@@ -138,7 +138,11 @@ pub fn run(
     let meter = backing.meter.clone();
     let before = meter.as_ref().map(|m| m.load());
     let display = Display::new(tasks.len(), meter.clone(), label);
-    let outcome = batch.run_all(tasks, cx.options, cx.evaluate, &display.sink());
+    let options = super::Options {
+        jobs: Some(backing.jobs),
+        ..cx.options
+    };
+    let outcome = batch.run_all(tasks, options, cx.evaluate, &display.sink());
     display.finish();
     let summary = batch.run_summary(cx.evaluate, outcome?.elapsed_s)?;
     let load = match (&meter, &before) {

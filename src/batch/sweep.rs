@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 use crate::record::sweep::{Axis, Point, Row, SweepFile};
 
 use super::{BatchError, RunContext};
-use crate::backing::with_model;
+use crate::backing::{with_model, Demand};
 use crate::config::Settings;
-use crate::engine::{EngineError, EngineSettings, Slots};
+use crate::engine::{EngineError, EngineSettings};
 use crate::models::{ModelError, ModelRef};
 
 /// Short names for the keys swept most.
@@ -471,8 +471,8 @@ where
             .map(|&i| settings[i].most_candidates())
             .max()
             .unwrap_or(1);
-        let slots = Slots {
-            conversations: cx.options.jobs.max(1),
+        let demand = Demand {
+            jobs: cx.options.jobs,
             candidates: candidates.max(1),
         };
         // One server connection per group: its settings are the first
@@ -481,7 +481,7 @@ where
             .first()
             .map(|&i| settings[i].server.clone())
             .unwrap_or_default();
-        with_model(&model, engine, &server, slots, |backing| {
+        with_model(&model, engine, &server, demand, |backing| {
             for &i in members {
                 let point = &points[i];
                 tracing::info!("point {}/{}: {}", i + 1, points.len(), point.label);

@@ -8,13 +8,12 @@ use anyhow::{bail, Result};
 use super::{
     BatchArgs, MergeArgs, ReportArgs, RunArgs, RunnerArgs, SelectArgs, SettingsArgs, SweepArgs,
 };
-use patchwright::backing::with_model;
+use patchwright::backing::{with_model, Demand};
 use patchwright::batch::sweep;
 use patchwright::batch::{self, RunContext, RunDir};
 use patchwright::config::Settings;
 use patchwright::dataset;
 use patchwright::dataset::{Selected, Selection};
-use patchwright::engine::Slots;
 use patchwright::eval::pool::Pool;
 use patchwright::inputs::{Inputs, Sources};
 use patchwright::models::ModelRef;
@@ -129,15 +128,15 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
     let cx = prepared.context(&args.runner, &envs);
     // A run directory of another run is refused before the model loads.
     RunDir::open(out, &model.identity(settings))?;
-    let slots = Slots {
-        conversations: args.runner.jobs,
+    let demand = Demand {
+        jobs: args.runner.jobs,
         candidates: settings.most_candidates(),
     };
     let outcome = with_model(
         &model,
         &settings.engine,
         &settings.server,
-        slots,
+        demand,
         |backing| {
             batch::run::run(&cx, settings, &model, backing, out, "", None)
                 .map_err(anyhow::Error::from)

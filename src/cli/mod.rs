@@ -524,9 +524,10 @@ pub struct RunnerArgs {
     /// scheduler decodes their requests in one batch; tests in the sandbox
     /// run beside it at a lower CPU priority. Worth raising when the model
     /// waits with one task (run.json's model_load.busy_fraction well below
-    /// 1).
-    #[arg(long, short = 'j', value_name = "K", default_value_t = patchwright::batch::DEFAULT_JOBS)]
-    pub jobs: usize,
+    /// one) [default: 1 on the CPU or a server; on a GPU as many as the
+    /// KV budget holds, at most 32].
+    #[arg(long, short = 'j', value_name = "K")]
+    pub jobs: Option<usize>,
     /// Run the selected tasks again even when RUN_DIR holds their results
     /// (by default a rerun skips finished tasks).
     #[arg(long)]
@@ -772,6 +773,18 @@ pub struct BenchArgs {
     /// Seed of the sampled candidates.
     #[arg(long, default_value_t = 7, value_name = "S")]
     pub seed: u32,
+    /// Conversations K of the scheduler figures: K at once through the
+    /// scheduler a batch uses, each with the grammar (0 for none).
+    #[arg(
+        long,
+        value_name = "K,...",
+        value_delimiter = ',',
+        default_value = "1,4"
+    )]
+    pub conversations: Vec<usize>,
+    /// Candidates N of each conversation of the scheduler figures.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub scheduler_candidates: usize,
     /// Print the figures as JSON.
     #[arg(long)]
     pub json: bool,
@@ -933,7 +946,7 @@ impl RunnerArgs {
         if !repos.is_dir() {
             bail!("--repos {}: not a directory", repos.display());
         }
-        if self.jobs == 0 {
+        if self.jobs == Some(0) {
             bail!("--jobs must be at least 1");
         }
         Ok(())
@@ -958,7 +971,7 @@ impl RunArgs {
             list: false,
             settings: self.settings,
             runner: RunnerArgs {
-                jobs: 1,
+                jobs: Some(1),
                 redo: true,
                 server: None,
                 server_kind: None,

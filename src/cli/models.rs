@@ -168,6 +168,8 @@ pub fn bench(args: super::BenchArgs) -> Result<i32> {
         max_tokens: args.max_tokens,
         grammar,
         seed: args.seed,
+        conversations: args.conversations.into_iter().filter(|&k| k > 0).collect(),
+        scheduler_candidates: args.scheduler_candidates,
     };
     let report = bench::run(&engine, &plan, |line| tracing::info!("{line}"))
         .with_context(|| format!("benchmark of {}", model.path.display()))?;
@@ -205,6 +207,28 @@ fn bench_table(r: &engine::bench::Report) -> String {
             f.tokens_per_s,
             f.steps_per_s
         ));
+    }
+    if !r.scheduler.is_empty() {
+        out.push_str(
+            "\n| K × N | tokens/s | forward passes per step (decoding only) | busy | decoding s | sampling s |\n\
+             | --- | ---: | ---: | ---: | ---: | ---: |\n",
+        );
+    }
+    for f in &r.scheduler {
+        out.push_str(&format!(
+            "| {} × {} | {:.1} | {:.2} ({:.2}) | {:.0}% | {:.1} | {:.1} |\n",
+            f.conversations,
+            f.candidates,
+            f.tokens_per_s,
+            f.micro_batches as f64 / f.steps.max(1) as f64,
+            f.decode_micro_batches as f64 / f.decode_steps.max(1) as f64,
+            f.busy_fraction * 100.0,
+            f.decoding_s,
+            f.sampling_s
+        ));
+    }
+    for skipped in &r.scheduler_skipped {
+        out.push_str(&format!("\nleft out: {skipped}\n"));
     }
     out
 }

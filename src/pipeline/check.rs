@@ -464,6 +464,7 @@ impl Conversation for ScriptedConversation<'_> {
                 generated_tokens: vec![0; candidates.len()],
                 draft_tokens: 0,
                 draft_accepted: 0,
+                grammar: Default::default(),
                 prompt_s: 0.0,
                 decode_s: 0.0,
                 total_s: 0.0,

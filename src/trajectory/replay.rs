@@ -108,6 +108,7 @@ impl Conversation for ReplayConversation<'_> {
                 },
                 draft_tokens: 0,
                 draft_accepted: 0,
+                grammar: Default::default(),
                 prompt_s: 0.0,
                 decode_s: 0.0,
                 total_s: 0.0,

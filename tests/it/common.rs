@@ -136,6 +136,7 @@ impl Conversation for ScriptedConversation<'_> {
                 generated_tokens: vec![4; call.len()],
                 draft_tokens: 0,
                 draft_accepted: 0,
+                grammar: Default::default(),
                 prompt_s: 0.0,
                 decode_s: 0.0,
                 total_s: 0.0,

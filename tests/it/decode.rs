@@ -277,3 +277,206 @@ fn conversations_share_a_prefix_another_one_evaluated() -> Result<(), Error> {
     })??;
     Ok(())
 }
+
+/// An agent's name, a prompt of its kind and its grammar.
+type AgentGrammar = (&'static str, Vec<Message>, String);
+
+/// Every grammar the agents constrain a reply with, each with a prompt of
+/// its kind: the Fixer's four edit formats over the same shown code, the
+/// reproducer's test file, a ReAct turn over every command of the ACI, the
+/// localizer's pick and the ranker's choice.
+fn agent_grammars() -> Result<Vec<AgentGrammar>, Error> {
+    use patchwright::aci::command::{self, Choices};
+    use patchwright::engine::grammar::{DefinitionTarget, ShownFile, ShownRun};
+    let shown = vec![ShownFile {
+        path: "semver/parse.py".into(),
+        runs: vec![ShownRun {
+            first: 1,
+            lines: CODE.lines().map(str::to_string).collect(),
+        }],
+    }];
+    let target = DefinitionTarget {
+        label: "semver/parse.py::parse_version".into(),
+        indent: String::new(),
+        lead: "def parse_version(".into(),
+    };
+    let files: Vec<String> = ["semver/parse.py", "tests/test_parse.py"]
+        .map(String::from)
+        .to_vec();
+    let choices = Choices {
+        files: files.clone(),
+        python_files: files,
+        dirs: [".", "semver", "tests"].map(String::from).to_vec(),
+        symbols: vec!["semver/parse.py::parse_version".into()],
+        locatable: vec!["semver/parse.py::parse_version".into()],
+        locatable_files: vec!["semver/parse.py".into()],
+    };
+    let ask = |question: &str| {
+        vec![
+            Message::system("You are an expert Python developer who fixes bugs."),
+            Message::user(format!(
+                "semver/parse.py\n```python\n{CODE}```\n\n{question}"
+            )),
+        ]
+    };
+    let fix = ask(
+        "The function rejects versions with a leading 'v'. Give one line of reasoning, then \
+         the edit.",
+    );
+    let ranker = format!(
+        "root ::= \"Reasoning: \" [^\\n]{{1,{}}} \"\\nBest: \" (\"1\" | \"2\")\n",
+        grammar::MAX_THOUGHT_CHARS
+    );
+    Ok(vec![
+        (
+            "fixer search_replace",
+            fix.clone(),
+            grammar::search_replace_with_reasoning(&["semver/parse.py"])?,
+        ),
+        ("fixer anchored", fix.clone(), grammar::anchored(&shown)?),
+        ("fixer lines", fix.clone(), grammar::lines(&shown)?),
+        ("fixer definition", fix, grammar::definition(&[target])?),
+        (
+            "reproducer",
+            ask("Write a pytest test that fails while the issue is there."),
+            patchwright::agents::reproduce::grammar(),
+        ),
+        (
+            "react turn",
+            ask("Find where versions are parsed. Think in one line, then give one command."),
+            grammar::turn(&command::actions(command::NAMES, &choices))?,
+        ),
+        (
+            "localizer",
+            ask("Which of these may need the edit? 1. parse_version 2. format_version"),
+            grammar::choice(&patchwright::agents::localize::label_options(2, 2))?,
+        ),
+        (
+            "ranker",
+            ask("Which candidate fixes the issue, 1 or 2? Reason in one line."),
+            ranker,
+        ),
+    ])
+}
+
+fn engine_with(grammar_first: bool) -> Result<Engine, Error> {
+    Ok(Engine::load(
+        &common::test_model(),
+        &EngineSettings {
+            context: 2048,
+            threads: 2,
+            grammar_first,
+            ..EngineSettings::default()
+        },
+    )?)
+}
+
+#[test]
+fn greedy_replies_are_the_same_with_the_grammar_checked_first() -> Result<(), Error> {
+    let masked = engine_with(false)?;
+    let first = engine_with(true)?;
+    let mut refused = 0;
+    for (name, messages, g) in agent_grammars()? {
+        let request = greedy(&messages, Some(&g));
+        let expected = Session::new(&masked, 1, 96)?.generate(&request)?;
+        let got = Session::new(&first, 1, 96)?.generate(&request)?;
+        assert_eq!(texts(&got), texts(&expected), "{name}");
+        let (e, g) = (expected.stats.grammar, got.stats.grammar);
+        // The reference masks every pick; grammar-first only those whose
+        // likeliest tokens are all refused.
+        assert_eq!(e.masked, e.checked, "{name}: {e:?}");
+        assert!(g.checked > 0 && g.masked <= g.refused, "{name}: {g:?}");
+        refused += g.refused;
+    }
+    // The refused path was taken (the model does not write the formats
+    // by itself), and the greedy replies were still the same.
+    assert!(refused > 0);
+    Ok(())
+}
+
+/// Sampled replies under each agent grammar, over seeds, temperatures and
+/// nuclei: every reply is admitted by its grammar (a whole match when the
+/// model ended it), and the refused and masked paths are taken.
+#[test]
+fn sampled_replies_are_admitted_by_their_grammar_for_every_seed() -> Result<(), Error> {
+    let engine = engine_with(true)?;
+    let mut total = patchwright::engine::GrammarChecks::default();
+    for (name, messages, g) in agent_grammars()? {
+        let parsed = std::sync::Arc::new(Grammar::parse(&g)?);
+        for seed in 0..2u32 {
+            let request = Request {
+                messages: &messages,
+                sampling: Sampling {
+                    temperature: 1.0,
+                    top_p: if seed == 1 { 0.9 } else { 1.0 },
+                    seed: seed * 100,
+                    max_tokens: 64,
+                },
+                n: 2,
+                temperatures: Some(vec![0.8, 1.6]),
+                grammar: Some(&g),
+            };
+            let generation = Session::new(&engine, 2, 64)?.generate(&request)?;
+            total.add(generation.stats.grammar);
+            for c in &generation.candidates {
+                let mut m = Matcher::new(parsed.clone());
+                assert!(m.accept(&c.text), "{name}, seed {seed}: {:?}", c.text);
+                if c.stop == patchwright::engine::Stop::EndOfText {
+                    assert!(
+                        m.can_end(),
+                        "{name}, seed {seed}: ended early: {:?}",
+                        c.text
+                    );
+                }
+            }
+        }
+    }
+    assert!(total.refused > 0 && total.masked > 0, "{total:?}");
+    assert!(total.masked < total.refused, "{total:?}");
+    Ok(())
+}
+
+/// Logits over the test model's vocabulary where "d" holds most of the
+/// mass and "a", "b", "c" the rest at 1 : 1 : 2, every other token far
+/// below: under `root ::= [abc]`, constrained sampling gives a, b, c at
+/// 1/4, 1/4, 1/2, and so must grammar-first, which draws "d" first almost
+/// every time and has it refused.
+#[test]
+fn grammar_first_samples_the_masked_distribution() -> Result<(), Error> {
+    let engine = engine_with(true)?;
+    let ids: Vec<i32> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|p| engine.token_of(p).ok_or(format!("no token {p:?}")))
+        .collect::<Result<_, _>>()?;
+    let mut logits = vec![-20.0f32; engine.vocab_size()];
+    for (id, l) in ids.iter().zip([0.0, 0.0, 2.0f32.ln(), 5.0]) {
+        logits[*id as usize] = l;
+    }
+    let mut counts = [0usize; 4];
+    let mut refused = 0;
+    let draws = 2000;
+    for seed in 0..draws {
+        let sampling = Sampling {
+            temperature: 1.0,
+            top_p: 1.0,
+            seed,
+            max_tokens: 1,
+        };
+        let mut sampler = engine.sampler(&sampling, Some("root ::= [abc]"))?;
+        let t = sampler.sample(&logits, |t| engine.is_eog(t.0));
+        let k = ids
+            .iter()
+            .position(|&id| id == t.0)
+            .ok_or("a token outside a, b, c, d")?;
+        counts[k] += 1;
+        refused += sampler.count.refused;
+        assert_eq!(sampler.count.checked, 1);
+    }
+    assert_eq!(counts[3], 0, "{counts:?}");
+    assert!(refused > draws as usize * 9 / 10, "{refused}");
+    for (k, want) in [0.25, 0.25, 0.5].iter().enumerate() {
+        let share = counts[k] as f64 / f64::from(draws);
+        assert!((share - want).abs() < 0.03, "{counts:?}");
+    }
+    Ok(())
+}

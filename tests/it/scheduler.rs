@@ -8,7 +8,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use patchwright::engine::{
-    serve, Backend, Engine, EngineError, EngineSettings, Message, Request, Sampling, Session, Slots,
+    serve, Backend, Engine, EngineError, EngineSettings, KvBudget, Message, Request, Sampling,
+    Session, Slots,
 };
 
 type Error = Box<dyn std::error::Error>;
@@ -137,6 +138,16 @@ fn conversations_of_many_tasks_decode_in_one_batch() -> Result<(), Error> {
             load.max_decoding >= 4,
             "two tasks' candidates shared a step: {load:?}"
         );
+        // Every step that only decoded was one forward pass, the three
+        // conversations' candidates in sequence order, padded to one
+        // length; a step that also read a prompt took one more.
+        assert!(load.decode_steps > 0, "{load:?}");
+        assert_eq!(load.decode_micro_batches, load.decode_steps, "{load:?}");
+        assert!(load.micro_batches > load.decode_micro_batches, "{load:?}");
+        assert!(
+            load.sampling_s > 0.0 && load.sampling_s < load.busy_s,
+            "{load:?}"
+        );
         // More candidates than a conversation may have are refused.
         let err = scheduler.conversation(3, 32).err().map(|e| e.to_string());
         assert!(
@@ -179,5 +190,55 @@ fn a_conversation_waits_for_a_free_slot() -> Result<(), Error> {
             Ok(())
         })
     })??;
+    Ok(())
+}
+
+/// What `--jobs` defaults to on a GPU, the conversations whose streams
+/// the KV budget holds; and a scheduler that would not fit its budget is
+/// refused with the numbers and the settings to change.
+#[test]
+fn the_kv_budget_sizes_the_scheduler() -> Result<(), Error> {
+    use patchwright::engine::scheduler::conversations_within;
+    #[rustfmt::skip]
+    let cases = [
+        // (budget bytes, bytes per token, context, candidates, limit, conversations)
+        (80 << 30, 262_144, 8192, 4, 32, 10),  // a 32B at 8k on an 80 GB card
+        (80 << 30, 262_144, 8192, 1, 32, 32),  // 40 fit
+        (1 << 30, 262_144, 8192, 4, 32, 1),    // not even one: at least 1
+        (u64::MAX, 12_288, 8192, 4, 8, 8),     // capped
+    ];
+    for (budget, per_token, context, candidates, limit, want) in cases {
+        assert_eq!(
+            conversations_within(budget, per_token, context, candidates, limit),
+            want,
+            "{budget} B, {per_token} B/token"
+        );
+    }
+    // SmolLM2 at a 1,024-token context: 3 conversations × 2 streams.
+    let per_token = engine()?.kv_bytes_per_token();
+    let needed = 3 * 2 * 1024 * per_token;
+    let with_budget = |bytes| {
+        Engine::load(
+            &common::test_model(),
+            &EngineSettings {
+                context: 1024,
+                threads: 2,
+                kv_budget: KvBudget::Bytes(bytes),
+                ..EngineSettings::default()
+            },
+        )
+    };
+    let err = serve(&with_budget(needed - 1)?, SLOTS, |_| ())
+        .err()
+        .map(|e| e.to_string())
+        .ok_or("a scheduler over its budget started")?;
+    for part in [
+        "3 conversations × 2 candidates × 1024 tokens of context",
+        "engine.kv_budget",
+        "lower --jobs, fixer.candidates or engine.context",
+    ] {
+        assert!(err.contains(part), "{err}");
+    }
+    serve(&with_budget(needed)?, SLOTS, |_| ())?;
     Ok(())
 }

@@ -111,7 +111,9 @@ fn a_synthetic_half_billion_model_is_the_real_files_layout_and_runs() {
 /// `models bench` on SmolLM2 (CPU build): every figure asked for, in
 /// order; each prompt as long as asked or at most one line of code
 /// shorter, and all of it evaluated (none from the KV cache); each
-/// candidate at most `--max-tokens`.
+/// candidate at most `--max-tokens`, every token picked under the grammar
+/// counted where it is on; the scheduler figures' conversations sharing a
+/// prefix, each decoding step one forward pass.
 #[test]
 fn models_bench_measures_every_figure_in_one_process() {
     let o = Command::new(env!("CARGO_BIN_EXE_patchwright"))
@@ -120,6 +122,7 @@ fn models_bench_measures_every_figure_in_one_process() {
         .args(["--prompts", "48,96", "--generation-prompt", "64"])
         .args(["--candidates", "1,3", "--max-tokens", "4"])
         .args(["--context", "512", "--threads", "2", "--json"])
+        .args(["--conversations", "1,2", "--scheduler-candidates", "3"])
         .output()
         .unwrap();
     assert!(
@@ -159,5 +162,35 @@ fn models_bench_measures_every_figure_in_one_process() {
             "{g}"
         );
         assert!(g["tokens_per_s"].as_f64().unwrap() > 0.0, "{g}");
+        let checked = g["grammar_checked"].as_u64().unwrap();
+        let on = g["grammar"].as_bool().unwrap();
+        assert_eq!(checked, if on { tokens } else { 0 }, "{g}");
+    }
+    let scheduler = r["scheduler"].as_array().unwrap();
+    let ks: Vec<u64> = scheduler
+        .iter()
+        .map(|f| f["conversations"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ks, [1, 2], "{r}");
+    for f in scheduler {
+        let k = f["conversations"].as_u64().unwrap();
+        assert_eq!(f["candidates"], 3, "{f}");
+        let tokens = f["tokens"].as_u64().unwrap();
+        assert!((3 * k..=3 * k * 4).contains(&tokens), "{f}");
+        let prompt = f["prompt_tokens"].as_u64().unwrap();
+        assert!(prompt <= 64 && prompt + 20 > 64, "{f}");
+        let shared = f["shared_tokens"].as_u64().unwrap();
+        assert!(
+            if k == 1 {
+                shared == 0
+            } else {
+                shared > 8 && shared < prompt
+            },
+            "{f}"
+        );
+        assert!(f["decode_steps"].as_u64().unwrap() > 0, "{f}");
+        assert_eq!(f["decode_micro_batches"], f["decode_steps"], "{f}");
+        assert!(f["sampling_s"].as_f64().unwrap() > 0.0, "{f}");
+        assert!(f["tokens_per_s"].as_f64().unwrap() > 0.0, "{f}");
     }
 }

@@ -118,6 +118,7 @@ fn the_gpu_payload_measures_every_figure_on_vulkan0() {
             .args(["--shapes", "qwen2.5-coder-0.5b", "--prompts", "1"])
             .args(["--generation-prompt", "1", "--candidates", "1,4,8,16"])
             .args(["--max-tokens", "2", "--context", "256"])
+            .args(["--conversations", "2", "--scheduler-candidates", "2"])
             .args(["--gpu-layers", "all"])
             .env("GGML_VK_VISIBLE_DEVICES", "0")
             .output()
@@ -185,9 +186,23 @@ fn the_gpu_payload_measures_every_figure_on_vulkan0() {
         .flat_map(|grammar| [1, 4, 8, 16].map(|n| (n, grammar)))
         .collect();
     assert_eq!(figures, expected);
+    // The scheduler figure: two conversations of two candidates, every
+    // decoding step one forward pass.
+    let scheduler = row["scheduler"].as_array().unwrap();
+    assert_eq!(scheduler.len(), 1, "{json}");
+    let f = &scheduler[0];
+    assert_eq!(
+        (f["conversations"].as_u64(), f["candidates"].as_u64()),
+        (Some(2), Some(2)),
+        "{f}"
+    );
+    assert_eq!(f["tokens"], 8, "{f}");
+    assert!(positive(&f["tokens_per_s"]), "{f}");
+    assert_eq!(f["decode_micro_batches"], f["decode_steps"], "{f}");
 
     let markdown = std::fs::read_to_string(out.path().join("gpu-bench.md")).unwrap();
     assert!(markdown.contains("25/25 layers on Vulkan0"), "{markdown}");
+    assert!(markdown.contains("| 2 × 2 | "), "{markdown}");
     for n in [1, 4, 8, 16] {
         for grammar in ["off", "on"] {
             assert!(

@@ -499,6 +499,7 @@ impl Conversation for CandleConversation<'_> {
                     generated_tokens: candidates.iter().map(|c| c.tokens.len()).collect(),
                     draft_tokens: 0,
                     draft_accepted: 0,
+                    grammar: Default::default(),
                     prompt_s,
                     decode_s,
                     total_s: started.elapsed().as_secs_f64(),

@@ -99,9 +99,29 @@ pub struct Stats {
     pub draft_tokens: usize,
     /// Draft tokens the samplers kept.
     pub draft_accepted: usize,
+    /// How the candidates' grammar was consulted (zero without one).
+    pub grammar: GrammarChecks,
     pub prompt_s: f64,
     pub decode_s: f64,
     pub total_s: f64,
+}
+
+/// How often a grammar was consulted while sampling (the engine's
+/// grammar-first sampler): tokens picked under it, first picks it refused,
+/// and picks that masked the whole vocabulary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct GrammarChecks {
+    pub checked: usize,
+    pub refused: usize,
+    pub masked: usize,
+}
+
+impl GrammarChecks {
+    pub fn add(&mut self, other: GrammarChecks) {
+        self.checked += other.checked;
+        self.refused += other.refused;
+        self.masked += other.masked;
+    }
 }
 
 /// The candidates of one call and what they cost.

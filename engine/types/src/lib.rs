@@ -12,6 +12,8 @@ pub mod gguf_file;
 mod load;
 pub mod placement;
 
-pub use call::{Candidate, Completion, Generation, Message, Request, Sampling, Stats, Stop};
+pub use call::{
+    Candidate, Completion, Generation, GrammarChecks, Message, Request, Sampling, Stats, Stop,
+};
 pub use load::Load;
 pub use placement::{Device, FlashAttn, GpuLayers, KvBudget, KvType, Placement, SplitMode};

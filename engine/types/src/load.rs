@@ -18,6 +18,20 @@ pub struct Load {
     pub steps: u64,
     /// Most sequences decoded together in one step.
     pub max_decoding: u64,
+    /// Of `busy_s`, the seconds spent sampling the candidates' tokens (the
+    /// rest is evaluating batches). Absent from older records.
+    #[serde(default)]
+    pub sampling_s: f64,
+    /// Forward passes (llama.cpp's micro-batches) the steps took: one per
+    /// step when every batch is evaluated whole.
+    #[serde(default)]
+    pub micro_batches: u64,
+    /// Steps that only decoded (no prompt tokens), and their forward
+    /// passes.
+    #[serde(default)]
+    pub decode_steps: u64,
+    #[serde(default)]
+    pub decode_micro_batches: u64,
 }
 
 impl Load {
@@ -34,6 +48,10 @@ impl Load {
             requests: self.requests - earlier.requests,
             steps: self.steps - earlier.steps,
             max_decoding: self.max_decoding,
+            sampling_s: self.sampling_s - earlier.sampling_s,
+            micro_batches: self.micro_batches - earlier.micro_batches,
+            decode_steps: self.decode_steps - earlier.decode_steps,
+            decode_micro_batches: self.decode_micro_batches - earlier.decode_micro_batches,
         }
     }
 }
