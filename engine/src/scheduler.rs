@@ -1,21 +1,29 @@
 //! The scheduler: one llama.cpp context serving the conversations of many
 //! tasks at once, so the model keeps working while some tasks run tests.
 //!
-//! A thread owns the context (unified KV cache, one sequence per candidate
-//! of every open conversation) and a queue of requests. Each step it builds
-//! one batch: the next token of every candidate being decoded, across all
-//! requests, then as many prompt tokens of waiting requests as fit in
-//! `[engine] batch` (continuous batching, as llama.cpp's server does). A
-//! request whose prompt is read has it copied to its candidates' sequences
-//! and joins the decoding set in the next step.
+//! A thread owns the context (one sequence per candidate of every open
+//! conversation) and a queue of requests. Each step it builds one batch:
+//! the next token of every candidate being decoded, across all requests,
+//! then as many prompt tokens of waiting requests as fit in `[engine]
+//! batch` (continuous batching, as llama.cpp's server does). A request
+//! whose prompt is read has it copied to its candidates' sequences and
+//! joins the decoding set in the next step. The decoding rows are one
+//! forward pass: llama.cpp evaluates a batch over streams as one pass per
+//! run of consecutive sequence ids with as many tokens each, so the rows
+//! go in sequence order, every draft of the step is cut to one length and
+//! shorter ones padded, and a sequence between two candidates' gets a
+//! padding token too, dropped after the batch. The candidates are then
+//! sampled in parallel.
 //!
 //! Conversations keep their KV cache between calls exactly as a [`Session`]
 //! does: the next call evaluates only the tokens after the longest common
 //! prefix. Each sequence has a KV stream of its own, the engine's context
 //! long (llama.cpp's non-unified cache): attention then costs what one
-//! sequence holds, where one cache shared by K tasks would make every token
-//! attend over all K histories (masked, but computed), which measured 4–5
-//! times slower at K = 4. A candidate's stream gets a copy of the prompt's.
+//! sequence holds, where one cache shared by K tasks makes every token
+//! attend over all K histories (masked) and one conversation's greedy reply
+//! depend on what the others hold; in sequence order, streams measured
+//! 5–10% faster at K = 4 (BENCHMARKS.md, issue 44). A candidate's stream
+//! gets a copy of the prompt's.
 //! A conversation is admitted when it has as many free sequences as
 //! candidates, so the cache can never overflow mid-request; a task opening a
 //! conversation while all are taken waits.
@@ -654,8 +662,9 @@ impl<'e> Worker<'e> {
     /// of consecutive ids with equal token counts, [`micro_batches`]):
     /// every decoding candidate's pending token and its draft, all drafts
     /// cut to one length ([`common_draft_length`]) and shorter ones padded;
-    /// and the sequences between two candidates' ids padded too, where
-    /// that costs less than the pass it saves. Marks the jobs that decode.
+    /// and the sequences between two candidates' ids padded too (a token
+    /// after all of theirs, dropped after the batch). Marks the jobs that
+    /// decode.
     fn decoding_rows(&mut self, in_this: &mut [bool]) -> Vec<Row> {
         let pending: usize = self
             .jobs
@@ -761,21 +770,21 @@ impl<'e> Worker<'e> {
         // Padding rows to drop once the batch is evaluated: (sequence,
         // first position).
         let mut padding: Vec<(i32, usize)> = Vec::new();
-        for row in &decoding {
+        'rows: for row in &decoding {
             let (seq, pos, tokens, real) = (row.seq, row.pos, &row.tokens, row.real);
             if let Some((j, i)) = row.candidate {
                 self.jobs[j].decoders[i].set_logits(in_batch);
             }
+            if real < tokens.len() {
+                padding.push((seq, pos + real));
+            }
             for (k, &token) in tokens.iter().enumerate() {
                 if let Err(e) = self.batch.add(token, (pos + k) as i32, &[seq], k < real) {
                     failed = Some(llama("fill a batch")(&e));
-                    break;
+                    break 'rows;
                 }
                 rows.push(seq);
                 in_batch += 1;
-            }
-            if real < tokens.len() {
-                padding.push((seq, pos + real));
             }
         }
         let decoding = decoding.iter().filter(|r| r.candidate.is_some()).count() as u64;
