@@ -194,7 +194,7 @@ impl TokenSampler {
                 if self.first {
                     self.grammar_first(logits)
                 } else {
-                    self.masked(logits, &[])
+                    self.masked(logits)
                 }
             }
         };
@@ -237,7 +237,7 @@ impl TokenSampler {
             {
                 return LlamaToken(t as i32);
             }
-            return self.masked(logits, &[]);
+            return self.masked(logits);
         }
         let mut refused: Vec<u32> = likeliest
             .iter()
@@ -258,14 +258,14 @@ impl TokenSampler {
             }
             refused.push(t.0 as u32);
         }
-        self.masked(logits, &refused)
+        self.masked(logits)
     }
 
-    /// The pick from the vocabulary masked by the grammar (`refused`
-    /// tokens already known to be refused): with grammar-first, only the
-    /// tokens [`FirstBytes`] leaves are checked; the reference path checks
-    /// them all, as llama.cpp's grammar sampler in a chain does.
-    fn masked(&mut self, logits: &[f32], refused: &[u32]) -> LlamaToken {
+    /// The pick from the vocabulary masked by the grammar: with
+    /// grammar-first, only the tokens [`FirstBytes`] leaves are checked;
+    /// the reference path checks them all, as llama.cpp's grammar sampler
+    /// in a chain does.
+    fn masked(&mut self, logits: &[f32]) -> LlamaToken {
         self.count.masked += 1;
         if self.first {
             let first_bytes = Arc::clone(&self.first_bytes);
@@ -285,7 +285,7 @@ impl TokenSampler {
             self.all.selected = None;
             self.all.sorted = false;
         } else {
-            self.fill(logits, refused);
+            self.fill(logits, &[]);
             if let Some(grammar) = &mut self.grammar {
                 grammar.apply(&mut self.all);
             }

@@ -45,6 +45,7 @@ fn json_has_the_candidates_and_the_stats() {
             "draft_accepted",
             "draft_tokens",
             "generated_tokens",
+            "grammar",
             "prompt_s",
             "prompt_tokens",
             "prompt_tokens_evaluated",
@@ -55,6 +56,11 @@ fn json_has_the_candidates_and_the_stats() {
     assert_eq!(stats["generated_tokens"], serde_json::json!([7]));
     assert_eq!(stats["prompt_tokens_evaluated"], stats["prompt_tokens"]);
     assert_eq!(stats["prompt_tokens_reused"], 0);
+    // No grammar: no token was checked against one.
+    assert_eq!(
+        stats["grammar"],
+        serde_json::json!({"checked": 0, "refused": 0, "masked": 0})
+    );
 }
 
 #[test]
@@ -79,6 +85,22 @@ fn a_grammar_file_constrains_every_candidate() {
     assert!(
         candidates.iter().all(|c| c == "yes" || c == "no"),
         "{candidates:?}"
+    );
+    // Every sampled token was checked against the grammar; refusals and
+    // masks are among those checks.
+    let stats = &v["stats"];
+    let tokens: u64 = stats["generated_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .sum();
+    let grammar = &stats["grammar"];
+    let count = |k: &str| grammar[k].as_u64().unwrap();
+    assert!(count("checked") >= tokens, "{stats}");
+    assert!(
+        count("masked") <= count("refused") && count("refused") <= count("checked"),
+        "{stats}"
     );
 }
 
