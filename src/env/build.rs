@@ -65,6 +65,15 @@ pub enum BuildError {
         version: String,
         missing: Vec<String>,
     },
+    #[error(
+        "{repo} {version}: the host has no {missing:?} locale, which the tests set (as root: \
+         sed -i 's/^# *\\({}\\)/\\1/' /etc/locale.gen && locale-gen)", missing.join("\\|")
+    )]
+    MissingLocale {
+        repo: String,
+        version: String,
+        missing: Vec<String>,
+    },
     #[error("{repo} {version}: none of the requirement files {files:?} exists at {commit}")]
     NoRequirements {
         repo: String,
@@ -190,6 +199,21 @@ impl Plan {
                 missing,
             });
         }
+        let generated = generated_locales();
+        let missing: Vec<String> = self
+            .spec
+            .locales
+            .iter()
+            .filter(|l| !generated.contains(&locale_key(l)))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            return Err(BuildError::MissingLocale {
+                repo: self.spec.repo.clone(),
+                version: self.spec.version.clone(),
+                missing,
+            });
+        }
         if !self.is_built() {
             self.build(source, index, host, scratch)?;
         }
@@ -276,18 +300,24 @@ impl Plan {
     }
 
     /// The files the build's first steps install from, into `dir`:
-    /// `requirements.txt`, `build-requires.txt` (the build backend and
+    /// `pip.txt` (the spec's pip, or nothing), `requirements.txt`, `build-requires.txt` (the build backend and
     /// `wheel`), `pip-packages.txt`.
     pub(super) fn write_step_files(&self, dir: &Path) -> Result<(), BuildError> {
         let write = |name: &str, text: String| {
             let p = dir.join(name);
             std::fs::write(&p, text).map_err(io("write", &p))
         };
+        write("pip.txt", lines(&self.pip_requirement()))?;
         write("requirements.txt", lines(&self.requirements))?;
         let mut build_requires = self.build_requires.clone();
         build_requires.push("wheel".into());
         write("build-requires.txt", lines(&build_requires))?;
         write("pip-packages.txt", lines(&self.spec.pip_packages))
+    }
+
+    /// `pip==X` when the spec pins the venv's pip, else nothing.
+    pub(super) fn pip_requirement(&self) -> Vec<String> {
+        self.spec.pip.iter().map(|v| format!("pip=={v}")).collect()
     }
 
     /// The sandbox policy of a build step in `worktree`: the environment
@@ -350,6 +380,7 @@ impl Plan {
         policy
             .env
             .insert("VIRTUAL_ENV".into(), self.dir.display().to_string());
+        super::ccache::for_build(&mut policy, &self.dir);
         for (k, v) in &self.spec.vars {
             policy.env.insert(k.clone(), v.clone());
         }
@@ -372,6 +403,9 @@ impl Plan {
             quote(&self.interpreter.executable.to_string_lossy())
         );
         s += &format!("pip() {{ {env}/bin/python -m pip \"$@\"; }}\n");
+        if self.spec.pip.is_some() {
+            s += &format!("step pip\npip install -r {meta}/pip.txt\n");
+        }
         if !self.requirements.is_empty() {
             s += &format!("step requirements\npip install -r {meta}/requirements.txt\n");
         }
@@ -573,6 +607,26 @@ fn dpkg_installed(name: &str) -> bool {
         })
 }
 
+/// The locales the host has generated (`locale -a`), as [`locale_key`]s.
+fn generated_locales() -> Vec<String> {
+    std::process::Command::new("locale")
+        .arg("-a")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(locale_key)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A locale name as `locale -a` spells it: `en_US.UTF-8` and `en_US.utf8`
+/// are one locale.
+fn locale_key(name: &str) -> String {
+    name.trim().to_lowercase().replace("utf-8", "utf8")
+}
+
 fn lines(v: &[String]) -> String {
     v.iter().map(|l| format!("{l}\n")).collect()
 }
@@ -694,6 +748,45 @@ mod tests {
     fn system_packages_are_checked_with_dpkg() {
         assert!(dpkg_installed("bash"));
         assert!(!dpkg_installed("no-such-package-patchwright"));
+    }
+
+    /// A plan of the built-in spec of `repo` `version`, with a made-up
+    /// interpreter and no requirement file read.
+    fn plan_of(repo: &str, version: &str) -> Plan {
+        let spec = crate::env::spec::Specs::builtin()
+            .and_then(|s| s.get(repo, version))
+            .unwrap();
+        serde_json::from_value(serde_json::json!({
+            "spec": spec,
+            "interpreter": {"version": "3.6.15", "prefix": "/py", "executable": "/py/bin/python3.6"},
+            "requirements": ["bcrypt"], "build_requires": ["setuptools"],
+            "setup_commit": "c0ffee", "hash": "0".repeat(64), "dir": "/envs/e",
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pinned_pip_is_installed_before_anything_else() {
+        let script = plan_of("django/django", "3.0").script();
+        let pip = script.find("step pip\npip install -r '/envs/e'/patchwright/pip.txt\n");
+        let requirements = script.find("step requirements\n");
+        assert!(pip.is_some() && pip < requirements, "{script}");
+        let dir = tempfile::tempdir().unwrap();
+        let plan = plan_of("django/django", "3.0");
+        plan.write_step_files(dir.path()).unwrap();
+        let pinned = std::fs::read_to_string(dir.path().join("pip.txt")).unwrap();
+        assert_eq!(pinned, "pip==21.3.1\n");
+        // Django 4.0 runs on Python 3.8, whose own pip is new enough.
+        let script = plan_of("django/django", "4.0").script();
+        assert!(!script.contains("step pip\n"), "{script}");
+    }
+
+    #[test]
+    fn locales_are_compared_as_locale_a_spells_them() {
+        assert_eq!(locale_key("en_US.UTF-8"), "en_us.utf8");
+        assert_eq!(locale_key("C.utf8"), locale_key("C.UTF-8"));
+        // Every glibc host has the C locale.
+        assert!(generated_locales().contains(&locale_key("C")));
     }
 
     #[test]

@@ -410,6 +410,27 @@ mod tests {
             ("test_smart_split (utils_tests.test_text.TestUtilsText)", Some(Passed)),
             ("test_wrap (utils_tests.test_text.TestUtilsText)", Some(Passed)),
         ]),
+        // Captured from `eval --gold` on an approximate Django 3.1 task
+        // (docs/grading.md) before the host had the en_US.UTF-8 locale.
+        // 188 result lines: one docstring names four tests (one entry), and
+        // the `ERROR:` header adds the bare name.
+        (fixture!("django-3.1-error-locale.txt"), LogFormat::Django, 186, &[
+            ("The storage backend should preserve case of filenames.", Some(Passed)),
+            ("test_content_saving (file_storage.tests.ContentFileStorageTestCase)", Some(Error)),
+            ("test_content_saving", Some(Error)),
+            ("test_add_script_name_prefix (settings_tests.tests.MediaURLStaticURLPrefixTest)", Some(Passed)),
+        ]),
+        // Django 5.0 on Python 3.11 names a test `name (module.Class.name)`,
+        // and a docstring's first line stands for its test on a line of its
+        // own (`eval --empty` on an approximate task).
+        // 127 result lines, and the two `FAIL:` headers' bare names.
+        (fixture!("django-5.0-py311-fail.txt"), LogFormat::Django, 129, &[
+            ("test_invalid_related_field", Some(Failed)),
+            ("test_invalid_m2m_related_name (modeladmin.test_checks.ListDisplayTests.test_invalid_m2m_related_name)", Some(Failed)),
+            ("test_actions_unique (modeladmin.test_checks.ActionsCheckTests.test_actions_unique)", Some(Passed)),
+            ("list_display_links check is skipped if get_list_display() is overridden.", Some(Passed)),
+            ("test_invalid_m2m_related_name (modeladmin.test_checks.ListDisplayTests)", None),
+        ]),
         (fixture!("sympy-mixed.txt"), LogFormat::Sympy, 24, &[
             ("test__aresame", Some(Passed)),
             ("test_has", Some(Failed)),

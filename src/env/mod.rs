@@ -4,6 +4,7 @@
 //! version) needs and [`build`] builds it.
 
 pub mod build;
+pub mod ccache;
 pub mod log;
 pub mod spec;
 pub mod task;

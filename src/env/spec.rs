@@ -82,6 +82,8 @@ struct Entry {
     versions: Vec<String>,
     python: String,
     #[serde(default)]
+    pip: Option<String>,
+    #[serde(default)]
     requirements: bool,
     #[serde(default)]
     packages: Vec<String>,
@@ -101,6 +103,8 @@ struct Entry {
     vars: BTreeMap<String, String>,
     #[serde(default)]
     system: Vec<String>,
+    #[serde(default)]
+    locales: Vec<String>,
     #[serde(default)]
     local_hosts: Vec<String>,
     #[serde(default)]
@@ -123,6 +127,12 @@ pub struct Spec {
     pub requirements: bool,
     /// `major.minor` of the interpreter.
     pub python: String,
+    /// The pip version the venv is upgraded to before anything is
+    /// installed, when the interpreter's own is too old for the wheels the
+    /// requirements resolve to (SWE-bench's conda environments carry a
+    /// newer pip than `ensurepip` of Python 3.6).
+    #[serde(default)]
+    pub pip: Option<String>,
     pub packages: Vec<String>,
     pub pip_packages: Vec<String>,
     pub pre_install: Vec<String>,
@@ -138,6 +148,10 @@ pub struct Spec {
     pub exclude: Vec<String>,
     pub vars: BTreeMap<String, String>,
     pub system: Vec<String>,
+    /// Locales the tests set (`LANG=en_US.UTF-8`); the host must have
+    /// them generated (`locale -a`), as it must have `system`.
+    #[serde(default)]
+    pub locales: Vec<String>,
     /// Host names resolved to 127.0.0.1 while the tests run (servers the
     /// `eval_commands` start stand in for them).
     pub local_hosts: Vec<String>,
@@ -288,6 +302,7 @@ impl Specs {
             requirements_files: file.requirements_files.clone(),
             requirements: entry.requirements,
             python: entry.python.clone(),
+            pip: entry.pip.clone(),
             packages: entry.packages.clone(),
             pip_packages: entry.pip_packages.clone(),
             pre_install: entry.pre_install.clone(),
@@ -296,6 +311,7 @@ impl Specs {
             test_cmd: entry.test_cmd.clone(),
             eval_commands: entry.eval_commands.clone(),
             exclude: entry.exclude.clone(),
+            locales: entry.locales.clone(),
             vars: entry
                 .vars
                 .iter()
@@ -429,8 +445,10 @@ requirements_files = ["requirements/dev.txt"]
 [[env]]
 versions = ["2.0"]
 python = "3.9"
+pip = "21.3.1"
 requirements = true
 pip_packages = ["Werkzeug==2.3.7"]
+locales = ["en_US.UTF-8"]
 install = "python -m pip install -e ."
 test_cmd = "pytest -rA"
 vars = { SETUPTOOLS_SCM_PRETEND_VERSION = "{version}.0" }
@@ -461,12 +479,15 @@ test_cmd = "pytest -rA"
         let specs = specs(FLASK)?;
         let s = specs.get("pallets/flask", "2.0")?;
         assert_eq!(s.python, "3.9");
+        assert_eq!(s.pip.as_deref(), Some("21.3.1"));
+        assert_eq!(s.locales, ["en_US.UTF-8"]);
         assert!(s.requirements);
         assert_eq!(s.vars["SETUPTOOLS_SCM_PRETEND_VERSION"], "2.0.0");
         assert_eq!(s.test_directives, Directives::Files);
         let s = specs.get("pallets/flask", "2.3")?;
         assert_eq!(s.python, "3.11");
         assert!(!s.requirements && s.pip_packages.is_empty());
+        assert!(s.pip.is_none() && s.locales.is_empty());
         let e = specs.get("pallets/flask", "9.9").unwrap_err().to_string();
         assert_eq!(
             e,

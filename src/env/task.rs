@@ -263,6 +263,7 @@ impl TaskEnv {
                 );
             }
         }
+        super::ccache::for_task(&mut policy, &env.venv);
         git_safe(&mut policy);
         Ok(policy)
     }

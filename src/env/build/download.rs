@@ -122,6 +122,7 @@ impl Plan {
     fn steps(&self, inputs: &Path, fetch: bool) -> String {
         let mut s = String::new();
         for (step, file, nonempty) in [
+            ("pip", "pip.txt", self.spec.pip.is_some()),
             (
                 "requirements",
                 "requirements.txt",

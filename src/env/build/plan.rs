@@ -86,6 +86,9 @@ impl Plan {
         if !spec.downloads.is_empty() {
             key["downloads"] = serde_json::json!(spec.downloads);
         }
+        if let Some(pip) = &spec.pip {
+            key["pip"] = serde_json::json!(pip);
+        }
         hasher.update(key.to_string().as_bytes());
         let hash = hex::encode(hasher.finalize());
         let owner_name = spec.repo.replace('/', "__");
