@@ -381,6 +381,7 @@ impl Plan {
             .env
             .insert("VIRTUAL_ENV".into(), self.dir.display().to_string());
         super::ccache::for_build(&mut policy, &self.dir);
+        super::link_python(&mut policy, &self.interpreter.prefix);
         for (k, v) in &self.spec.vars {
             policy.env.insert(k.clone(), v.clone());
         }

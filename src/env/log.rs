@@ -369,6 +369,21 @@ mod tests {
         (fixture!("pytest-v5-mixed.txt"), LogFormat::Pytest, 10, MIXED),
         (fixture!("pytest-v8-mixed.txt"), LogFormat::Pytest, 10, MIXED),
         (fixture!("pytest_v2-color-classic.txt"), LogFormat::PytestV2, 10, MIXED),
+        // scikit-learn 0.21's (pytest 7 `-rA`), from `eval --empty` on an
+        // approximate task: 56 results, two of them failures.
+        (fixture!("pytest_v2-sklearn-0.21-ra.txt"), LogFormat::PytestV2, 56, &[
+            ("sklearn/mixture/tests/test_gaussian_mixture.py::test_gaussian_mixture_fit_predict_n_init", Some(Failed)),
+            ("sklearn/mixture/tests/test_bayesian_mixture.py::test_bayesian_mixture_fit_predict_n_init", Some(Failed)),
+            ("sklearn/mixture/tests/test_gaussian_mixture.py::test_init", Some(Passed)),
+        ]),
+        // astropy 1.3's runner (pytest 3.3, `-vv -o console_output_style=classic
+        // --tb=no`), from `eval --empty` on an approximate task: 109 results.
+        (fixture!("pytest_v2-astropy-1.3-classic.txt"), LogFormat::PytestV2, 109, &[
+            ("astropy/io/fits/tests/test_checksum.py::TestChecksumFunctions::test_ascii_table_data", Some(Failed)),
+            ("astropy/io/fits/tests/test_table.py::TestTableFunctions::test_ascii_table", Some(Failed)),
+            ("astropy/io/fits/tests/test_table.py::TestTableFunctions::test_reference_leak", Some(Skipped)),
+            ("astropy/io/fits/tests/test_table.py::test_regression_scalar_indexing", Some(Passed)),
+        ]),
         (fixture!("pytest_options-abs-paths.txt"), LogFormat::PytestOptions, 7, &[
             ("test_paths.py::test_exists[/a.txt]", Some(Passed)),
             ("test_paths.py::test_exists[/missing.txt]", Some(Failed)),

@@ -85,10 +85,24 @@ pub fn apply(policy: &mut sandbox::Policy, env: Option<&Environment>) {
         policy
             .env
             .insert("VIRTUAL_ENV".into(), env.venv.display().to_string());
+        link_python(policy, &env.base_prefix);
     }
     policy
         .env
         .insert("PYTHONDONTWRITEBYTECODE".into(), "1".into());
+}
+
+/// Lets the linker find the interpreter's `libpython` where it is now.
+/// distutils of Python 3.6 and 3.7 links every extension of a shared
+/// interpreter with `-lpython3.Xm`, searched in the `LIBDIR` the
+/// interpreter was built with: a bundle's interpreter (`pack`) lives
+/// elsewhere on the machine that unpacks it, and that directory is not
+/// there (scikit-learn 0.20 failed to link offline without this).
+pub fn link_python(policy: &mut sandbox::Policy, prefix: &Path) {
+    policy.env.insert(
+        "LIBRARY_PATH".into(),
+        prefix.join("lib").display().to_string(),
+    );
 }
 
 /// Allows binds of `prefix` inside a home directory when it is a real

@@ -660,4 +660,83 @@ test_cmd = "pytest -rA"
         assert_eq!(s.log_format, LogFormat::Django);
         Ok(())
     }
+
+    /// The Lite versions of the four repositories graded on approximate
+    /// tasks (docs/grading.md), as those runs built them: interpreter,
+    /// pinned pip, locales, log format.
+    #[test]
+    fn the_specs_graded_on_approximate_tasks() -> Result<(), Box<dyn std::error::Error>> {
+        use LogFormat::*;
+        let utf8: &[&str] = &["en_US.UTF-8"];
+        let cases: &[(&str, &[&str], &str, Option<&str>, &[&str], LogFormat)] = &[
+            (
+                "django/django",
+                &["3.0", "3.1", "3.2"],
+                "3.6",
+                Some("21.3.1"),
+                utf8,
+                Django,
+            ),
+            ("django/django", &["4.0"], "3.8", None, &[], Django),
+            ("django/django", &["4.1", "4.2"], "3.9", None, &[], Django),
+            ("django/django", &["5.0"], "3.11", None, &[], Django),
+            (
+                "scikit-learn/scikit-learn",
+                &["0.20", "0.21", "0.22"],
+                "3.6",
+                Some("21.3.1"),
+                &[],
+                PytestV2,
+            ),
+            (
+                "scikit-learn/scikit-learn",
+                &["1.3"],
+                "3.9",
+                None,
+                &[],
+                PytestV2,
+            ),
+            ("astropy/astropy", &["1.3"], "3.6", None, &[], PytestV2),
+            (
+                "astropy/astropy",
+                &["4.3", "5.1", "5.2"],
+                "3.9",
+                None,
+                &[],
+                PytestV2,
+            ),
+            (
+                "matplotlib/matplotlib",
+                &["3.5", "3.6", "3.7"],
+                "3.11",
+                None,
+                &[],
+                Matplotlib,
+            ),
+        ];
+        let specs = Specs::builtin()?;
+        for (repo, versions, python, pip, locales, format) in cases {
+            for v in *versions {
+                let s = specs.get(repo, v)?;
+                let got: Vec<&str> = s.locales.iter().map(String::as_str).collect();
+                assert_eq!(s.python, *python, "{repo} {v}");
+                assert_eq!(s.pip.as_deref(), *pip, "{repo} {v}");
+                assert_eq!(got, locales.to_vec(), "{repo} {v}");
+                assert_eq!(s.log_format, *format, "{repo} {v}");
+            }
+        }
+        let s = specs.get("scikit-learn/scikit-learn", "0.20")?;
+        assert!(
+            s.packages.iter().any(|p| p == "cython<3"),
+            "{:?}",
+            s.packages
+        );
+        let s = specs.get("scikit-learn/scikit-learn", "1.3")?;
+        assert!(
+            s.packages.iter().any(|p| p == "numpy==1.19.5"),
+            "{:?}",
+            s.packages
+        );
+        Ok(())
+    }
 }
