@@ -300,8 +300,9 @@ impl Plan {
     }
 
     /// The files the build's first steps install from, into `dir`:
-    /// `pip.txt` (the spec's pip, or nothing), `requirements.txt`, `build-requires.txt` (the build backend and
-    /// `wheel`), `pip-packages.txt`.
+    /// `pip.txt` (the spec's pip, or nothing), `requirements.txt`,
+    /// `build-requires.txt` (the build backend and `wheel`),
+    /// `pip-packages.txt`.
     pub(super) fn write_step_files(&self, dir: &Path) -> Result<(), BuildError> {
         let write = |name: &str, text: String| {
             let p = dir.join(name);
