@@ -668,7 +668,16 @@ test_cmd = "pytest -rA"
     fn the_specs_graded_on_approximate_tasks() -> Result<(), Box<dyn std::error::Error>> {
         use LogFormat::*;
         let utf8: &[&str] = &["en_US.UTF-8"];
-        let cases: &[(&str, &[&str], &str, Option<&str>, &[&str], LogFormat)] = &[
+        // repository, versions, python, pip, locales, log format
+        type Case = (
+            &'static str,
+            &'static [&'static str],
+            &'static str,
+            Option<&'static str>,
+            &'static [&'static str],
+            LogFormat,
+        );
+        let cases: &[Case] = &[
             (
                 "django/django",
                 &["3.0", "3.1", "3.2"],
