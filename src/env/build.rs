@@ -199,7 +199,12 @@ impl Plan {
                 missing,
             });
         }
-        let generated = generated_locales();
+        // `locale -a` only for a spec that names locales.
+        let generated = if self.spec.locales.is_empty() {
+            Vec::new()
+        } else {
+            generated_locales()
+        };
         let missing: Vec<String> = self
             .spec
             .locales
