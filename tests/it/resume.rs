@@ -108,18 +108,36 @@ fn check_consistent(out: &Path) -> Result<BTreeMap<String, Vec<u8>>, Error> {
     Ok(found)
 }
 
-/// Waits until `out` holds at least `n` results (or `delay` passes, for
-/// a time-based kill point), then kills the run with SIGKILL.
-fn kill_when(mut child: Child, out: &Path, n: usize, delay: Option<Duration>) -> Result<(), Error> {
+/// How many resumptions `out`'s run.json records (`None` before it exists
+/// or while it is being replaced).
+fn resumptions(out: &Path) -> Option<usize> {
+    let bytes = std::fs::read(out.join("run.json")).ok()?;
+    let run: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    Some(run["resumed_at"].as_array().map_or(0, Vec::len))
+}
+
+/// Waits until this run has recorded itself (run.json with `resumed`
+/// resumptions) and `out` holds at least `n` results (or `delay` has
+/// passed, for a time-based kill point), then kills the run with SIGKILL.
+/// Without the first condition a kill point the previous run had already
+/// reached would kill this one before it started.
+fn kill_when(
+    mut child: Child,
+    out: &Path,
+    resumed: usize,
+    n: usize,
+    delay: Option<Duration>,
+) -> Result<(), Error> {
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait()? {
             return Err(format!("the run ended ({status}) before the kill point").into());
         }
-        let reached = match delay {
-            Some(d) => started.elapsed() >= d && out.join("run.json").exists(),
-            None => results(out)?.len() >= n,
-        };
+        let reached = resumptions(out) == Some(resumed)
+            && match delay {
+                Some(d) => started.elapsed() >= d,
+                None => results(out)?.len() >= n,
+            };
         if reached {
             break;
         }
@@ -165,13 +183,16 @@ fn a_batch_killed_at_any_point_resumes_exactly_once() -> Result<(), Error> {
     // Kill points: before any task finished (1.5 s in), after the first
     // result, after half of them.
     let mut kept: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    for (n, delay) in [
+    for (resumed, (n, delay)) in [
         (0, Some(Duration::from_millis(1500))),
-        (kept.len() + 1, None),
+        (1, None),
         (ids.len() / 2, None),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let child = start(&out, &config, &[])?;
-        kill_when(child, &out, n, delay)?;
+        kill_when(child, &out, resumed, n, delay)?;
         let now = check_consistent(&out)?;
         for (id, bytes) in &kept {
             assert_eq!(
