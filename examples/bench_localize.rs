@@ -19,7 +19,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use patchwright::agents::ranker::touched_files;
+use patchwright::repo::touched_files;
 use patchwright::index::candidates::{self, Candidate};
 use patchwright::index::symbols::CodeIndex;
 use patchwright::pipeline::masai::index_cache_dir;

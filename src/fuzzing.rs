@@ -206,7 +206,7 @@ pub fn search_replace(data: &[u8]) {
 pub fn unified_diff(data: &[u8]) {
     let patch = String::from_utf8_lossy(data);
     let changed = crate::pipeline::metrics::changed_lines(&patch);
-    let touched = crate::agents::ranker::touched_files(&patch);
+    let touched = crate::repo::touched_files(&patch);
     let files = crate::eval::patch_files(&patch);
     let _ = crate::eval::needs_reinstall("pip install -e .", &patch);
     let _ = crate::pipeline::check::search_replace(&patch, None);

@@ -7,15 +7,16 @@ pub mod call;
 pub mod evidence;
 pub mod fixer;
 pub mod history;
+pub mod judge;
 pub mod localize;
 pub mod missing;
 pub mod parallel;
 pub mod preamble;
 pub mod ranker;
 pub mod react;
-pub mod repair;
 pub mod reproduce;
 pub mod shown;
+pub mod workplace;
 pub mod template;
 
 use crate::aci::command::{EXPLORE, NAMES};
@@ -288,7 +289,7 @@ pub fn localizer(issue: &Issue) -> Agent<'static> {
 mod tests {
     /// The sources that solve a task: every agent, and the pipelines that
     /// drive them. They take a `dataset::Issue`, which has no answer in it.
-    const SOLVERS: [(&str, &str); 21] = [
+    const SOLVERS: [(&str, &str); 24] = [
         ("src/agents/mod.rs", include_str!("mod.rs")),
         ("src/agents/budget.rs", include_str!("budget.rs")),
         ("src/agents/call.rs", include_str!("call.rs")),
@@ -300,16 +301,18 @@ mod tests {
             include_str!("fixer/prompt.rs"),
         ),
         ("src/agents/fixer/reply.rs", include_str!("fixer/reply.rs")),
+        ("src/agents/fixer/rounds.rs", include_str!("fixer/rounds.rs")),
         ("src/agents/history.rs", include_str!("history.rs")),
+        ("src/agents/judge.rs", include_str!("judge.rs")),
         ("src/agents/localize.rs", include_str!("localize.rs")),
         ("src/agents/missing.rs", include_str!("missing.rs")),
         ("src/agents/parallel.rs", include_str!("parallel.rs")),
         ("src/agents/preamble.rs", include_str!("preamble.rs")),
         ("src/agents/ranker.rs", include_str!("ranker.rs")),
         ("src/agents/react.rs", include_str!("react.rs")),
-        ("src/agents/repair.rs", include_str!("repair.rs")),
         ("src/agents/reproduce.rs", include_str!("reproduce.rs")),
         ("src/agents/shown.rs", include_str!("shown.rs")),
+        ("src/agents/workplace.rs", include_str!("workplace.rs")),
         ("src/agents/template.rs", include_str!("template.rs")),
         (
             "src/pipeline/masai.rs",
@@ -318,6 +321,10 @@ mod tests {
         (
             "src/pipeline/first.rs",
             include_str!("../pipeline/first.rs"),
+        ),
+        (
+            "src/pipeline/stage.rs",
+            include_str!("../pipeline/stage.rs"),
         ),
     ];
 

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
 use super::call::{self, Call};
-use super::{evidence, fixer, missing, parallel, preamble, ranker, template};
+use super::{evidence, fixer, judge, missing, parallel, preamble, template};
 use crate::aci::check::{self, Verdict};
 use crate::aci::{Location, SubmittedTest};
 use crate::dataset::Issue;
@@ -794,7 +794,7 @@ fn try_one(
     };
     let ran =
         (|| -> Result<(patchwright_sandbox::Outcome, Verdict), Box<dyn std::error::Error>> {
-            let env = ranker::prepare_like(inputs.env, cand.path(), &layer)?;
+            let env = judge::prepare_like(inputs.env, cand.path(), &layer)?;
             let test = SubmittedTest {
                 path: path.to_string(),
                 command: command.to_string(),

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::ranker;
+use super::judge;
 use crate::aci::check::{self, Verdict};
 use crate::aci::{Location, SubmittedTest};
 use crate::env::task::TaskEnv;
@@ -28,7 +28,7 @@ pub struct Tried {
 }
 
 /// The test files of the modules `locations` names, best first: those the
-/// Ranker would run as their regression tests ([`ranker::regression_tests`]:
+/// Ranker would run as their regression tests ([`judge::regression_tests`]:
 /// by imports, else by name), those named after a located module
 /// (`cachekit/lru.py` → `tests/test_lru.py`), then those whose name
 /// holds its name, before the others. Test files
@@ -80,7 +80,7 @@ pub fn template_files(root: &Path, all_files: &[String], locations: &[Location])
         .collect();
     own.sort_by_key(|f| (std::cmp::Reverse(closeness(f)), f.clone()));
     let mut found = own;
-    for f in ranker::regression_tests(root, all_files, &modules) {
+    for f in judge::regression_tests(root, all_files, &modules) {
         if !found.contains(&f) {
             found.push(f);
         }

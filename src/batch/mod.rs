@@ -521,7 +521,9 @@ impl Failure {
 
     /// The kind of failure, from the error's type down to its cause.
     fn kind(&self) -> TaskErrorKind {
-        use crate::agents::{fixer::FixError, ranker::RankError, reproduce::ReproduceError};
+        use crate::agents::{
+            fixer::FixError, judge::JudgeError, ranker::RankError, reproduce::ReproduceError,
+        };
         use crate::edit::EditError;
         use pipeline::first::PipelineError;
         use TaskErrorKind as K;
@@ -555,14 +557,16 @@ impl Failure {
                 },
                 MasaiError::Rank(e) => match e {
                     RankError::Engine(e) => engine(e),
-                    RankError::Repo(_) => K::Repository,
-                    RankError::Env(e) => env(e),
                     RankError::Grammar(_) => K::Engine,
-                    RankError::Sandbox(_) => K::Sandbox,
-                    RankError::Install(_) => K::Environment,
-                    RankError::RunTest(RunTestError::Env(e)) => env(e),
-                    RankError::RunTest(RunTestError::Sandbox(_)) => K::Sandbox,
-                    RankError::Edit(e) => edit(e),
+                    RankError::Judge(e) => match e {
+                        JudgeError::Repo(_) => K::Repository,
+                        JudgeError::Env(e) => env(e),
+                        JudgeError::Sandbox(_) => K::Sandbox,
+                        JudgeError::Install(_) => K::Environment,
+                        JudgeError::RunTest(RunTestError::Env(e)) => env(e),
+                        JudgeError::RunTest(RunTestError::Sandbox(_)) => K::Sandbox,
+                        JudgeError::Edit(e) => edit(e),
+                    },
                 },
                 MasaiError::Reproduce(e) => match e {
                     ReproduceError::Engine(e) => engine(e),
@@ -590,7 +594,7 @@ pub fn now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agents::{fixer::FixError, ranker::RankError};
+    use crate::agents::{fixer::FixError, judge::JudgeError, ranker::RankError};
     use crate::edit::EditError;
     use crate::engine::grammar::GrammarError;
     use crate::index::IndexError;
@@ -675,13 +679,13 @@ mod tests {
                 K::PromptTooLong,
             ),
             (
-                Failure::Masai(MasaiError::Rank(RankError::Repo(repo()))),
+                Failure::Masai(MasaiError::Rank(RankError::Judge(JudgeError::Repo(repo())))),
                 K::Repository,
             ),
             (
-                Failure::Masai(MasaiError::Rank(RankError::Env(EnvError::Sandbox(
+                Failure::Masai(MasaiError::Rank(RankError::Judge(JudgeError::Env(EnvError::Sandbox(
                     sandbox(),
-                )))),
+                ))))),
                 K::Sandbox,
             ),
             (
@@ -691,21 +695,21 @@ mod tests {
                 K::Engine,
             ),
             (
-                Failure::Masai(MasaiError::Rank(RankError::Sandbox(sandbox()))),
+                Failure::Masai(MasaiError::Rank(RankError::Judge(JudgeError::Sandbox(sandbox())))),
                 K::Sandbox,
             ),
             (
-                Failure::Masai(MasaiError::Rank(RankError::Edit(EditError::BadPath(
+                Failure::Masai(MasaiError::Rank(RankError::Judge(JudgeError::Edit(EditError::BadPath(
                     "../x".into(),
-                )))),
+                ))))),
                 K::Repository,
             ),
             (
-                Failure::Masai(MasaiError::Rank(RankError::Edit(EditError::Io {
+                Failure::Masai(MasaiError::Rank(RankError::Judge(JudgeError::Edit(EditError::Io {
                     action: "write",
                     path: "t.py".into(),
                     message: "disk full".into(),
-                }))),
+                })))),
                 K::Io,
             ),
             (

@@ -14,15 +14,19 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::aci::{Aci, Location, SubmittedTest, TestCheck};
+use super::stage::{
+    write_artifact, Chain, EpisodeSettings, SettingsKeys, Stage, StageContext,
+};
+use crate::aci::{Location, SubmittedTest, TestCheck};
 use crate::agents::fixer::{self, Fixes};
-use crate::agents::localize::{self, LocalizerMode};
-use crate::agents::ranker::{self, Ranking};
-use crate::agents::react::{self, Agent};
-use crate::agents::reproduce::{self, ReproducerMode};
+use crate::agents::localize::{self, LocalizerMode, LocalizerSettings};
+use crate::agents::ranker::{self, RankerSettings, Ranking};
+use crate::agents::react::Agent;
+use crate::agents::reproduce::{self, ReproducerMode, ReproducerSettings};
+use crate::agents::workplace::Workplace;
 use crate::agents::template;
 use crate::agents::{self as agent_defs};
-use crate::config::{AgentSettings, Settings};
+use crate::config::Settings;
 use crate::dataset::Issue;
 use crate::engine::{Backend, EngineError, Sampling};
 use crate::env::task::TaskEnv;
@@ -30,7 +34,6 @@ use crate::index::candidates::{self, Candidate};
 use crate::index::symbols::CodeIndex;
 use crate::index::IndexError;
 use crate::record::trajectory::EpisodeSummary;
-use crate::record::trajectory::Step;
 use crate::repo::{RepoError, Workspace};
 use crate::trajectory::Trajectory;
 
@@ -157,99 +160,33 @@ pub struct Dirs {
 }
 
 /// Whether a run with settings `b` can reuse every shared stage a run with
-/// settings `a` stores (the same task, the same stages before): the
-/// settings [`SharedStages::key`] reads are all equal, and both run the
-/// MASAI pipeline. `slurm sweep` starts such a point's elements after the
-/// earlier point's.
+/// settings `a` stores (the same task): both run the MASAI pipeline and
+/// their shared stages' keys ([`stage_keys`]) are equal. `slurm sweep`
+/// starts such a point's elements after the earlier point's.
 pub fn shares_stages(a: &Settings, b: &Settings) -> bool {
-    let read = |s: &Settings| {
-        serde_json::json!({
-            "kind": s.pipeline.kind,
-            "template": s.pipeline.template,
-            "reproduce": s.pipeline.reproduce,
-            "model": s.model,
-            "engine": s.engine,
-            "sampling": s.sampling,
-            "aci": s.aci,
-            "react": s.react,
-            "agents": s.agents,
-            "localizer": s.localizer,
-            "reproducer": s.reproducer,
-            "environment": s.environment,
-        })
+    let masai = |s: &Settings| s.pipeline.kind == crate::config::Kind::Masai;
+    let shared = |s: &Settings| -> Vec<String> {
+        stage_keys(s)
+            .into_iter()
+            .filter(|(_, shared, _)| *shared)
+            .map(|(_, _, key)| key)
+            .collect()
     };
-    a.pipeline.kind == crate::config::Kind::Masai && read(a) == read(b)
+    masai(a) && masai(b) && shared(a) == shared(b)
 }
 
-/// Shared stages of one task: `<shared>/<instance_id>/<stage>-<key>.json`,
-/// the key a hash of everything the stage's outcome depends on.
-struct SharedStages {
-    dir: PathBuf,
-}
-
-impl SharedStages {
-    /// The key of a stage: the model, the settings every agent shares,
-    /// the stage's own (`agent`: a ReAct agent's, or sample mode's), the
-    /// environment, and what it was given from the stages before (the
-    /// locations, the template).
-    fn key(
-        settings: &Settings,
-        stage: &str,
-        agent: &impl Serialize,
-        before: Option<&impl Serialize>,
-    ) -> String {
-        use sha2::Digest;
-        let identity = serde_json::json!({
-            "stage": stage,
-            "model": settings.model,
-            "engine": settings.engine,
-            "sampling": settings.sampling,
-            "aci": settings.aci,
-            "react": settings.react,
-            "agent": agent,
-            "environment": settings.environment,
-            "before": before.and_then(|b| serde_json::to_value(b).ok()),
-        });
-        let digest = sha2::Sha256::digest(identity.to_string().as_bytes());
-        hex::encode(&digest[..8])
-    }
-
-    fn path(&self, stage: &str, key: &str) -> PathBuf {
-        self.dir.join(format!("{stage}-{key}.json"))
-    }
-
-    /// The stored stage, if any. One that cannot be read or parsed (a
-    /// file cut short, or written by another version) is reported with its
-    /// path and why, and the stage runs again (its result then replaces
-    /// the file).
-    fn load<T: serde::de::DeserializeOwned>(&self, stage: &str, key: &str) -> Option<T> {
-        let path = self.path(stage, key);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            Err(e) => {
-                tracing::warn!(
-                    "{}: cannot read the shared stage ({e}); running it again",
-                    path.display()
-                );
-                return None;
-            }
-        };
-        match serde_json::from_str(&text) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::warn!(
-                    "{}: not a stored {stage} stage ({e}); running it again",
-                    path.display()
-                );
-                None
-            }
-        }
-    }
-
-    fn store(&self, stage: &str, key: &str, value: &impl Serialize) -> Result<(), MasaiError> {
-        write_artifact(&self.dir, &format!("{stage}-{key}"), value)
-    }
+/// The keys of the five stages from the settings alone, in order:
+/// (stage, shared, key). A stage's key changes with its own settings and
+/// with every key before it.
+pub fn stage_keys(settings: &Settings) -> Vec<(&'static str, bool, String)> {
+    let on = &settings.pipeline;
+    SettingsKeys::new(settings)
+        .then::<Localize>(true)
+        .then::<Template>(on.template)
+        .then::<Reproduce>(on.reproduce)
+        .then::<Fix>(true)
+        .then::<Rank>(on.rank)
+        .keys
 }
 
 /// Where code indexes are cached: `index` in [`crate::dirs::cache_dir`].
@@ -257,111 +194,142 @@ pub fn index_cache_dir() -> PathBuf {
     crate::dirs::cache_dir().join("index")
 }
 
-pub(crate) fn write_artifact(
-    dir: &Path,
-    name: &str,
-    value: &impl Serialize,
-) -> Result<(), MasaiError> {
-    let path = dir.join(format!("{name}.json"));
-    let err = |source| MasaiError::Artifact {
-        path: path.clone(),
-        source,
-    };
-    std::fs::create_dir_all(dir).map_err(|source| {
-        err(crate::record::RecordError::Io {
-            action: "create",
-            path: dir.to_path_buf(),
-            source,
-        })
-    })?;
-    crate::record::write_json(&path, value).map_err(err)
+/// Stage 1, the Edit Localizer: the code index's ranked candidates, and
+/// the model's choice among them (or the ReAct agent's locations).
+pub struct Localize;
+
+/// The Localizer's settings: its own, and the agent's in `react` mode.
+#[derive(Debug, Clone, Serialize)]
+pub enum LocalizeSettings {
+    Choose {
+        localizer: LocalizerSettings,
+        sampling: Sampling,
+    },
+    React {
+        localizer: LocalizerSettings,
+        episode: EpisodeSettings,
+    },
 }
 
-struct Context<'a> {
-    backend: &'a dyn Backend,
-    settings: &'a Settings,
-    ws: &'a Workspace,
-    env: &'a TaskEnv,
-    index: CodeIndex,
+impl Stage for Localize {
+    const NAME: &'static str = "localize";
+    const NUMBER: usize = 1;
+    const ARTIFACT: &'static str = "locations";
+    const SHARED: bool = true;
+    type Settings = LocalizeSettings;
+    type Input<'i> = ();
+    type Output = LocationsArtifact;
+
+    fn settings(all: &Settings) -> LocalizeSettings {
+        let localizer = all.localizer.clone();
+        match localizer.mode {
+            LocalizerMode::Choose => LocalizeSettings::Choose {
+                localizer,
+                sampling: all.sampling.clone(),
+            },
+            LocalizerMode::React => LocalizeSettings::React {
+                localizer,
+                episode: EpisodeSettings::of(all, &all.agents.localizer),
+            },
+        }
+    }
+
+    fn announce(_: &LocalizeSettings, _: &()) -> String {
+        "edit localizer".into()
+    }
+
+    fn run(
+        cx: &StageContext<'_>,
+        settings: &LocalizeSettings,
+        _: (),
+        trajectory: &mut Trajectory,
+    ) -> Result<LocationsArtifact, MasaiError> {
+        let issue = cx.task.issue;
+        let ranked =
+            candidates::rank(&cx.index, cx.task.ws.path(), &issue.problem_statement).candidates;
+        match settings {
+            LocalizeSettings::Choose {
+                localizer,
+                sampling,
+            } => {
+                let mut conversation = cx
+                    .backend
+                    .conversation(1, localize::REPLY_TOKENS as usize)?;
+                let choice = localize::choose(
+                    conversation.as_mut(),
+                    issue,
+                    &cx.index,
+                    &ranked,
+                    localizer,
+                    sampling,
+                    trajectory,
+                )?;
+                tracing::info!(
+                    "  localizer: {} location(s) from the {} among {} candidates",
+                    choice.locations.len(),
+                    choice.source,
+                    choice.shown.len()
+                );
+                Ok(LocationsArtifact {
+                    episode: None,
+                    source: choice.source,
+                    locations: choice.locations,
+                    candidates: choice.shown,
+                    traceback: None,
+                })
+            }
+            LocalizeSettings::React { localizer, episode } => {
+                let mut aci = cx.interface(&episode.aci);
+                let summary =
+                    cx.episode(&agent_defs::localizer(issue), &mut aci, episode, trajectory)?;
+                let mut locations = LocationsArtifact {
+                    episode: Some(summary),
+                    source: "localizer".into(),
+                    locations: aci.locations().to_vec(),
+                    candidates: ranked.iter().take(localizer.candidates).cloned().collect(),
+                    traceback: None,
+                };
+                if locations.locations.is_empty() {
+                    locations.source = "index".into();
+                    locations.locations = localize::fallback(&ranked);
+                }
+                Ok(locations)
+            }
+        }
+    }
 }
 
-impl Context<'_> {
-    fn interface(&self) -> Result<Aci, MasaiError> {
-        Ok(Aci::new(
-            self.ws.path(),
-            self.ws.base_commit(),
-            self.index.clone(),
-            self.settings.aci.settings(),
-            self.env.clone(),
-        ))
+/// Stage 2, the Test Template Generator: the located code's existing test
+/// file when one passes, else the ReAct agent's.
+pub struct Template;
+
+impl Stage for Template {
+    const NAME: &'static str = "template";
+    const NUMBER: usize = 2;
+    const ARTIFACT: &'static str = "template";
+    const SHARED: bool = true;
+    type Settings = EpisodeSettings;
+    type Input<'i> = &'i [Location];
+    type Output = TestArtifact;
+
+    fn settings(all: &Settings) -> EpisodeSettings {
+        EpisodeSettings::of(all, &all.agents.test_template)
     }
 
-    /// Runs one ReAct agent, then puts the workspace back.
-    fn episode(
-        &self,
-        agent: &Agent<'_>,
-        aci: &mut Aci,
-        agent_settings: &AgentSettings,
-        trajectory: &mut Trajectory,
-    ) -> Result<EpisodeSummary, MasaiError> {
-        let react = react::ReactSettings {
-            max_steps: agent_settings.max_steps,
-            ..self.settings.react
-        };
-        let sampling = Sampling {
-            temperature: agent_settings.temperature,
-            ..self.settings.sampling.clone()
-        };
-        let mut conversation = self.backend.conversation(1, 0)?;
-        let summary = react::run(
-            conversation.as_mut(),
-            aci,
-            agent,
-            &react,
-            &sampling,
-            trajectory,
-        );
-        crate::repo::reset_worktree(self.ws.path())?;
-        tracing::info!(
-            "  {}: {} after {} steps ({} prompt tokens evaluated, {:.0}% reused)",
-            agent.name,
-            summary.status.as_str(),
-            summary.steps,
-            summary.tokens_evaluated,
-            100.0 * summary.kv_reuse()
-        );
-        Ok(summary)
+    fn announce(_: &EpisodeSettings, _: &&[Location]) -> String {
+        "test template".into()
     }
 
-    fn test_stage(
-        &self,
-        agent: &Agent<'_>,
-        check: TestCheck,
-        agent_settings: &AgentSettings,
-        trajectory: &mut Trajectory,
-    ) -> Result<TestArtifact, MasaiError> {
-        let mut aci = self.interface()?;
-        aci.set_test_check(check);
-        let episode = self.episode(agent, &mut aci, agent_settings, trajectory)?;
-        Ok(TestArtifact::agent(episode, aci.submitted_test().cloned()))
-    }
-
-    /// The test template: the located code's existing test file when one
-    /// passes, else the ReAct agent's.
-    fn template_stage(
-        &self,
-        issue: &Issue,
+    fn run(
+        cx: &StageContext<'_>,
+        settings: &EpisodeSettings,
         locations: &[Location],
         trajectory: &mut Trajectory,
     ) -> Result<TestArtifact, MasaiError> {
-        let all = crate::index::python_files(self.ws.path()).unwrap_or_default();
-        let (test, existing) = template::existing(
-            self.ws.path(),
-            &all,
-            locations,
-            self.env,
-            self.settings.aci.run_timeout_s,
-        );
+        let Workplace { issue, ws, env, .. } = cx.task;
+        let all = crate::index::python_files(ws.path()).unwrap_or_default();
+        let (test, existing) =
+            template::existing(ws.path(), &all, locations, env, settings.aci.run_timeout_s);
         for t in &existing {
             tracing::info!("  test template: existing {}: {}", t.path, t.verdict);
         }
@@ -375,59 +343,133 @@ impl Context<'_> {
                 chosen: None,
             });
         }
-        let test_cmd = self.env.spec().map(|s| s.test_cmd.as_str());
-        let mut a = self.test_stage(
-            &agent_defs::test_template(issue, test_cmd),
-            TestCheck::Passes,
-            &self.settings.agents.test_template,
-            trajectory,
-        )?;
+        let test_cmd = env.spec().map(|s| s.test_cmd.as_str());
+        let agent = agent_defs::test_template(issue, test_cmd);
+        let mut a = test_episode(cx, &agent, TestCheck::Passes, settings, trajectory)?;
         a.existing = existing;
         Ok(a)
     }
+}
 
-    /// The reproduction test: sampled candidates or the ReAct agent, as
-    /// `[reproducer] mode` says.
-    fn reproduce_stage(
-        &self,
-        issue: &Issue,
-        locations: &[Location],
-        template: Option<&SubmittedTest>,
-        scratch: &Path,
+/// A test stage's ReAct agent: its episode and the test it handed in.
+fn test_episode(
+    cx: &StageContext<'_>,
+    agent: &Agent<'_>,
+    check: TestCheck,
+    settings: &EpisodeSettings,
+    trajectory: &mut Trajectory,
+) -> Result<TestArtifact, MasaiError> {
+    let mut aci = cx.interface(&settings.aci);
+    aci.set_test_check(check);
+    let episode = cx.episode(agent, &mut aci, settings, trajectory)?;
+    Ok(TestArtifact::agent(episode, aci.submitted_test().cloned()))
+}
+
+/// Stage 3, the Issue Reproducer: sampled candidates or the ReAct agent,
+/// as `[reproducer] mode` says.
+pub struct Reproduce;
+
+/// The Reproducer's settings, by mode.
+#[derive(Debug, Clone, Serialize)]
+pub enum ReproduceSettings {
+    Sample {
+        reproducer: ReproducerSettings,
+        sampling: Sampling,
+        /// The limit of one test run.
+        run_timeout_s: u64,
+    },
+    React {
+        episode: EpisodeSettings,
+    },
+}
+
+/// What the Reproducer is given: the located spans and the template's
+/// test.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ReproduceInput<'a> {
+    pub locations: &'a [Location],
+    pub template: Option<&'a SubmittedTest>,
+}
+
+impl Stage for Reproduce {
+    const NAME: &'static str = "reproduce";
+    const NUMBER: usize = 3;
+    const ARTIFACT: &'static str = "reproduction";
+    const SHARED: bool = true;
+    type Settings = ReproduceSettings;
+    type Input<'i> = ReproduceInput<'i>;
+    type Output = TestArtifact;
+
+    fn settings(all: &Settings) -> ReproduceSettings {
+        match all.reproducer.mode {
+            ReproducerMode::Sample => ReproduceSettings::Sample {
+                reproducer: all.reproducer.clone(),
+                sampling: all.sampling.clone(),
+                run_timeout_s: all.aci.run_timeout_s,
+            },
+            ReproducerMode::React => ReproduceSettings::React {
+                episode: EpisodeSettings::of(all, &all.agents.reproducer),
+            },
+        }
+    }
+
+    fn announce(settings: &ReproduceSettings, _: &ReproduceInput<'_>) -> String {
+        match settings {
+            ReproduceSettings::Sample { reproducer, .. } => format!(
+                "issue reproducer ({} sampled candidates)",
+                reproducer.candidates.max(1)
+            ),
+            ReproduceSettings::React { .. } => "issue reproducer (agent)".into(),
+        }
+    }
+
+    fn run(
+        cx: &StageContext<'_>,
+        settings: &ReproduceSettings,
+        input: ReproduceInput<'_>,
         trajectory: &mut Trajectory,
     ) -> Result<TestArtifact, MasaiError> {
-        let settings = &self.settings.reproducer;
-        if settings.mode == ReproducerMode::React {
-            // The agent sees the template's imports and first tests, not a
-            // whole existing file.
-            let shown = template.map(|t| SubmittedTest {
-                text: reproduce::excerpt(&t.path, &t.text, reproduce::EXCERPT_TESTS),
-                ..t.clone()
-            });
-            let test_cmd = self.env.spec().map(|s| s.test_cmd.as_str());
-            return self.test_stage(
-                &agent_defs::reproducer(issue, shown.as_ref(), test_cmd),
-                TestCheck::Fails,
-                &self.settings.agents.reproducer,
-                trajectory,
-            );
-        }
-        let mut conversation = self
-            .backend
-            .conversation(settings.candidates.max(1), settings.max_tokens as usize)?;
+        let Workplace {
+            issue,
+            ws,
+            env,
+            scratch,
+        } = cx.task;
+        let (reproducer, sampling, timeout_s) = match settings {
+            ReproduceSettings::React { episode } => {
+                // The agent sees the template's imports and first tests,
+                // not a whole existing file.
+                let shown = input.template.map(|t| SubmittedTest {
+                    text: reproduce::excerpt(&t.path, &t.text, reproduce::EXCERPT_TESTS),
+                    ..t.clone()
+                });
+                let test_cmd = env.spec().map(|s| s.test_cmd.as_str());
+                let agent = agent_defs::reproducer(issue, shown.as_ref(), test_cmd);
+                return test_episode(cx, &agent, TestCheck::Fails, episode, trajectory);
+            }
+            ReproduceSettings::Sample {
+                reproducer,
+                sampling,
+                run_timeout_s,
+            } => (reproducer, sampling, *run_timeout_s),
+        };
+        let mut conversation = cx.backend.conversation(
+            reproducer.candidates.max(1),
+            reproducer.max_tokens as usize,
+        )?;
         let r = reproduce::run(
             conversation.as_mut(),
             issue,
             &reproduce::Inputs {
-                ws: self.ws,
-                env: self.env,
-                locations,
-                template,
+                ws,
+                env,
+                locations: input.locations,
+                template: input.template,
                 scratch,
-                timeout_s: self.settings.aci.run_timeout_s,
+                timeout_s,
             },
-            settings,
-            &self.settings.sampling,
+            reproducer,
+            sampling,
             trajectory,
         )?;
         Ok(TestArtifact {
@@ -441,10 +483,167 @@ impl Context<'_> {
     }
 }
 
-/// Runs the pipeline on `issue` in `ws`; artifacts go to `artifacts`,
-/// scratch worktrees under `scratch`. Returns the outcome (its `patch` is
-/// empty when no candidate survived).
-#[allow(clippy::too_many_arguments)]
+/// Stage 4, the Fixer: candidates in rounds, judged by the reproduction
+/// test ([`fixer::run`]).
+pub struct Fix;
+
+/// The Fixer's settings: its own, the sampling, and the limit of one test
+/// run when candidates are judged.
+#[derive(Debug, Clone, Serialize)]
+pub struct FixSettings {
+    pub fixer: fixer::FixerSettings,
+    pub sampling: Sampling,
+    pub test_timeout_s: u64,
+}
+
+impl Stage for Fix {
+    const NAME: &'static str = "fix";
+    const NUMBER: usize = 4;
+    const ARTIFACT: &'static str = "fixes";
+    const SHARED: bool = false;
+    type Settings = FixSettings;
+    type Input<'i> = fixer::Inputs<'i>;
+    type Output = Fixes;
+
+    fn settings(all: &Settings) -> FixSettings {
+        FixSettings {
+            fixer: all.fixer.clone(),
+            sampling: all.sampling.clone(),
+            test_timeout_s: all.ranker.test_timeout_s,
+        }
+    }
+
+    fn announce(settings: &FixSettings, input: &fixer::Inputs<'_>) -> String {
+        format!(
+            "fixer ({} candidates from {} location(s), {} round(s) at most)",
+            settings.fixer.candidates,
+            input.locations.len(),
+            if input.test.is_some() {
+                settings.fixer.rounds.max(1)
+            } else {
+                1
+            }
+        )
+    }
+
+    fn run(
+        cx: &StageContext<'_>,
+        settings: &FixSettings,
+        input: fixer::Inputs<'_>,
+        trajectory: &mut Trajectory,
+    ) -> Result<Fixes, MasaiError> {
+        let mut conversation = cx.backend.conversation(
+            settings.fixer.candidates.max(1),
+            settings.fixer.max_tokens as usize,
+        )?;
+        let fixes = fixer::run(
+            conversation.as_mut(),
+            &cx.task,
+            input,
+            &settings.fixer,
+            &settings.sampling,
+            settings.test_timeout_s,
+            trajectory,
+        )?;
+        tracing::info!(
+            "  fixer: {} generated, {} applied, {} parse, {} distinct",
+            fixes.generated(),
+            fixes.applied(),
+            fixes.parsed(),
+            fixes.distinct.len()
+        );
+        Ok(fixes)
+    }
+}
+
+/// Stage 5, the Ranker: every distinct candidate tried, then ordered.
+pub struct Rank;
+
+/// The Ranker's settings: its own and the sampling.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankSettings {
+    pub ranker: RankerSettings,
+    pub sampling: Sampling,
+}
+
+/// What the Ranker is given: the Fixer's candidates and the accepted
+/// reproduction test.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RankInput<'a> {
+    pub fixes: &'a Fixes,
+    pub test: Option<&'a SubmittedTest>,
+}
+
+impl Stage for Rank {
+    const NAME: &'static str = "rank";
+    const NUMBER: usize = 5;
+    const ARTIFACT: &'static str = "ranking";
+    const SHARED: bool = false;
+    type Settings = RankSettings;
+    type Input<'i> = RankInput<'i>;
+    type Output = Ranking;
+
+    fn settings(all: &Settings) -> RankSettings {
+        RankSettings {
+            ranker: all.ranker.clone(),
+            sampling: all.sampling.clone(),
+        }
+    }
+
+    fn announce(_: &RankSettings, input: &RankInput<'_>) -> String {
+        format!("ranker ({} distinct candidates)", input.fixes.distinct.len())
+    }
+
+    fn run(
+        cx: &StageContext<'_>,
+        settings: &RankSettings,
+        input: RankInput<'_>,
+        trajectory: &mut Trajectory,
+    ) -> Result<Ranking, MasaiError> {
+        let mut conversation = cx.backend.conversation(1, 0)?;
+        Ok(ranker::rank(
+            conversation.as_mut(),
+            &cx.task,
+            input.fixes,
+            input.test,
+            &settings.ranker,
+            &settings.sampling,
+            trajectory,
+        )?)
+    }
+}
+
+/// The accepted test's traceback confirms the location, or corrects it:
+/// the function where it ends goes first when no location covers it.
+fn confirm_location(
+    cx: &StageContext<'_>,
+    test: &SubmittedTest,
+    locations: &mut LocationsArtifact,
+    artifacts: &Path,
+) -> Result<(), MasaiError> {
+    let files: Vec<String> = cx.index.files.iter().map(|f| f.path.clone()).collect();
+    let Some(found) = crate::agents::evidence::traceback_location(
+        cx.task.ws.path(),
+        &files,
+        &test.output,
+        &test.path,
+        &locations.locations,
+    ) else {
+        return Ok(());
+    };
+    tracing::info!(
+        "  the reproduction's traceback ends in {}::{}, which no location covers: added",
+        found.path,
+        found.symbol
+    );
+    locations.locations.insert(0, found.clone());
+    locations.traceback = Some(found);
+    write_artifact(artifacts, Localize::ARTIFACT, locations)
+}
+
+/// Runs the pipeline on `issue` in `ws`; artifacts go to `dirs.artifacts`,
+/// scratch worktrees under `dirs.scratch`. Returns the outcome (its
+/// `patch` is empty when no candidate survived).
 pub fn run(
     backend: &dyn Backend,
     settings: &Settings,
@@ -455,40 +654,6 @@ pub fn run(
     trajectory: &mut Trajectory,
 ) -> Result<Outcome, MasaiError> {
     let id = &issue.instance_id;
-    let artifacts = dirs.artifacts.as_path();
-    let scratch = dirs.scratch.as_path();
-    let shared = dirs
-        .shared
-        .as_ref()
-        .map(|d| SharedStages { dir: d.join(id) });
-    // A ReAct stage from the shared stages when one matches, else run (and
-    // stored for the next run).
-    macro_rules! shared_stage {
-        ($stage:expr, $agent:expr, $before:expr, $run:expr) => {{
-            let key = SharedStages::key(settings, $stage, $agent, $before);
-            match shared.as_ref().and_then(|s| s.load(&$stage, &key)) {
-                Some(artifact) => {
-                    let from = shared
-                        .as_ref()
-                        .map(|s| s.path($stage, &key).display().to_string())
-                        .unwrap_or_default();
-                    tracing::info!("{id}: {} taken from {from}", $stage);
-                    trajectory.record(Step::Reused {
-                        stage: $stage.to_string(),
-                        from,
-                    });
-                    artifact
-                }
-                None => {
-                    let artifact = $run;
-                    if let Some(s) = &shared {
-                        s.store($stage, &key, &artifact)?;
-                    }
-                    artifact
-                }
-            }
-        }};
-    }
     let (index, cached) =
         CodeIndex::load_or_build(ws.path(), &index_cache_dir(), &issue.repo, ws.base_commit())?;
     tracing::info!(
@@ -497,206 +662,44 @@ pub fn run(
         index.files.len(),
         index.symbol_count()
     );
-    let cx = Context {
-        backend,
-        settings,
+    let task = Workplace {
+        issue,
         ws,
         env,
+        scratch: &dirs.scratch,
+    };
+    let cx = StageContext {
+        backend,
+        task,
         index,
     };
-    let stages = &settings.pipeline;
-    let agents = &settings.agents;
-
-    tracing::info!("{id}: stage 1/5, edit localizer");
-    trajectory.stage("localize");
-    let localizer = &settings.localizer;
-    let mut locations: LocationsArtifact =
-        shared_stage!("localize", &agents.localizer, Some(localizer), {
-            let ranked =
-                candidates::rank(&cx.index, ws.path(), &issue.problem_statement).candidates;
-            match localizer.mode {
-                LocalizerMode::Choose => {
-                    let mut conversation =
-                        backend.conversation(1, localize::REPLY_TOKENS as usize)?;
-                    let choice = localize::choose(
-                        conversation.as_mut(),
-                        issue,
-                        &cx.index,
-                        &ranked,
-                        localizer,
-                        &settings.sampling,
-                        trajectory,
-                    )?;
-                    tracing::info!(
-                        "  localizer: {} location(s) from the {} among {} candidates",
-                        choice.locations.len(),
-                        choice.source,
-                        choice.shown.len()
-                    );
-                    LocationsArtifact {
-                        episode: None,
-                        source: choice.source,
-                        locations: choice.locations,
-                        candidates: choice.shown,
-                        traceback: None,
-                    }
-                }
-                LocalizerMode::React => {
-                    let mut aci = cx.interface()?;
-                    let episode = cx.episode(
-                        &agent_defs::localizer(issue),
-                        &mut aci,
-                        &agents.localizer,
-                        trajectory,
-                    )?;
-                    let mut locations = LocationsArtifact {
-                        episode: Some(episode),
-                        source: "localizer".into(),
-                        locations: aci.locations().to_vec(),
-                        candidates: ranked.iter().take(localizer.candidates).cloned().collect(),
-                        traceback: None,
-                    };
-                    if locations.locations.is_empty() {
-                        locations.source = "index".into();
-                        locations.locations = localize::fallback(&ranked);
-                    }
-                    locations
-                }
-            }
-        });
-    write_artifact(artifacts, "locations", &locations)?;
-
-    let template = if stages.template {
-        tracing::info!("{id}: stage 2/5, test template");
-        trajectory.stage("template");
-        let a: TestArtifact = shared_stage!(
-            "template",
-            &agents.test_template,
-            Some(&locations.locations),
-            cx.template_stage(issue, &locations.locations, trajectory)?
-        );
-        write_artifact(artifacts, "template", &a)?;
-        Some(a)
-    } else {
-        None
+    let on = &settings.pipeline;
+    let mut chain = Chain::new(id, settings, &dirs.artifacts, dirs.shared.as_deref());
+    let mut locations = chain.run::<Localize>(&cx, (), trajectory)?;
+    let template = chain.run_if::<Template>(on.template, &cx, &locations.locations, trajectory)?;
+    let input = ReproduceInput {
+        locations: &locations.locations,
+        template: template.as_ref().and_then(|t| t.test.as_ref()),
     };
-
-    let reproduction = if stages.reproduce {
-        tracing::info!(
-            "{id}: stage 3/5, issue reproducer ({})",
-            match settings.reproducer.mode {
-                ReproducerMode::Sample => format!(
-                    "{} sampled candidates",
-                    settings.reproducer.candidates.max(1)
-                ),
-                ReproducerMode::React => "agent".to_string(),
-            }
-        );
-        trajectory.stage("reproduce");
-        let t = template.as_ref().and_then(|t| t.test.as_ref());
-        let own = match settings.reproducer.mode {
-            ReproducerMode::Sample => serde_json::json!(settings.reproducer),
-            ReproducerMode::React => serde_json::json!({
-                "mode": settings.reproducer.mode,
-                "agent": agents.reproducer,
-            }),
-        };
-        let a: TestArtifact = shared_stage!(
-            "reproduce",
-            &own,
-            Some(&(&locations.locations, t)),
-            cx.reproduce_stage(issue, &locations.locations, t, scratch, trajectory)?
-        );
-        write_artifact(artifacts, "reproduction", &a)?;
-        Some(a)
-    } else {
-        None
-    };
-
+    let reproduction = chain.run_if::<Reproduce>(on.reproduce, &cx, input, trajectory)?;
     let test = reproduction.as_ref().and_then(|a| a.test.as_ref());
-    // The accepted test's traceback confirms the location, or corrects it.
     if let Some(t) = test {
-        let files: Vec<String> = cx.index.files.iter().map(|f| f.path.clone()).collect();
-        if let Some(found) = crate::agents::evidence::traceback_location(
-            ws.path(),
-            &files,
-            &t.output,
-            &t.path,
-            &locations.locations,
-        ) {
-            tracing::info!(
-                "  the reproduction's traceback ends in {}::{}, which no location covers: added",
-                found.path,
-                found.symbol
-            );
-            locations.locations.insert(0, found.clone());
-            locations.traceback = Some(found);
-            write_artifact(artifacts, "locations", &locations)?;
-        }
+        confirm_location(&cx, t, &mut locations, &dirs.artifacts)?;
     }
-
-    tracing::info!(
-        "{id}: stage 4/5, fixer ({} candidates from {} location(s), {} round(s) at most)",
-        settings.fixer.candidates,
-        locations.locations.len(),
-        if test.is_some() {
-            settings.fixer.rounds.max(1)
-        } else {
-            1
-        }
-    );
-    trajectory.stage("fix");
-    let fixes = {
-        let mut conversation = backend.conversation(
-            settings.fixer.candidates.max(1),
-            settings.fixer.max_tokens as usize,
-        )?;
-        crate::agents::repair::run(
-            conversation.as_mut(),
-            ws,
-            env,
-            issue,
-            &locations.locations,
-            test,
-            &settings.fixer,
-            &settings.sampling,
-            scratch,
-            settings.ranker.test_timeout_s,
-            trajectory,
-        )?
+    let input = fixer::Inputs {
+        locations: &locations.locations,
+        test,
     };
-    write_artifact(artifacts, "fixes", &fixes)?;
-    tracing::info!(
-        "  fixer: {} generated, {} applied, {} parse, {} distinct",
-        fixes.generated(),
-        fixes.applied(),
-        fixes.parsed(),
-        fixes.distinct.len()
-    );
-
+    let fixes = chain.run::<Fix>(&cx, input, trajectory)?;
     let (ranking, chosen) = if fixes.distinct.is_empty() {
         tracing::info!("{id}: stage 5/5, ranker: no candidate survived, nothing to rank");
         (None, None)
-    } else if stages.rank {
-        tracing::info!(
-            "{id}: stage 5/5, ranker ({} distinct candidates)",
-            fixes.distinct.len()
-        );
-        trajectory.stage("rank");
-        let mut conversation = backend.conversation(1, 0)?;
-        let r = ranker::rank(
-            conversation.as_mut(),
-            ws,
-            issue,
-            &fixes,
-            reproduction.as_ref().and_then(|a| a.test.as_ref()),
-            env,
-            &settings.ranker,
-            &settings.sampling,
-            scratch,
-            trajectory,
-        )?;
-        write_artifact(artifacts, "ranking", &r)?;
+    } else if on.rank {
+        let input = RankInput {
+            fixes: &fixes,
+            test,
+        };
+        let r = chain.run::<Rank>(&cx, input, trajectory)?;
         let chosen = r.order.first().copied();
         (Some(r), chosen)
     } else {
@@ -722,56 +725,156 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
+    use super::super::stage::common;
     use super::*;
 
+    type Error = Box<dyn std::error::Error>;
+
+    fn with(base: &Settings, key: &str, value: toml::Value) -> Result<Settings, Error> {
+        let set: crate::config::SetArg = format!("{key}={value}").parse()?;
+        Ok(Settings::with_table(base, set.table())?)
+    }
+
+    /// Which of the five stages' keys (localize, template, reproduce,
+    /// fix, rank) differ between `a` and `b`.
+    fn rerun(a: &Settings, b: &Settings) -> Vec<&'static str> {
+        stage_keys(a)
+            .into_iter()
+            .zip(stage_keys(b))
+            .filter(|(x, y)| x.2 != y.2)
+            .map(|(x, _)| x.0)
+            .collect()
+    }
+
     #[test]
-    fn points_share_stages_when_only_later_stages_settings_differ(
-    ) -> Result<(), Box<dyn std::error::Error>> {
+    fn a_setting_reruns_its_stage_and_every_stage_after_it() -> Result<(), Error> {
         let base = Settings::defaults("m");
-        let with =
-            |key: &str, value: toml::Value| -> Result<Settings, Box<dyn std::error::Error>> {
-                let set: crate::config::SetArg = format!("{key}={value}").parse()?;
-                Ok(Settings::with_table(&base, set.table())?)
+        let all = ["localize", "template", "reproduce", "fix", "rank"];
+        let cases: [(&str, toml::Value, &[&str]); 12] = [
+            ("ranker.compare", false.into(), &all[4..]),
+            ("ranker.test_timeout_s", 60.into(), &all[3..]),
+            ("fixer.temperature", 0.5.into(), &all[3..]),
+            ("fixer.candidates", 2.into(), &all[3..]),
+            ("reproducer.candidates", 2.into(), &all[2..]),
+            ("reproducer.max_tokens", 100.into(), &all[2..]),
+            ("agents.test_template.max_steps", 3.into(), &all[1..]),
+            ("aci.window", 30.into(), &all[1..]),
+            ("localizer.candidates", 3.into(), &all[..]),
+            ("sampling.seed", 3.into(), &all[..]),
+            ("model", "other".into(), &all[..]),
+            ("pipeline.rank", false.into(), &all[4..]),
+        ];
+        for (key, value, want) in cases {
+            let other = with(&base, key, value)?;
+            assert_eq!(rerun(&base, &other), want, "{key}");
+        }
+        // The localizer's agent is read only in `react` mode.
+        let react = with(&base, "localizer.mode", "react".into())?;
+        let cases: [(&Settings, &[&str]); 2] = [(&base, &[]), (&react, &all[..])];
+        for (settings, want) in cases {
+            let other = with(settings, "agents.localizer.max_steps", 3.into())?;
+            assert_eq!(rerun(settings, &other), want, "{:?}", settings.localizer.mode);
+        }
+        Ok(())
+    }
+
+    /// Every value of the settings, by its path in their JSON.
+    fn leaves(value: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    leaves(v, &format!("{path}/{k}"), out);
+                }
+            }
+            _ => out.push(path.to_string()),
+        }
+    }
+
+    /// Another value of the same type (`None` for what has no other).
+    fn changed(value: &serde_json::Value) -> Option<serde_json::Value> {
+        use serde_json::Value as V;
+        match value {
+            V::Bool(b) => Some(V::Bool(!b)),
+            V::Number(n) if n.is_u64() => Some(V::from(n.as_u64()? + 1)),
+            V::Number(n) => Some(V::from(n.as_f64()? + 0.25)),
+            V::String(s) => Some(V::String(format!("{s}x"))),
+            _ => None,
+        }
+    }
+
+    /// Over every setting: when a stage's slice changes, its key and every
+    /// key after it change; when no slice up to a stage changes, its key
+    /// does not. A key left out of the chain, or a slice left out of a
+    /// key, fails here.
+    #[test]
+    fn every_setting_a_stage_reads_is_in_its_key() -> Result<(), Error> {
+        let base = Settings::defaults("m");
+        let json = serde_json::to_value(&base)?;
+        let mut paths = Vec::new();
+        leaves(&json, "", &mut paths);
+        // What each stage reads (its slice, and whether it runs), with
+        // what every stage's run is made from counted in the first.
+        let slices = |s: &Settings| -> Result<Vec<serde_json::Value>, Error> {
+            let on = &s.pipeline;
+            Ok(vec![
+                serde_json::json!([common(s), Localize::settings(s)]),
+                serde_json::json!([on.template, Template::settings(s)]),
+                serde_json::json!([on.reproduce, Reproduce::settings(s)]),
+                serde_json::to_value(Fix::settings(s))?,
+                serde_json::json!([on.rank, Rank::settings(s)]),
+            ])
+        };
+        let before = slices(&base)?;
+        let mut tried = 0;
+        for path in &paths {
+            let mut other = json.clone();
+            let Some(leaf) = other.pointer_mut(path) else {
+                continue;
             };
+            let Some(value) = changed(leaf) else {
+                continue;
+            };
+            *leaf = value;
+            // A value the settings do not accept (an enum's name) is no
+            // setting a run can have.
+            let Ok(settings) = serde_json::from_value::<Settings>(other) else {
+                continue;
+            };
+            tried += 1;
+            let after = slices(&settings)?;
+            let keys = rerun(&base, &settings);
+            let first = before.iter().zip(&after).position(|(a, b)| a != b);
+            let want: Vec<&str> = match first {
+                Some(i) => ["localize", "template", "reproduce", "fix", "rank"][i..].to_vec(),
+                None => Vec::new(),
+            };
+            assert_eq!(keys, want, "{path}");
+        }
+        assert!(tried > 30, "only {tried} settings were changed");
+        Ok(())
+    }
+
+    #[test]
+    fn points_share_stages_when_only_later_stages_settings_differ() -> Result<(), Error> {
+        let base = Settings::defaults("m");
         let cases = [
             ("fixer.temperature", toml::Value::from(0.8), true),
             ("fixer.candidates", 2.into(), true),
             ("ranker.compare", false.into(), true),
-            ("agents.localizer.max_steps", 3.into(), false),
+            ("pipeline.rank", false.into(), true),
             ("reproducer.candidates", 2.into(), false),
             ("aci.window", 30.into(), false),
             ("model", "other".into(), false),
         ];
         for (key, value, shared) in cases {
-            let other = with(key, value)?;
+            let other = with(&base, key, value)?;
             assert_eq!(shares_stages(&base, &other), shared, "{key}");
         }
-        let first = with("pipeline.kind", "first".into())?;
+        let first = with(&base, "pipeline.kind", "first".into())?;
         assert!(
             !shares_stages(&first, &first),
             "the first pipeline stores no stage"
         );
-        Ok(())
-    }
-
-    #[test]
-    fn a_shared_stage_is_taken_only_when_it_reads_back() -> Result<(), Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        let shared = SharedStages {
-            dir: dir.path().to_path_buf(),
-        };
-        shared.store("localize", "k1", &vec!["a.py".to_string()])?;
-        std::fs::write(shared.path("localize", "k2"), "{\"cut short")?;
-        std::fs::write(shared.path("localize", "k3"), "{\"other\": 1}")?;
-        let cases: [(&str, Option<Vec<String>>); 4] = [
-            ("k1", Some(vec!["a.py".to_string()])),
-            ("k2", None),
-            ("k3", None),
-            ("missing", None),
-        ];
-        for (key, want) in cases {
-            assert_eq!(shared.load::<Vec<String>>("localize", key), want, "{key}");
-        }
         Ok(())
     }
 }

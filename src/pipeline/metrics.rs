@@ -14,7 +14,8 @@ use crate::record::metrics::Metrics;
 
 use super::masai::Outcome;
 use crate::aci::{check, Location, SubmittedTest};
-use crate::agents::ranker::{prepare_like, touched_files};
+use crate::agents::judge::prepare_like;
+use crate::repo::touched_files;
 use crate::dataset::Task;
 use crate::edit::EditError;
 use crate::env::task::{InstallError, TaskEnv};

@@ -6,5 +6,6 @@ pub mod check;
 pub mod first;
 pub mod masai;
 pub mod metrics;
+pub mod stage;
 
 pub use first::{apply_reply, PipelineError};

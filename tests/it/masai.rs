@@ -760,17 +760,27 @@ fn random_replies_through_each_grammar_apply() {
         };
         let mut conversation = engine.conversation(8, max_tokens as usize).unwrap();
         let mut trajectory = Trajectory::new(&task.instance_id);
-        let fixes = fixer::run(
+        let issue = task.issue();
+        let sampling = Sampling {
+            seed: 7,
+            ..Sampling::default()
+        };
+        let mut fixes = fixer::Fixes::empty(format);
+        fixer::generate_round(
             conversation.as_mut(),
-            ws.path(),
-            &task.base_commit,
-            &task.issue(),
-            &locations,
-            &settings,
-            &Sampling {
-                seed: 7,
-                ..Sampling::default()
+            &fixer::RoundSpec {
+                root: ws.path(),
+                base: &task.base_commit,
+                issue: &issue,
+                locations: &locations,
+                settings: &settings,
+                sampling: &sampling,
+                compile: None,
             },
+            None,
+            &[],
+            1,
+            &mut fixes,
             &mut trajectory,
         )
         .unwrap();

@@ -1,5 +1,5 @@
-//! MASAI's Fixer, one round: from the issue, the code at and around the
-//! localised spans ([`Show`]), and when given the reproduction test with
+//! MASAI's Fixer: [`run`], its rounds ([`rounds`]). One round: from the
+//! issue, the code at and around the localised spans ([`Show`]), and when given the reproduction test with
 //! its failure and the earlier rounds' fixes ([`Extra`]), N candidate
 //! edits in one batched generation sharing the prompt (one greedy, N−1
 //! sampled), each a short chain of thought then edits in the
@@ -15,7 +15,8 @@
 //! meaning).
 //!
 //! Here: the settings, the records of `fixes.json` and one round
-//! ([`generate_round`]); [`code`] the code a prompt shows, [`prompt`] the
+//! ([`generate_round`]); [`rounds`] the rounds, judged by execution and
+//! repaired; [`code`] the code a prompt shows, [`prompt`] the
 //! instructions and the prompt fitted to the context, [`reply`] a reply
 //! read as edits and applied.
 
@@ -268,10 +269,12 @@ pub enum FixError {
 mod code;
 mod prompt;
 mod reply;
+pub mod rounds;
 
 pub use code::*;
 pub use prompt::*;
 pub use reply::*;
+pub use rounds::{run, Inputs};
 
 /// Normalised for deduplication: no `index` lines, no trailing spaces.
 fn normalise(patch: &str) -> String {
@@ -281,40 +284,6 @@ fn normalise(patch: &str) -> String {
         .map(str::trim_end)
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// Generates and sorts out one round of candidates over the located
-/// spans alone, with nothing shown besides the issue and the code. The
-/// workspace at `root` is left as it was (each candidate is applied,
-/// diffed and undone). The pipeline's Fixer is [`super::repair::run`].
-#[allow(clippy::too_many_arguments)]
-pub fn run(
-    conversation: &mut dyn Conversation,
-    root: &Path,
-    base: &str,
-    issue: &Issue,
-    locations: &[Location],
-    settings: &FixerSettings,
-    sampling: &Sampling,
-    trajectory: &mut Trajectory,
-) -> Result<Fixes, FixError> {
-    let mut fixes = Fixes::empty(settings.edit_format);
-    generate_round(
-        conversation,
-        root,
-        base,
-        issue,
-        locations,
-        settings,
-        sampling,
-        None,
-        &[],
-        None,
-        1,
-        &mut fixes,
-        trajectory,
-    )?;
-    Ok(fixes)
 }
 
 /// Python's own compile of the files a candidate changed (paths in the
@@ -330,26 +299,44 @@ pub fn round_seed(seed: u32, round: usize) -> u32 {
     seed.wrapping_add((round.saturating_sub(1) as u32).wrapping_mul(1_000_003))
 }
 
+/// What every round of one task's Fixer works from.
+#[derive(Clone, Copy)]
+pub struct RoundSpec<'a> {
+    /// The task's worktree at the base commit `base`.
+    pub root: &'a Path,
+    pub base: &'a str,
+    pub issue: &'a Issue,
+    /// The located spans, best first.
+    pub locations: &'a [Location],
+    pub settings: &'a FixerSettings,
+    pub sampling: &'a Sampling,
+    /// Python's compile of a candidate's files, when the environment can
+    /// run it.
+    pub compile: Option<&'a CompileCheck<'a>>,
+}
+
 /// One round: the prompt (`settings.show`'s code, the `evidence` and the
 /// earlier `attempts`), N candidates, each applied, checked and diffed,
 /// added to `fixes` (indexes after those of earlier rounds; a patch the
 /// same as an earlier round's is its duplicate).
-#[allow(clippy::too_many_arguments)]
 pub fn generate_round(
     conversation: &mut dyn Conversation,
-    root: &Path,
-    base: &str,
-    issue: &Issue,
-    locations: &[Location],
-    settings: &FixerSettings,
-    sampling: &Sampling,
+    spec: &RoundSpec<'_>,
     evidence: Option<&Evidence>,
     attempts: &[Attempt],
-    compile: Option<&CompileCheck<'_>>,
     round: usize,
     fixes: &mut Fixes,
     trajectory: &mut Trajectory,
 ) -> Result<(), FixError> {
+    let RoundSpec {
+        root,
+        base,
+        issue,
+        locations,
+        settings,
+        sampling,
+        compile,
+    } = *spec;
     if locations.is_empty() {
         return Err(FixError::NoLocations);
     }
@@ -359,9 +346,11 @@ pub fn generate_round(
         root,
         &issue.problem_statement,
         locations,
-        settings.max_tokens as usize,
-        settings.edit_format,
-        show,
+        ReplyShape {
+            reply_tokens: settings.max_tokens as usize,
+            format: settings.edit_format,
+            show,
+        },
         &Extra { evidence, attempts },
     )?;
     if prompt.format != settings.edit_format && round == 1 {
@@ -461,6 +450,30 @@ pub fn generate_round(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One round with nothing shown besides the issue and the code, and
+    /// the default sampling, as the tests drive it.
+    fn round_alone(
+        conversation: &mut dyn Conversation,
+        (root, base): (&Path, &str),
+        issue: &Issue,
+        locations: &[Location],
+        settings: &FixerSettings,
+        trajectory: &mut Trajectory,
+    ) -> Result<Fixes, FixError> {
+        let mut fixes = Fixes::empty(settings.edit_format);
+        let spec = RoundSpec {
+            root,
+            base,
+            issue,
+            locations,
+            settings,
+            sampling: &Sampling::default(),
+            compile: None,
+        };
+        generate_round(conversation, &spec, None, &[], 1, &mut fixes, trajectory)?;
+        Ok(fixes)
+    }
     use crate::agents::budget::fake::{self, Fake};
     use crate::record::trajectory::Cut;
 
@@ -677,14 +690,12 @@ mod tests {
             edit_format: EditFormat::SearchReplace,
             ..FixerSettings::default()
         };
-        let fixes = run(
+        let fixes = round_alone(
             &mut conversation,
-            dir.path(),
-            "HEAD",
+            (dir.path(), "HEAD"),
             &issue,
             &locs,
             &settings,
-            &Sampling::default(),
             &mut trajectory,
         )?;
         assert_eq!(fixes.candidates, []);
@@ -721,14 +732,12 @@ mod tests {
             edit_format: EditFormat::SearchReplace,
             ..FixerSettings::default()
         };
-        let fixes = run(
+        let fixes = round_alone(
             &mut conversation,
-            dir.path(),
-            "HEAD",
+            (dir.path(), "HEAD"),
             &issue,
             &locs,
             &settings,
-            &Sampling::default(),
             &mut trajectory,
         )?;
         let statuses: Vec<&Status> = fixes.candidates.iter().map(|c| &c.status).collect();
@@ -1326,14 +1335,12 @@ mod tests {
                 edit_format: format,
                 ..FixerSettings::default()
             };
-            let fixes = run(
+            let fixes = round_alone(
                 &mut conversation,
-                dir.path(),
-                &head,
+                (dir.path(), &head),
                 &issue,
                 &locs,
                 &settings,
-                &Sampling::default(),
                 &mut trajectory,
             )?;
             let statuses: Vec<&Status> = fixes.candidates.iter().map(|c| &c.status).collect();
@@ -1360,14 +1367,12 @@ mod tests {
             edit_format: EditFormat::Lines,
             ..FixerSettings::default()
         };
-        let fixes = run(
+        let fixes = round_alone(
             &mut conversation,
-            dir.path(),
-            &head,
+            (dir.path(), &head),
             &issue,
             &locs,
             &settings,
-            &Sampling::default(),
             &mut Trajectory::new("demo__big-1"),
         )?;
         assert_eq!(fixes.candidates[0].status, Status::NoBlocks);

@@ -313,11 +313,22 @@ pub fn fit_prompt(
         root,
         issue,
         locations,
-        reply_tokens,
-        format,
-        Show::Located,
+        ReplyShape {
+            reply_tokens,
+            format,
+            show: Show::Located,
+        },
         &Extra::default(),
     )
+}
+
+/// What a Fixer's reply may be: its token cap, its edit format, and which
+/// view of the code it is shown.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplyShape {
+    pub reply_tokens: usize,
+    pub format: EditFormat,
+    pub show: Show,
 }
 
 /// The Fixer's prompt fitted to the context: everything whole if it fits
@@ -331,17 +342,19 @@ pub fn fit_prompt(
 /// ([`budget::fit_issue`]). When even one trimmed span and the shortest
 /// issue do not fit, the smallest prompt, with a trim whose `fits` is
 /// false.
-#[allow(clippy::too_many_arguments)]
 pub fn fit_prompt_with(
     conversation: &dyn Conversation,
     root: &Path,
     issue: &str,
     locations: &[Location],
-    reply_tokens: usize,
-    format: EditFormat,
-    show: Show,
+    shape: ReplyShape,
     extra: &Extra<'_>,
 ) -> Result<Prompt, FixError> {
+    let ReplyShape {
+        reply_tokens,
+        format,
+        show,
+    } = shape;
     let views: Vec<Vec<Located>> = crate::agents::shown::views(root, locations, show)
         .iter()
         .map(|v| read_located(root, v))

@@ -14,14 +14,18 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use super::evidence;
-use super::fixer::{self, Attempt, Evidence, FixError, FixerSettings, Fixes, Round, Status};
-use super::{parallel, ranker};
+use serde::Serialize;
+
+use super::{
+    generate_round, Attempt, Distinct, Evidence, FixError, FixerSettings, Fixes, Round, RoundSpec,
+    Status,
+};
+use crate::agents::judge::{Regression, Trial};
+use crate::agents::workplace::Workplace;
+use crate::agents::{evidence, parallel};
 use crate::aci::{check, Location, SubmittedTest};
-use crate::dataset::Issue;
 use crate::engine::{Conversation, Sampling};
 use crate::env::task::TaskEnv;
-use crate::repo::Workspace;
 use crate::trajectory::Trajectory;
 
 /// Earlier candidates shown in a repair round: the best few, so the
@@ -42,18 +46,11 @@ pub const MAX_REGRESSIONS_SHOWN: usize = 5;
 /// could not run), the regression tests it breaks.
 type Judgement = (usize, Option<bool>, String, Vec<String>);
 
-/// Where candidates are judged.
-pub struct Judge<'a> {
-    /// The task's workspace at the base commit.
-    pub ws: &'a Workspace,
-    pub env: &'a TaskEnv,
-    /// The accepted reproduction test.
-    pub test: &'a SubmittedTest,
-    /// The regression tests a passing patch must not break.
-    pub regression: Option<&'a ranker::Regression>,
+/// Where candidates are judged: the trial, and where worktrees go.
+struct Judge<'a> {
+    trial: Trial<'a>,
     /// Worktrees and layers go under it.
-    pub scratch: &'a Path,
-    pub timeout_s: u64,
+    scratch: &'a Path,
 }
 
 impl Judge<'_> {
@@ -68,16 +65,7 @@ impl Judge<'_> {
         let judged = parallel::map(patches, |_, (i, patch)| {
             let dir = self.scratch.join(format!("judge-{round}-{i}"));
             let layer = self.scratch.join(format!("judge-{round}-{i}-layer"));
-            ranker::judge_patch(
-                self.ws,
-                self.env,
-                patch,
-                self.test,
-                self.regression,
-                &dir,
-                &layer,
-                self.timeout_s,
-            )
+            self.trial.judge(patch, &dir, &layer)
         });
         patches
             .iter()
@@ -108,7 +96,7 @@ impl Judge<'_> {
 /// distinct patches of `round` that failed the test, most votes first;
 /// when fewer, the candidates of `round` rejected for a syntax error.
 pub fn attempts(fixes: &Fixes, round: usize) -> Vec<Attempt> {
-    let mut breaking: Vec<&fixer::Distinct> = fixes
+    let mut breaking: Vec<&Distinct> = fixes
         .distinct
         .iter()
         .filter(|d| d.round <= round && d.reproduction == Some(true) && !d.regressions.is_empty())
@@ -120,7 +108,7 @@ pub fn attempts(fixes: &Fixes, round: usize) -> Vec<Attempt> {
             std::cmp::Reverse(d.members.len()),
         )
     });
-    let mut failed: Vec<&fixer::Distinct> = fixes
+    let mut failed: Vec<&Distinct> = fixes
         .distinct
         .iter()
         .filter(|d| d.round == round && d.reproduction == Some(false))
@@ -203,24 +191,35 @@ fn compile_error(root: &Path, env: &TaskEnv, paths: &[String]) -> Option<String>
     }
 }
 
-/// The Fixer's rounds (see the module's documentation). `test` is the
-/// accepted reproduction test; the Fixer is shown it and its failure on
-/// the base commit, and candidates are judged by it. The workspace is
-/// left as it was.
-#[allow(clippy::too_many_arguments)]
+/// What the Fixer is given by the stages before it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Inputs<'a> {
+    /// The located spans, best first.
+    pub locations: &'a [Location],
+    /// The accepted reproduction test, if any.
+    pub test: Option<&'a SubmittedTest>,
+}
+
+/// The Fixer: its rounds (see the module's documentation). `inputs.test`
+/// is the accepted reproduction test; the Fixer is shown it and its
+/// failure on the base commit, and candidates are judged by it, each test
+/// run limited to `timeout_s`. The workspace is left as it was.
 pub fn run(
     conversation: &mut dyn Conversation,
-    ws: &Workspace,
-    env: &TaskEnv,
-    issue: &Issue,
-    locations: &[Location],
-    test: Option<&SubmittedTest>,
+    task: &Workplace<'_>,
+    inputs: Inputs<'_>,
     settings: &FixerSettings,
     sampling: &Sampling,
-    scratch: &Path,
     timeout_s: u64,
     trajectory: &mut Trajectory,
 ) -> Result<Fixes, FixError> {
+    let Workplace {
+        issue,
+        ws,
+        env,
+        scratch,
+    } = *task;
+    let Inputs { locations, test } = inputs;
     let all = crate::index::python_files(ws.path()).unwrap_or_default();
     let files: BTreeSet<&str> = all.iter().map(String::as_str).collect();
     let evidence = test.map(|t| Evidence {
@@ -254,20 +253,23 @@ pub fn run(
         1
     };
     let mut shown: Vec<Attempt> = Vec::new();
-    let mut regression: Option<ranker::Regression> = None;
+    let mut regression: Option<Regression> = None;
     for round in 1..=rounds {
         let before = fixes.distinct.len();
-        fixer::generate_round(
-            conversation,
-            ws.path(),
-            ws.base_commit(),
+        let spec = RoundSpec {
+            root: ws.path(),
+            base: ws.base_commit(),
             issue,
             locations,
             settings,
             sampling,
+            compile: Some(&compile),
+        };
+        generate_round(
+            conversation,
+            &spec,
             evidence.as_ref(),
             &shown,
-            Some(&compile),
             round,
             &mut fixes,
             trajectory,
@@ -287,15 +289,17 @@ pub fn run(
             // The regression tests of the located files, run once on the
             // base commit.
             if regression.is_none() {
-                regression = Some(ranker::Regression::baseline(ws, env, &located, timeout_s));
+                regression = Some(Regression::baseline(ws, env, &located, timeout_s));
             }
             let judge = Judge {
-                ws,
-                env,
-                test,
-                regression: regression.as_ref(),
+                trial: Trial {
+                    ws,
+                    env,
+                    test,
+                    regression: regression.as_ref(),
+                    timeout_s,
+                },
                 scratch,
-                timeout_s,
             };
             for (i, passes, failure, regressions) in judge.all(round, &patches, &files) {
                 let clean = passes == Some(true) && regressions.is_empty();
@@ -329,7 +333,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agents::fixer::{Candidate, Distinct, EditFormat};
+    use crate::agents::fixer::{Candidate, EditFormat};
 
     #[test]
     fn a_repair_round_shows_the_nearest_misses_then_rejected_edits() {
