@@ -271,15 +271,8 @@ pub fn run(
     };
     let mut errors_in_row = 0;
     let status = loop {
-        if summary.steps >= settings.max_steps {
-            break ExitStatus::ExitStepLimit;
-        }
-        if settings.max_wall_s > 0 && started.elapsed().as_secs() >= settings.max_wall_s {
-            break ExitStatus::ExitTime;
-        }
-        let used = summary.tokens_evaluated + summary.tokens_generated;
-        if settings.max_tokens > 0 && used >= settings.max_tokens {
-            break ExitStatus::ExitTokenLimit;
+        if let Some(limit) = limit_reached(settings, started, &summary) {
+            break limit;
         }
         history.update(&settings.history, past.len());
         let actions = command::actions(agent.commands, &aci.choices());
@@ -334,55 +327,18 @@ pub fn run(
             .first()
             .is_some_and(|c| c.stop == Stop::MaxTokens);
         let exec_started = Instant::now();
-        let parsed = command::split_turn(&reply)
-            .ok_or_else(|| "the reply has no command in a ``` fence".to_string())
-            .and_then(|t| {
-                let allowed = |c: &Command| agent.commands.contains(&c.name());
-                match Command::parse(&t.command) {
-                    Ok(c) if allowed(&c) => Ok((t, c)),
-                    Ok(c) => Err(format!("`{}` is not one of your commands", c.name())),
-                    Err(e) => Err(e.to_string()),
-                }
-            });
-        let (thought, action, observation, format_error, submitted) = match parsed {
-            Ok((turn, cmd)) => {
-                errors_in_row = 0;
-                let o = aci.execute(&cmd);
-                let mut text = o.text;
-                // Small models loop on one command; say so, as one line.
-                let repeated = past
-                    .last()
-                    .is_some_and(|p| p.action == turn.command && p.raw_observation == text);
-                if repeated {
-                    text.push('\n');
-                    text.push_str(REPEATED);
-                }
-                (turn.thought, turn.command, text, None, o.submitted)
-            }
-            Err(_) if cut_off => {
-                errors_in_row += 1;
-                summary.truncated += 1;
-                let why = format!(
-                    "the reply reached the limit of {} tokens",
-                    settings.reply_tokens
-                );
-                let text = format!(
-                    "Your reply was cut off: it reached the limit of {} tokens before the command \
-                     ended. Write a shorter thought, and edit fewer lines at a time.",
-                    settings.reply_tokens
-                );
-                (String::new(), reply.clone(), text, Some(why), false)
-            }
-            Err(why) => {
-                errors_in_row += 1;
-                summary.format_errors += 1;
-                let text = format!(
-                    "Your reply was not in the required format ({why}). Reply with one short thought \
-                     on one line, a blank line, then exactly one command in a ``` fence."
-                );
-                (String::new(), reply.clone(), text, Some(why), false)
-            }
-        };
+        let Acted {
+            thought,
+            action,
+            observation,
+            format_error,
+            submitted,
+        } = act(aci, agent, &reply, cut_off, past.last(), settings, &mut summary);
+        if format_error.is_some() {
+            errors_in_row += 1;
+        } else {
+            errors_in_row = 0;
+        }
         let action_text = action.clone();
         trajectory.record(Step::Action(Box::new(ActionStep {
             agent: agent.name.to_string(),
@@ -418,6 +374,107 @@ pub fn run(
     summary.wall_s = started.elapsed().as_secs_f64();
     trajectory.record(Step::Episode(Box::new(summary.clone())));
     summary
+}
+
+/// Whether a limit of the episode is reached, and which.
+fn limit_reached(
+    settings: &ReactSettings,
+    started: Instant,
+    summary: &EpisodeSummary,
+) -> Option<ExitStatus> {
+    if summary.steps >= settings.max_steps {
+        return Some(ExitStatus::ExitStepLimit);
+    }
+    if settings.max_wall_s > 0 && started.elapsed().as_secs() >= settings.max_wall_s {
+        return Some(ExitStatus::ExitTime);
+    }
+    let used = summary.tokens_evaluated + summary.tokens_generated;
+    if settings.max_tokens > 0 && used >= settings.max_tokens {
+        return Some(ExitStatus::ExitTokenLimit);
+    }
+    None
+}
+
+/// One turn's reply acted on: its command run, or why it was not one.
+struct Acted {
+    thought: String,
+    action: String,
+    observation: String,
+    /// Why the reply was not a complete command (counted in `summary`).
+    format_error: Option<String>,
+    submitted: bool,
+}
+
+/// Runs the command of `reply` on `aci` when it is one of the agent's
+/// (`cut_off`: the reply reached the token limit); else says why not, in
+/// the observation, and counts it in `summary`. `last` is the turn before.
+fn act(
+    aci: &mut Aci,
+    agent: &Agent<'_>,
+    reply: &str,
+    cut_off: bool,
+    last: Option<&Past>,
+    settings: &ReactSettings,
+    summary: &mut EpisodeSummary,
+) -> Acted {
+    let parsed = command::split_turn(reply)
+        .ok_or_else(|| "the reply has no command in a ``` fence".to_string())
+        .and_then(|t| {
+            let allowed = |c: &Command| agent.commands.contains(&c.name());
+            match Command::parse(&t.command) {
+                Ok(c) if allowed(&c) => Ok((t, c)),
+                Ok(c) => Err(format!("`{}` is not one of your commands", c.name())),
+                Err(e) => Err(e.to_string()),
+            }
+        });
+    let refused = |observation: String, why: String| Acted {
+        thought: String::new(),
+        action: reply.to_string(),
+        observation,
+        format_error: Some(why),
+        submitted: false,
+    };
+    match parsed {
+        Ok((turn, cmd)) => {
+            let o = aci.execute(&cmd);
+            let mut text = o.text;
+            // Small models loop on one command; say so, as one line.
+            let repeated =
+                last.is_some_and(|p| p.action == turn.command && p.raw_observation == text);
+            if repeated {
+                text.push('\n');
+                text.push_str(REPEATED);
+            }
+            Acted {
+                thought: turn.thought,
+                action: turn.command,
+                observation: text,
+                format_error: None,
+                submitted: o.submitted,
+            }
+        }
+        Err(_) if cut_off => {
+            summary.truncated += 1;
+            let why = format!(
+                "the reply reached the limit of {} tokens",
+                settings.reply_tokens
+            );
+            let text = format!(
+                "Your reply was cut off: it reached the limit of {} tokens before the command \
+                 ended. Write a shorter thought, and edit fewer lines at a time.",
+                settings.reply_tokens
+            );
+            refused(text, why)
+        }
+        Err(why) => {
+            summary.format_errors += 1;
+            let text = format!(
+                "Your reply was not in the required format ({why}). Reply with one short thought \
+                 on one line, a blank line, then exactly one command in a ``` fence."
+            );
+            refused(text, why)
+        }
+    }
 }
 
 #[cfg(test)]

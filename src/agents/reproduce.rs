@@ -531,24 +531,76 @@ pub fn run(
         &module_tests,
         &all,
     );
+    let Some(msgs) = prompt_for(conversation, issue, inputs, &path, settings, trajectory)? else {
+        return Ok(out);
+    };
+    let g = grammar();
+    let call = Call::spread(
+        "reproducer",
+        msgs,
+        sampling,
+        settings.max_tokens,
+        settings.candidates,
+        settings.temperature,
+        &g,
+    );
+    let temperatures = call.temperatures.clone().unwrap_or_default();
+    let generation = call::constrained(conversation, trajectory, call)?;
+
+    // One run per distinct file.
+    let (mut distinct, first_of) = distinct_files(&generation.candidates);
+    let trier = Trier {
+        inputs,
+        judging: Judging {
+            issue: &issue.problem_statement,
+            accept: settings.accept,
+        },
+        command: template::test_command(inputs.env, &path),
+        path,
+    };
+    let mut tried = trier.try_all(&distinct);
+    let completed = trier.complete_imports(&all, &mut distinct, &mut tried);
+    let runs = Runs {
+        distinct: &distinct,
+        first_of: &first_of,
+        tried: &tried,
+        completed: &completed,
+    };
+    out.samples = runs.samples(&generation.candidates, &temperatures, issue);
+    out.chosen = choose(&out.samples);
+    if let Some(i) = out.chosen {
+        out.test = trier.accepted(&runs, i, &mut out.samples);
+    }
+    log_summary(&out, distinct.len());
+    Ok(out)
+}
+
+/// The reproducer's prompt fitted to the context, or `None` (said in the
+/// log) when nothing located can be shown or even the smallest prompt does
+/// not fit.
+fn prompt_for(
+    conversation: &dyn Conversation,
+    issue: &Issue,
+    inputs: &Inputs<'_>,
+    path: &str,
+    settings: &ReproducerSettings,
+    trajectory: &mut Trajectory,
+) -> Result<Option<Vec<Message>>, ReproduceError> {
     let fitted = fit_prompt(
         conversation,
-        root,
+        inputs.ws.path(),
         &issue.problem_statement,
         inputs.locations,
         inputs.template,
-        &path,
+        path,
         settings.max_tokens as usize,
     );
-    let Prompt {
-        messages: msgs,
-        trim,
-    } = match fitted {
+    let Prompt { messages, trim } = match fitted {
         Ok(p) => p,
         // Nothing located can be shown: no test, and the task goes on.
         Err(ReproduceError::NoLocations) => {
             tracing::info!("  reproducer: no located code to show: no test");
-            return Ok(out);
+            return Ok(None);
         }
         Err(e) => return Err(e),
     };
@@ -566,162 +618,188 @@ pub fn run(
         }
         trajectory.record(Step::Trimmed(Box::new(t)));
         if !fits {
-            return Ok(out);
+            return Ok(None);
         }
     }
-    let g = grammar();
-    let call = Call::spread(
-        "reproducer",
-        msgs,
-        sampling,
-        settings.max_tokens,
-        settings.candidates,
-        settings.temperature,
-        &g,
-    );
-    let temperatures = call.temperatures.clone().unwrap_or_default();
-    let generation = call::constrained(conversation, trajectory, call)?;
+    Ok(Some(messages))
+}
 
-    // One run per distinct file.
-    let codes: Vec<Option<String>> = generation
-        .candidates
-        .iter()
-        .map(|c| code_of(&c.text))
-        .collect();
+/// The distinct test files among the replies, and for each reply the
+/// index of its file among them (`None`: no test in the reply).
+fn distinct_files(candidates: &[crate::engine::Candidate]) -> (Vec<String>, Vec<Option<usize>>) {
     let mut distinct: Vec<String> = Vec::new();
     let mut first_of: Vec<Option<usize>> = Vec::new();
-    for code in &codes {
+    for c in candidates {
         first_of.push(
-            code.as_ref()
-                .map(|c| match distinct.iter().position(|d| d == c) {
-                    Some(k) => k,
-                    None => {
-                        distinct.push(c.clone());
-                        distinct.len() - 1
-                    }
-                }),
+            code_of(&c.text).map(|c| match distinct.iter().position(|d| *d == c) {
+                Some(k) => k,
+                None => {
+                    distinct.push(c);
+                    distinct.len() - 1
+                }
+            }),
         );
     }
-    let command = template::test_command(inputs.env, &path);
-    let judging = Judging {
-        issue: &issue.problem_statement,
-        accept: settings.accept,
-    };
-    let mut tried = try_all(inputs, &judging, &path, &command, &distinct);
-    // A test broken by a name it forgot to import runs again with the
-    // import (see [`missing`]).
-    let mut completed: Vec<Vec<String>> = vec![Vec::new(); distinct.len()];
-    for _ in 0..missing::COMPLETION_ROUNDS {
-        let mended: Vec<(usize, String, String)> = tried
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.status == SampleStatus::Broken)
-            .filter_map(|(k, t)| {
-                let name = missing::undefined_name(&t.output)?;
-                let line = missing::import_for(root, &all, name, &path)?;
-                let text = missing::with_import(&distinct[k], &line);
-                (!distinct[k].lines().any(|l| l == line)).then_some((k, line, text))
-            })
-            .collect();
-        if mended.is_empty() {
-            break;
-        }
-        let texts: Vec<String> = mended.iter().map(|(_, _, text)| text.clone()).collect();
-        let again = try_all(inputs, &judging, &path, &command, &texts);
-        for ((k, line, text), t) in mended.into_iter().zip(again) {
-            tracing::info!("  reproducer: candidate file {k} run again with `{line}` added");
-            distinct[k] = text;
-            tried[k] = t;
-            completed[k].push(line);
-        }
+    (distinct, first_of)
+}
+
+/// How candidate files are tried: as the test file `path`, run by
+/// `command`, each in its own worktree.
+struct Trier<'a> {
+    inputs: &'a Inputs<'a>,
+    judging: Judging<'a>,
+    path: String,
+    command: String,
+}
+
+/// The candidate files and how they fared.
+struct Runs<'a> {
+    distinct: &'a [String],
+    /// Per reply, its file's index in `distinct`.
+    first_of: &'a [Option<usize>],
+    tried: &'a [Tried],
+    /// Per file, the imports added to it.
+    completed: &'a [Vec<String>],
+}
+
+impl Trier<'_> {
+    fn try_all(&self, files: &[String]) -> Vec<Tried> {
+        try_all(self.inputs, &self.judging, &self.path, &self.command, files)
     }
 
-    let mut seen: Vec<Option<usize>> = vec![None; distinct.len()];
-    for (index, c) in generation.candidates.iter().enumerate() {
-        let temperature = temperatures.get(index).copied().unwrap_or(0.0);
-        let mut sample = Sample {
-            index,
-            temperature,
-            reply: c.text.clone(),
-            status: SampleStatus::NoTest,
-            reason: String::new(),
-            signature: None,
-            issue_literals: 0,
-            cut_after: None,
-            same_as: None,
-            imports: Vec::new(),
-            output: String::new(),
-        };
-        if let Some(k) = first_of.get(index).copied().flatten() {
-            sample.same_as = seen[k];
-            seen[k].get_or_insert(index);
-            sample.imports = completed[k].clone();
-            if let Some(t) = tried.get(k) {
-                sample.status = t.status;
-                sample.reason = t.reason.clone();
-                sample.output = tail(&t.output, SAMPLE_OUTPUT_CHARS);
-                if t.status == SampleStatus::Failed {
-                    sample.signature = check::failure_signature(&t.output);
-                    sample.issue_literals =
-                        evidence::issue_literals(&distinct[k], &issue.problem_statement);
-                }
+    /// A test broken by a name it forgot to import runs again with the
+    /// import (see [`missing`]); returns, per file, the imports added.
+    fn complete_imports(
+        &self,
+        all: &[String],
+        distinct: &mut [String],
+        tried: &mut [Tried],
+    ) -> Vec<Vec<String>> {
+        let root = self.inputs.ws.path();
+        let mut completed: Vec<Vec<String>> = vec![Vec::new(); distinct.len()];
+        for _ in 0..missing::COMPLETION_ROUNDS {
+            let mended: Vec<(usize, String, String)> = tried
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.status == SampleStatus::Broken)
+                .filter_map(|(k, t)| {
+                    let name = missing::undefined_name(&t.output)?;
+                    let line = missing::import_for(root, all, name, &self.path)?;
+                    let text = missing::with_import(&distinct[k], &line);
+                    (!distinct[k].lines().any(|l| l == line)).then_some((k, line, text))
+                })
+                .collect();
+            if mended.is_empty() {
+                break;
             }
-        } else {
-            sample.reason = "the reply holds no test function".into();
+            let texts: Vec<String> = mended.iter().map(|(_, _, text)| text.clone()).collect();
+            let again = self.try_all(&texts);
+            for ((k, line, text), t) in mended.into_iter().zip(again) {
+                tracing::info!("  reproducer: candidate file {k} run again with `{line}` added");
+                distinct[k] = text;
+                tried[k] = t;
+                completed[k].push(line);
+            }
         }
-        out.samples.push(sample);
+        completed
     }
-    out.chosen = choose(&out.samples);
-    if let Some(i) = out.chosen {
-        let k = first_of.get(i).copied().flatten();
-        if let (Some(k), Some(t)) = (k, k.and_then(|k| tried.get(k))) {
-            let mut text = distinct[k].clone();
-            let mut output = t.output.clone();
-            // Cut after the statement that failed, when the cut file still
-            // fails on the base commit the way it is accepted.
-            let cut = evidence::failing_line(&output, &path)
-                .and_then(|line| evidence::cut_after(&text, line).map(|c| (line, c)));
-            if let Some((line, cut)) = cut {
-                let again = try_all(
-                    inputs,
-                    &judging,
-                    &path,
-                    &command,
-                    std::slice::from_ref(&cut),
-                );
-                match again.first() {
-                    Some(a) if a.status == SampleStatus::Failed => {
-                        tracing::info!(
-                            "  reproducer: the accepted test cut after line {line}, where it \
-                             failed on the base commit"
-                        );
-                        text = cut;
-                        output = a.output.clone();
-                        if let Some(s) = out.samples.get_mut(i) {
-                            s.cut_after = Some(line);
-                        }
+
+    /// The test of accepted sample `i`: its file, cut after the statement
+    /// that failed when the cut file still fails on the base commit the
+    /// way it is accepted (`samples[i].cut_after` then says where).
+    fn accepted(&self, runs: &Runs<'_>, i: usize, samples: &mut [Sample]) -> Option<SubmittedTest> {
+        let k = runs.first_of.get(i).copied().flatten()?;
+        let t = runs.tried.get(k)?;
+        let mut text = runs.distinct[k].clone();
+        let mut output = t.output.clone();
+        let cut = evidence::failing_line(&output, &self.path)
+            .and_then(|line| evidence::cut_after(&text, line).map(|c| (line, c)));
+        if let Some((line, cut)) = cut {
+            let again = self.try_all(std::slice::from_ref(&cut));
+            match again.first() {
+                Some(a) if a.status == SampleStatus::Failed => {
+                    tracing::info!(
+                        "  reproducer: the accepted test cut after line {line}, where it \
+                         failed on the base commit"
+                    );
+                    text = cut;
+                    output = a.output.clone();
+                    if let Some(s) = samples.get_mut(i) {
+                        s.cut_after = Some(line);
                     }
-                    _ => tracing::info!(
-                        "  reproducer: the accepted test cut after line {line} no longer fails \
-                         as it did: kept whole"
-                    ),
                 }
+                _ => tracing::info!(
+                    "  reproducer: the accepted test cut after line {line} no longer fails \
+                     as it did: kept whole"
+                ),
             }
-            out.test = Some(SubmittedTest {
-                path: path.clone(),
-                command: command.clone(),
-                text,
-                output,
-                files: Vec::new(),
-            });
         }
+        Some(SubmittedTest {
+            path: self.path.clone(),
+            command: self.command.clone(),
+            text,
+            output,
+            files: Vec::new(),
+        })
     }
+}
+
+impl Runs<'_> {
+    /// Each reply as a sample: its file's run, or why it had none.
+    fn samples(
+        &self,
+        candidates: &[crate::engine::Candidate],
+        temperatures: &[f32],
+        issue: &Issue,
+    ) -> Vec<Sample> {
+        let mut seen: Vec<Option<usize>> = vec![None; self.distinct.len()];
+        let mut samples = Vec::new();
+        for (index, c) in candidates.iter().enumerate() {
+            let temperature = temperatures.get(index).copied().unwrap_or(0.0);
+            let mut sample = Sample {
+                index,
+                temperature,
+                reply: c.text.clone(),
+                status: SampleStatus::NoTest,
+                reason: String::new(),
+                signature: None,
+                issue_literals: 0,
+                cut_after: None,
+                same_as: None,
+                imports: Vec::new(),
+                output: String::new(),
+            };
+            if let Some(k) = self.first_of.get(index).copied().flatten() {
+                sample.same_as = seen[k];
+                seen[k].get_or_insert(index);
+                sample.imports = self.completed[k].clone();
+                if let Some(t) = self.tried.get(k) {
+                    sample.status = t.status;
+                    sample.reason = t.reason.clone();
+                    sample.output = tail(&t.output, SAMPLE_OUTPUT_CHARS);
+                    if t.status == SampleStatus::Failed {
+                        sample.signature = check::failure_signature(&t.output);
+                        sample.issue_literals =
+                            evidence::issue_literals(&self.distinct[k], &issue.problem_statement);
+                    }
+                }
+            } else {
+                sample.reason = "the reply holds no test function".into();
+            }
+            samples.push(sample);
+        }
+        samples
+    }
+}
+
+/// The reproducer's line in the log: how the samples fared.
+fn log_summary(out: &Reproduction, distinct: usize) {
     let count = |s: SampleStatus| out.samples.iter().filter(|x| x.status == s).count();
     tracing::info!(
         "  reproducer: {} candidates ({} distinct): {} reproduce the issue on the base \
          commit, {} fail otherwise, {} pass, {} broken, {} without a test, {} not tried; {}",
         out.samples.len(),
-        distinct.len(),
+        distinct,
         count(SampleStatus::Failed),
         count(SampleStatus::Other),
         count(SampleStatus::Passed),
@@ -733,7 +811,6 @@ pub fn run(
             None => "none accepted".into(),
         }
     );
-    Ok(out)
 }
 
 /// The last `chars` characters of `text`.

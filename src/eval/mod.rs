@@ -21,8 +21,8 @@ use patchwright_sandbox as sandbox;
 use crate::dataset::Task;
 use crate::env::build::{self, quote, BuildError, Plan};
 use crate::env::log;
-use crate::env::spec::SpecError;
-use crate::env::task::{test_directives, InstallError, Setup, INSTALL_TIMEOUT_S};
+use crate::env::spec::{Spec, SpecError};
+use crate::env::task::{test_directives, InstallError, Setup, TaskEnv, INSTALL_TIMEOUT_S};
 use crate::env::EnvSettings;
 use crate::env::Environment;
 use crate::record::grade::{self as graded, ErrorKind, InfraError, InstanceReport, Summary};
@@ -375,19 +375,48 @@ impl TaskRun<'_> {
         report: &mut InstanceReport,
         log: &mut RunLog,
     ) -> Result<(), InfraError> {
+        let Some(spec) = self.setup.spec.as_ref().map(|s| &s.spec) else {
+            return Err(infra(ErrorKind::EnvironmentMissing)(
+                "grading needs an environment built from a spec",
+            ));
+        };
+        // 1. The repository installed at its base commit.
+        let tree = self.install_base(task, spec, log)?;
+        // 2. The model patch.
+        tree.apply_model_patch(patch, report, log)?;
+        // 3. Installed again with the patch.
+        if !tree.install_patched(patch, report, log)? {
+            return Ok(());
+        }
+        // What the installed commit needs and the environment lacks shows
+        // here: a diagnosis, not a verdict.
+        if !tree.wasi {
+            log.step("pip check");
+            let o = tree.run("python -m pip check".into(), 120)?;
+            log.output(&o);
+        }
+        // 4. The test files as the test patch expects them, then the test patch.
+        let files = tree.apply_test_patch(task, log)?;
+        // 5. The tests, alone in their own sandbox run: the log is theirs.
+        self.run_tests(&tree, task, &files, report, log)
+    }
+
+    /// A fresh worktree at the task's base commit with the repository
+    /// installed into the task's layer (the same preparation the agents'
+    /// worktrees get): an environment problem if this fails.
+    fn install_base<'s>(
+        &self,
+        task: &Task,
+        spec: &'s Spec,
+        log: &mut RunLog,
+    ) -> Result<Worktree<'s>, InfraError> {
         let TaskRun {
             setup,
             host,
             repos,
             work,
-            logdir,
-            test_timeout_s,
+            ..
         } = *self;
-        let Some(spec) = setup.spec.as_ref().map(|s| &s.spec) else {
-            return Err(infra(ErrorKind::EnvironmentMissing)(
-                "grading needs an environment built from a spec",
-            ));
-        };
         let source = repos
             .locate(&task.repo)
             .map_err(infra(ErrorKind::RepositoryMissing))?;
@@ -397,20 +426,11 @@ impl TaskRun<'_> {
         std::fs::create_dir_all(&inputs).map_err(|e| {
             infra(ErrorKind::Sandbox)(format!("cannot create {}: {e}", inputs.display()))
         })?;
-        let write_input = |name: &str, text: &str| -> Result<PathBuf, InfraError> {
-            let p = inputs.join(name);
-            std::fs::write(&p, text)
-                .map_err(|e| infra(ErrorKind::Sandbox)(format!("write {}: {e}", p.display())))?;
-            Ok(p)
-        };
         // With the dependencies the commit declares: they are in the
         // environment, or in its wheelhouse when this commit needs others
         // (installed into the layer, which shadows the environment's).
         let install = setup.install_command().unwrap_or_default();
 
-        // 1. The repository installed at its base commit into the task's
-        // layer (the same preparation the agents' worktrees get): an
-        // environment problem if this fails.
         log.step(&format!("install at base commit: {install}"));
         let task_env = match setup.install(host, ws.path(), &work.join("layer")) {
             Ok(installed) => {
@@ -437,143 +457,38 @@ impl TaskRun<'_> {
         // Created by the program for this task.
         policy.allowed_in_home.push(inputs.clone());
         policy.extra_ro_binds.push(inputs.clone());
-        let run = |cmd: String, timeout_s: u64| -> Result<sandbox::Outcome, InfraError> {
-            let mut p = policy.clone();
-            p.limits.timeout_ms = timeout_s * 1000;
-            sandbox::run(&p, &["bash".into(), "-c".into(), cmd]).map_err(infra(ErrorKind::Sandbox))
-        };
         repo::commit_all(ws.path(), "patchwright: installed").map_err(infra(ErrorKind::Sandbox))?;
+        Ok(Worktree {
+            spec,
+            ws,
+            inputs,
+            install,
+            wasi: setup.spec.as_ref().is_some_and(|s| s.wasi.is_some()),
+            task_env,
+            policy,
+        })
+    }
 
-        // 2. The model patch.
-        let patch_file = write_input("model.diff", patch)?;
-        let p = quote(&patch_file.to_string_lossy());
-        let attempts = [
-            ("git apply", format!("git apply --verbose {p}")),
-            (
-                "git apply --reject",
-                format!("git apply --verbose --reject {p}"),
-            ),
-            (
-                "patch --fuzz=5",
-                format!("patch --batch --fuzz=5 -p1 -i {p}"),
-            ),
-        ];
-        if patch.trim().is_empty() {
-            report.patch_successfully_applied = true;
-        }
-        // The WASI tier runs only Python, not git: the host's `git apply`
-        // applies the patch (it writes only inside the worktree, refusing
-        // paths outside it and beyond symbolic links, and runs nothing).
-        let wasi = setup.spec.as_ref().is_some_and(|s| s.wasi.is_some());
-        if wasi && !patch.trim().is_empty() {
-            log.step(
-                "apply the model patch: git apply (on the host: the WASI tier runs only Python)",
-            );
-            match repo::apply_patch(ws.path(), patch) {
-                Ok(()) => {
-                    report.patch_successfully_applied = true;
-                    report.applied_with = Some("git apply".into());
-                }
-                Err(e) => {
-                    log.text += &format!("{e}\n");
-                    repo::reset_worktree(ws.path()).map_err(infra(ErrorKind::Sandbox))?;
-                }
-            }
-        }
-        for (name, cmd) in attempts
-            .iter()
-            .filter(|_| !wasi && !patch.trim().is_empty())
-        {
-            log.step(&format!("apply the model patch: {cmd}"));
-            let o = run(cmd.clone(), 120)?;
-            log.output(&o);
-            if o.success() {
-                report.patch_successfully_applied = true;
-                report.applied_with = Some(name.to_string());
-                break;
-            }
-            repo::reset_worktree(ws.path()).map_err(infra(ErrorKind::Sandbox))?;
-        }
-        if !report.patch_successfully_applied {
-            return Err(infra(ErrorKind::PatchApplyFailed)(
-                "the model patch applied neither with git apply, git apply --reject nor patch \
-                 --fuzz=5 (see run_instance.log)",
-            ));
-        }
-
-        // 3. Installed again with the patch (as SWE-bench does). An
-        // editable install already sees the patched sources: it is redone
-        // only when the patch could change what the install does. A failure
-        // here is the patch's, and it cannot be left to the tests: they
-        // would import the copy the base install left in the layer, not
-        // the patched sources (a model patch that broke `requests/models.py`
-        // graded resolved that way).
-        if wasi {
-            log.step(
-                "install with the patch: not needed (the WASI tier imports the worktree itself)",
-            );
-        } else if needs_reinstall(&spec.install, patch) {
-            log.step(&format!("install with the patch: {install}"));
-            let o = run(install.clone(), INSTALL_TIMEOUT_S)?;
-            log.output(&o);
-            if !o.success() {
-                log.step(
-                    "the patched repository did not install: the tests would run the unpatched \
-                     copy of the base install; unresolved",
-                );
-                report.patched_install_failed = true;
-                return Ok(());
-            }
-        } else {
-            log.step("install with the patch: not needed (editable install, no packaging file or new file in the patch)");
-        }
-        // What the installed commit needs and the environment lacks shows
-        // here: a diagnosis, not a verdict.
-        if !wasi {
-            log.step("pip check");
-            let o = run("python -m pip check".into(), 120)?;
-            log.output(&o);
-        }
-
-        // 4. The test files as the test patch expects them, then the test patch.
-        let files = patch_files(&task.test_patch);
-        repo::restore_paths(ws.path(), &files).map_err(infra(ErrorKind::TestPatchFailed))?;
-        let test_patch = write_input("test.diff", &task.test_patch)?;
-        log.step("apply the test patch");
-        if wasi {
-            // The host's git, as for the model patch above.
-            repo::apply_patch(ws.path(), &task.test_patch).map_err(|e| {
-                infra(ErrorKind::TestPatchFailed)(format!(
-                    "the task's test patch did not apply: {e}"
-                ))
-            })?;
-            log.text += "[applied on the host with git apply]\n";
-        } else {
-            let o = run(
-                format!(
-                    "git apply --verbose {}",
-                    quote(&test_patch.to_string_lossy())
-                ),
-                120,
-            )?;
-            log.output(&o);
-            if !o.success() {
-                return Err(infra(ErrorKind::TestPatchFailed)(format!(
-                    "the task's test patch did not apply (status {})",
-                    o.cli_exit_code()
-                )));
-            }
-        }
-
-        // 5. The tests, alone in their own sandbox run: the log is theirs.
-        let directives = test_directives(&files, spec.test_directives);
-        let script = task_env.test_script(&files);
+    /// Runs the task's test script on `files` and grades its log into
+    /// `report`; the output goes to `test_output.txt`.
+    fn run_tests(
+        &self,
+        tree: &Worktree<'_>,
+        task: &Task,
+        files: &[String],
+        report: &mut InstanceReport,
+        log: &mut RunLog,
+    ) -> Result<(), InfraError> {
+        let spec = tree.spec;
+        let test_timeout_s = self.test_timeout_s;
+        let directives = test_directives(files, spec.test_directives);
+        let script = tree.task_env.test_script(files);
         log.step(&format!(
             "tests: {} {}",
             spec.test_cmd,
             directives.join(" ")
         ));
-        let mut p = policy.clone();
+        let mut p = tree.policy.clone();
         p.limits.timeout_ms = test_timeout_s * 1000;
         p.limits.output_bytes = TEST_OUTPUT_BYTES;
         p.limits.memory_bytes = TEST_MEMORY_BYTES;
@@ -592,7 +507,7 @@ impl TaskRun<'_> {
         );
         report.test_seconds = o.wall_time_secs;
         report.test_exit_code = o.exit_code;
-        let _ = std::fs::write(logdir.join("test_output.txt"), &o.output);
+        let _ = std::fs::write(self.logdir.join("test_output.txt"), &o.output);
         if o.timed_out {
             return Err(infra(ErrorKind::Timeout)(format!(
                 "the tests ran past {} s",
@@ -616,6 +531,178 @@ impl TaskRun<'_> {
             )));
         }
         Ok(())
+    }
+}
+
+/// A task's worktree with the repository installed at its base commit,
+/// and the sandbox policy its commands run under.
+struct Worktree<'a> {
+    spec: &'a Spec,
+    ws: Workspace,
+    /// The files the program writes for the task (the patches), bound
+    /// read-only into the sandbox.
+    inputs: PathBuf,
+    /// The install command, run again with the patch when needed.
+    install: String,
+    /// The WASI tier: it runs only Python, not git.
+    wasi: bool,
+    task_env: TaskEnv,
+    policy: sandbox::Policy,
+}
+
+impl Worktree<'_> {
+    /// Writes `text` to `name` in the task's inputs.
+    fn write_input(&self, name: &str, text: &str) -> Result<PathBuf, InfraError> {
+        let p = self.inputs.join(name);
+        std::fs::write(&p, text)
+            .map_err(|e| infra(ErrorKind::Sandbox)(format!("write {}: {e}", p.display())))?;
+        Ok(p)
+    }
+
+    /// Runs `cmd` in bash in the sandbox, for at most `timeout_s`.
+    fn run(&self, cmd: String, timeout_s: u64) -> Result<sandbox::Outcome, InfraError> {
+        let mut p = self.policy.clone();
+        p.limits.timeout_ms = timeout_s * 1000;
+        sandbox::run(&p, &["bash".into(), "-c".into(), cmd]).map_err(infra(ErrorKind::Sandbox))
+    }
+
+    /// Applies the model patch with git apply, then git apply --reject,
+    /// then patch --fuzz=5; an error when none applies it.
+    fn apply_model_patch(
+        &self,
+        patch: &str,
+        report: &mut InstanceReport,
+        log: &mut RunLog,
+    ) -> Result<(), InfraError> {
+        let ws = &self.ws;
+        let wasi = self.wasi;
+        let patch_file = self.write_input("model.diff", patch)?;
+        let p = quote(&patch_file.to_string_lossy());
+        let attempts = [
+            ("git apply", format!("git apply --verbose {p}")),
+            (
+                "git apply --reject",
+                format!("git apply --verbose --reject {p}"),
+            ),
+            (
+                "patch --fuzz=5",
+                format!("patch --batch --fuzz=5 -p1 -i {p}"),
+            ),
+        ];
+        if patch.trim().is_empty() {
+            report.patch_successfully_applied = true;
+        }
+        // The WASI tier runs only Python, not git: the host's `git apply`
+        // applies the patch (it writes only inside the worktree, refusing
+        // paths outside it and beyond symbolic links, and runs nothing).
+        if wasi && !patch.trim().is_empty() {
+            log.step(
+                "apply the model patch: git apply (on the host: the WASI tier runs only Python)",
+            );
+            match repo::apply_patch(ws.path(), patch) {
+                Ok(()) => {
+                    report.patch_successfully_applied = true;
+                    report.applied_with = Some("git apply".into());
+                }
+                Err(e) => {
+                    log.text += &format!("{e}\n");
+                    repo::reset_worktree(ws.path()).map_err(infra(ErrorKind::Sandbox))?;
+                }
+            }
+        }
+        for (name, cmd) in attempts
+            .iter()
+            .filter(|_| !wasi && !patch.trim().is_empty())
+        {
+            log.step(&format!("apply the model patch: {cmd}"));
+            let o = self.run(cmd.clone(), 120)?;
+            log.output(&o);
+            if o.success() {
+                report.patch_successfully_applied = true;
+                report.applied_with = Some(name.to_string());
+                break;
+            }
+            repo::reset_worktree(ws.path()).map_err(infra(ErrorKind::Sandbox))?;
+        }
+        if !report.patch_successfully_applied {
+            return Err(infra(ErrorKind::PatchApplyFailed)(
+                "the model patch applied neither with git apply, git apply --reject nor patch \
+                 --fuzz=5 (see run_instance.log)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Installs the patched repository again (as SWE-bench does) when the
+    /// patch needs it. False when that install failed: the task is
+    /// unresolved, and graded no further.
+    fn install_patched(
+        &self,
+        patch: &str,
+        report: &mut InstanceReport,
+        log: &mut RunLog,
+    ) -> Result<bool, InfraError> {
+        // An editable install already sees the patched sources: it is
+        // redone only when the patch could change what the install does. A
+        // failure here is the patch's, and it cannot be left to the tests:
+        // they would import the copy the base install left in the layer,
+        // not the patched sources (a model patch that broke
+        // `requests/models.py` graded resolved that way).
+        if self.wasi {
+            log.step(
+                "install with the patch: not needed (the WASI tier imports the worktree itself)",
+            );
+        } else if needs_reinstall(&self.spec.install, patch) {
+            log.step(&format!("install with the patch: {}", self.install));
+            let o = self.run(self.install.clone(), INSTALL_TIMEOUT_S)?;
+            log.output(&o);
+            if !o.success() {
+                log.step(
+                    "the patched repository did not install: the tests would run the unpatched \
+                     copy of the base install; unresolved",
+                );
+                report.patched_install_failed = true;
+                return Ok(false);
+            }
+        } else {
+            log.step("install with the patch: not needed (editable install, no packaging file or new file in the patch)");
+        }
+        Ok(true)
+    }
+
+    /// Restores the files the task's test patch touches and applies it;
+    /// those files, which the tests run on.
+    fn apply_test_patch(&self, task: &Task, log: &mut RunLog) -> Result<Vec<String>, InfraError> {
+        let ws = &self.ws;
+        let files = patch_files(&task.test_patch);
+        repo::restore_paths(ws.path(), &files).map_err(infra(ErrorKind::TestPatchFailed))?;
+        let test_patch = self.write_input("test.diff", &task.test_patch)?;
+        log.step("apply the test patch");
+        if self.wasi {
+            // The host's git, as for the model patch above.
+            repo::apply_patch(ws.path(), &task.test_patch).map_err(|e| {
+                infra(ErrorKind::TestPatchFailed)(format!(
+                    "the task's test patch did not apply: {e}"
+                ))
+            })?;
+            log.text += "[applied on the host with git apply]\n";
+        } else {
+            let o = self.run(
+                format!(
+                    "git apply --verbose {}",
+                    quote(&test_patch.to_string_lossy())
+                ),
+                120,
+            )?;
+            log.output(&o);
+            if !o.success() {
+                return Err(infra(ErrorKind::TestPatchFailed)(format!(
+                    "the task's test patch did not apply (status {})",
+                    o.cli_exit_code()
+                )));
+            }
+        }
+        Ok(files)
     }
 }
 

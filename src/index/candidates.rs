@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::bm25::Bm25;
 use super::is_test_file;
-use super::symbols::{canonical_root, read_source, CodeIndex, SymbolKind};
+use super::symbols::{canonical_root, read_source, CodeIndex, Symbol, SymbolKind};
 
 /// Weight of a function's BM25 score, normalised to the best function's.
 pub const FUNCTION_BM25_WEIGHT: f64 = 1.0;
@@ -437,40 +437,93 @@ impl FileEvidence {
 /// repository the index was built from, read for BM25.
 pub fn rank(index: &CodeIndex, root: &Path, issue: &str) -> Ranking {
     let m = mentions(issue);
-    let mut own: HashMap<(usize, usize), Own> = HashMap::new();
-    let mut files: HashMap<usize, FileEvidence> = HashMap::new();
-    let file_index: HashMap<&str, usize> = index
-        .files
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (f.path.as_str(), i))
-        .collect();
-    let excluded = |fi: usize| is_excluded(&index.files[fi].path);
-
+    let mut evidence = Evidence::new(index);
     // Paths, and dotted module names (`sympy.core.basic.Basic.foo`).
-    for written in &m.paths {
-        for fi in resolve_path(index, written) {
-            if !excluded(fi) {
-                files.entry(fi).or_default().path = PATH_WEIGHT;
+    evidence.note_paths(&m.paths);
+    evidence.note_names(&m.dotted, &m.identifiers);
+    // Traceback frames into the repository's own (non-test) files.
+    evidence.note_frames(&m.frames);
+    // BM25 over functions and over files, each normalised to its best.
+    evidence.note_bm25(root, issue);
+    Ranking {
+        candidates: evidence.candidates(),
+        files: evidence.ranked_files(),
+    }
+}
+
+/// A function or method: (file index, symbol index) in the [`CodeIndex`].
+type SymbolAt = (usize, usize);
+
+/// The index's non-test functions, methods and classes by name.
+type ByName<'a> = HashMap<&'a str, Vec<SymbolAt>>;
+
+/// What [`rank`] has gathered so far, per function and per file.
+struct Evidence<'a> {
+    index: &'a CodeIndex,
+    own: HashMap<SymbolAt, Own>,
+    files: HashMap<usize, FileEvidence>,
+}
+
+impl<'a> Evidence<'a> {
+    fn new(index: &'a CodeIndex) -> Self {
+        Evidence {
+            index,
+            own: HashMap::new(),
+            files: HashMap::new(),
+        }
+    }
+
+    fn excluded(&self, fi: usize) -> bool {
+        is_excluded(&self.index.files[fi].path)
+    }
+
+    /// The files the issue names by path.
+    fn note_paths(&mut self, paths: &[String]) {
+        for written in paths {
+            for fi in resolve_path(self.index, written) {
+                if !self.excluded(fi) {
+                    self.files.entry(fi).or_default().path = PATH_WEIGHT;
+                }
             }
         }
     }
-    let mut by_name: HashMap<&str, Vec<(usize, usize)>> = HashMap::new();
-    for (fi, f) in index.files.iter().enumerate() {
-        if excluded(fi) {
-            continue;
+
+    fn by_name(&self) -> ByName<'a> {
+        let index = self.index;
+        let mut by_name: ByName<'a> = HashMap::new();
+        for (fi, f) in index.files.iter().enumerate() {
+            if self.excluded(fi) {
+                continue;
+            }
+            for (si, s) in f.symbols.iter().enumerate() {
+                by_name.entry(s.name.as_str()).or_default().push((fi, si));
+            }
         }
-        for (si, s) in f.symbols.iter().enumerate() {
-            by_name.entry(s.name.as_str()).or_default().push((fi, si));
+        by_name
+    }
+
+    /// The functions and classes the issue names, with dotted names and
+    /// with identifiers.
+    fn note_names(&mut self, dotted: &[String], identifiers: &[String]) {
+        let by_name = self.by_name();
+        for dotted in dotted {
+            self.note_dotted(dotted, &by_name);
+        }
+        for name in identifiers {
+            if let Some(hits) = by_name.get(name.as_str()) {
+                self.give(hits, IDENTIFIER_WEIGHT);
+            }
         }
     }
-    let give = |own: &mut HashMap<(usize, usize), Own>,
-                hits: &[(usize, usize)],
-                weight: f64,
-                set: fn(&mut Own, f64)| {
+
+    /// `weight` shared among `hits` as named functions, or [`CLASS_WEIGHT`]
+    /// to each method of a class among them; nothing when there are more
+    /// than [`MAX_DEFINITIONS`].
+    fn give(&mut self, hits: &[SymbolAt], weight: f64) {
         if hits.is_empty() || hits.len() > MAX_DEFINITIONS {
             return;
         }
+        let index = self.index;
         let share = weight / hits.len() as f64;
         for &(fi, si) in hits {
             let s = &index.files[fi].symbols[si];
@@ -481,52 +534,28 @@ pub fn rank(index: &CodeIndex, root: &Path, issue: &str) -> Ranking {
                         && method.qualname.starts_with(&prefix)
                         && !method.qualname[prefix.len()..].contains('.')
                     {
-                        let o = own.entry((fi, mi)).or_default();
+                        let o = self.own.entry((fi, mi)).or_default();
                         o.class = o.class.max(CLASS_WEIGHT / hits.len() as f64);
                     }
                 }
             } else {
-                set(own.entry((fi, si)).or_default(), share);
+                let o = self.own.entry((fi, si)).or_default();
+                o.named = o.named.max(share);
             }
         }
-    };
-    let set_named: fn(&mut Own, f64) = |o, w| o.named = o.named.max(w);
-    for dotted in &m.dotted {
+    }
+
+    /// A dotted name: in the module it starts with when that is a file of
+    /// the repository, else wherever a qualname matches it.
+    fn note_dotted(&mut self, dotted: &str, by_name: &ByName<'a>) {
         let parts: Vec<&str> = dotted.split('.').collect();
-        // The longest module prefix that is a file of the repository.
-        let mut rest = dotted.as_str();
-        for i in (2..=parts.len()).rev() {
-            let module = parts[..i].join("/");
-            let found: Vec<usize> = [format!("{module}.py"), format!("{module}/__init__.py")]
-                .iter()
-                .flat_map(|p| resolve_path(index, p))
-                .filter(|&fi| !excluded(fi))
-                .collect();
-            if !found.is_empty() {
-                for &fi in &found {
-                    files.entry(fi).or_default().path = PATH_WEIGHT;
-                }
-                let qual = parts[i..].join(".");
-                let hits: Vec<(usize, usize)> = found
-                    .iter()
-                    .filter_map(|&fi| {
-                        let si = index.files[fi]
-                            .symbols
-                            .iter()
-                            .position(|s| s.qualname == qual)?;
-                        Some((fi, si))
-                    })
-                    .collect();
-                give(&mut own, &hits, NAMED_WEIGHT, set_named);
-                rest = "";
-                break;
-            }
+        if self.note_in_module(&parts) {
+            return;
         }
-        if rest.is_empty() {
-            continue;
-        }
+        let rest = dotted;
+        let index = self.index;
         let last = parts.last().copied().unwrap_or(rest);
-        let hits: Vec<(usize, usize)> = by_name
+        let hits: Vec<SymbolAt> = by_name
             .get(last)
             .map(|v| {
                 v.iter()
@@ -540,158 +569,213 @@ pub fn rank(index: &CodeIndex, root: &Path, issue: &str) -> Ranking {
                     .collect()
             })
             .unwrap_or_default();
-        give(&mut own, &hits, NAMED_WEIGHT, set_named);
-    }
-    for name in &m.identifiers {
-        if let Some(hits) = by_name.get(name.as_str()) {
-            give(&mut own, hits, IDENTIFIER_WEIGHT, set_named);
-        }
+        self.give(&hits, NAMED_WEIGHT);
     }
 
-    // Traceback frames into the repository's own (non-test) files.
-    let frames: Vec<(usize, &Frame)> = m
-        .frames
-        .iter()
-        .filter_map(|f| {
-            let fi = resolve_path(index, &f.path).into_iter().next()?;
-            (!excluded(fi)).then_some((fi, f))
-        })
-        .collect();
-    for (k, (fi, frame)) in frames.iter().enumerate() {
-        let weight = (TRACEBACK_WEIGHT - TRACEBACK_STEP * (frames.len() - 1 - k) as f64)
-            .max(TRACEBACK_MIN_WEIGHT);
-        files.entry(*fi).or_default().traceback = TRACEBACK_FILE_WEIGHT;
-        let symbols = &index.files[*fi].symbols;
-        let holding = |named: bool| {
-            symbols
+    /// The longest module prefix of `parts` that is a file of the
+    /// repository: the file named, and the qualname after the prefix in it.
+    /// False when no prefix is such a file.
+    fn note_in_module(&mut self, parts: &[&str]) -> bool {
+        let index = self.index;
+        for i in (2..=parts.len()).rev() {
+            let module = parts[..i].join("/");
+            let found: Vec<usize> = [format!("{module}.py"), format!("{module}/__init__.py")]
                 .iter()
-                .enumerate()
-                .filter(|(_, s)| {
-                    s.kind != SymbolKind::Class
-                        && s.start_line <= frame.line
-                        && frame.line <= s.end_line
-                        && (!named || frame.function.as_deref() == Some(s.name.as_str()))
-                })
-                .max_by_key(|(_, s)| s.start_line)
-                .map(|(i, _)| i)
-        };
-        let by_function = || {
-            let name = frame.function.as_deref()?;
-            let mut named = symbols
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.kind != SymbolKind::Class && s.name == name);
-            let first = named.next()?;
-            named.next().is_none().then_some(first.0)
-        };
-        if let Some(si) = holding(true)
-            .or_else(by_function)
-            .or_else(|| holding(false))
-        {
-            let o = own.entry((*fi, si)).or_default();
-            o.traceback = o.traceback.max(weight);
+                .flat_map(|p| resolve_path(index, p))
+                .filter(|&fi| !self.excluded(fi))
+                .collect();
+            if !found.is_empty() {
+                for &fi in &found {
+                    self.files.entry(fi).or_default().path = PATH_WEIGHT;
+                }
+                let qual = parts[i..].join(".");
+                let hits: Vec<SymbolAt> = found
+                    .iter()
+                    .filter_map(|&fi| {
+                        let si = index.files[fi]
+                            .symbols
+                            .iter()
+                            .position(|s| s.qualname == qual)?;
+                        Some((fi, si))
+                    })
+                    .collect();
+                self.give(&hits, NAMED_WEIGHT);
+                return true;
+            }
         }
+        false
     }
 
-    // BM25 over functions and over files, each normalised to its best.
-    let ranked = index.rank_functions(root, issue, usize::MAX);
-    let best = ranked.first().map_or(0.0, |r| r.2);
-    if best > 0.0 {
-        for (path, qualname, score) in &ranked {
-            let Some(&fi) = file_index.get(path.as_str()) else {
-                continue;
-            };
-            if excluded(fi) {
-                continue;
-            }
-            if let Some(si) = index.files[fi]
-                .symbols
-                .iter()
-                .position(|s| &s.qualname == qualname)
-            {
-                own.entry((fi, si)).or_default().bm25 = score / best;
-            }
-        }
-    }
-    let file_scores = file_bm25(index, root, issue, |p| !is_excluded(p));
-    let best = file_scores.iter().map(|(_, s)| *s).fold(0.0, f64::max);
-    if best > 0.0 {
-        for (fi, score) in file_scores {
-            files.entry(fi).or_default().bm25 = score / best;
-        }
-    }
-
-    let mut candidates: Vec<Candidate> = own
-        .iter()
-        .filter_map(|(&(fi, si), o)| {
-            let f = &index.files[fi];
-            let s = &f.symbols[si];
-            let fe = files.get(&fi).copied().unwrap_or_default();
-            let score = o.total() + fe.total();
-            if score <= 0.0 {
-                return None;
-            }
-            let reasons = [
-                ("traceback", o.traceback > 0.0),
-                ("named", o.named > 0.0),
-                ("class", o.class > 0.0),
-                ("path", fe.path > 0.0),
-                ("bm25", o.bm25 > 0.0 || fe.bm25 > 0.0),
-            ];
-            let why: Vec<&str> = reasons.iter().filter(|r| r.1).map(|r| r.0).collect();
-            Some(Candidate {
-                path: f.path.clone(),
-                symbol: s.qualname.clone(),
-                start_line: s.start_line,
-                end_line: s.end_line,
-                score,
-                why: why.join("+"),
+    /// Traceback frames into the repository's own (non-test) files: the
+    /// file, and the function holding the frame's line, weighted by how
+    /// far in the frame is.
+    fn note_frames(&mut self, frames: &[Frame]) {
+        let index = self.index;
+        let frames: Vec<(usize, &Frame)> = frames
+            .iter()
+            .filter_map(|f| {
+                let fi = resolve_path(index, &f.path).into_iter().next()?;
+                (!self.excluded(fi)).then_some((fi, f))
             })
-        })
-        .collect();
-    if candidates.iter().any(|c| !is_secondary(&c.path)) {
-        candidates.retain(|c| !is_secondary(&c.path));
+            .collect();
+        for (k, (fi, frame)) in frames.iter().enumerate() {
+            let weight = (TRACEBACK_WEIGHT - TRACEBACK_STEP * (frames.len() - 1 - k) as f64)
+                .max(TRACEBACK_MIN_WEIGHT);
+            self.files.entry(*fi).or_default().traceback = TRACEBACK_FILE_WEIGHT;
+            if let Some(si) = frame_function(&index.files[*fi].symbols, frame) {
+                let o = self.own.entry((*fi, si)).or_default();
+                o.traceback = o.traceback.max(weight);
+            }
+        }
     }
-    candidates.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then_with(|| a.path.cmp(&b.path))
-            .then(a.start_line.cmp(&b.start_line))
-    });
-    // Two definitions of one qualname (a property's getter and setter) are
-    // one place to show.
-    let mut seen = BTreeSet::new();
-    candidates.retain(|c| seen.insert((c.path.clone(), c.symbol.clone())));
 
-    let mut best_own: BTreeMap<usize, f64> = BTreeMap::new();
-    for (&(fi, _), o) in &own {
-        let e = best_own.entry(fi).or_insert(0.0);
-        *e = e.max(o.total());
+    /// BM25 over functions and over files, each normalised to its best.
+    fn note_bm25(&mut self, root: &Path, issue: &str) {
+        let index = self.index;
+        let file_index: HashMap<&str, usize> = index
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.path.as_str(), i))
+            .collect();
+        let ranked = index.rank_functions(root, issue, usize::MAX);
+        let best = ranked.first().map_or(0.0, |r| r.2);
+        if best > 0.0 {
+            for (path, qualname, score) in &ranked {
+                let Some(&fi) = file_index.get(path.as_str()) else {
+                    continue;
+                };
+                if self.excluded(fi) {
+                    continue;
+                }
+                if let Some(si) = index.files[fi]
+                    .symbols
+                    .iter()
+                    .position(|s| &s.qualname == qualname)
+                {
+                    self.own.entry((fi, si)).or_default().bm25 = score / best;
+                }
+            }
+        }
+        let file_scores = file_bm25(index, root, issue, |p| !is_excluded(p));
+        let best = file_scores.iter().map(|(_, s)| *s).fold(0.0, f64::max);
+        if best > 0.0 {
+            for (fi, score) in file_scores {
+                self.files.entry(fi).or_default().bm25 = score / best;
+            }
+        }
     }
-    let mut ranked_files: Vec<RankedPath> = files
-        .keys()
-        .chain(best_own.keys())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .map(|&fi| RankedPath {
-            path: index.files[fi].path.clone(),
-            score: files.get(&fi).copied().unwrap_or_default().total()
-                + best_own.get(&fi).copied().unwrap_or(0.0),
-        })
-        .filter(|r| r.score > 0.0)
-        .collect();
-    if ranked_files.iter().any(|r| !is_secondary(&r.path)) {
-        ranked_files.retain(|r| !is_secondary(&r.path));
+
+    /// Every function with a positive score, best first, secondary files'
+    /// only when there are no others.
+    fn candidates(&self) -> Vec<Candidate> {
+        let mut candidates: Vec<Candidate> = self
+            .own
+            .iter()
+            .filter_map(|(&(fi, si), o)| {
+                let f = &self.index.files[fi];
+                let s = &f.symbols[si];
+                let fe = self.files.get(&fi).copied().unwrap_or_default();
+                let score = o.total() + fe.total();
+                if score <= 0.0 {
+                    return None;
+                }
+                let reasons = [
+                    ("traceback", o.traceback > 0.0),
+                    ("named", o.named > 0.0),
+                    ("class", o.class > 0.0),
+                    ("path", fe.path > 0.0),
+                    ("bm25", o.bm25 > 0.0 || fe.bm25 > 0.0),
+                ];
+                let why: Vec<&str> = reasons.iter().filter(|r| r.1).map(|r| r.0).collect();
+                Some(Candidate {
+                    path: f.path.clone(),
+                    symbol: s.qualname.clone(),
+                    start_line: s.start_line,
+                    end_line: s.end_line,
+                    score,
+                    why: why.join("+"),
+                })
+            })
+            .collect();
+        if candidates.iter().any(|c| !is_secondary(&c.path)) {
+            candidates.retain(|c| !is_secondary(&c.path));
+        }
+        candidates.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| a.path.cmp(&b.path))
+                .then(a.start_line.cmp(&b.start_line))
+        });
+        // Two definitions of one qualname (a property's getter and setter) are
+        // one place to show.
+        let mut seen = BTreeSet::new();
+        candidates.retain(|c| seen.insert((c.path.clone(), c.symbol.clone())));
+        candidates
     }
-    ranked_files.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then_with(|| a.path.cmp(&b.path))
-    });
-    Ranking {
-        candidates,
-        files: ranked_files,
+
+    /// Every file with a positive score (its own plus its best function's),
+    /// best first, secondary files only when there are no others.
+    fn ranked_files(&self) -> Vec<RankedPath> {
+        let mut best_own: BTreeMap<usize, f64> = BTreeMap::new();
+        for (&(fi, _), o) in &self.own {
+            let e = best_own.entry(fi).or_insert(0.0);
+            *e = e.max(o.total());
+        }
+        let mut ranked_files: Vec<RankedPath> = self
+            .files
+            .keys()
+            .chain(best_own.keys())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(|&fi| RankedPath {
+                path: self.index.files[fi].path.clone(),
+                score: self.files.get(&fi).copied().unwrap_or_default().total()
+                    + best_own.get(&fi).copied().unwrap_or(0.0),
+            })
+            .filter(|r| r.score > 0.0)
+            .collect();
+        if ranked_files.iter().any(|r| !is_secondary(&r.path)) {
+            ranked_files.retain(|r| !is_secondary(&r.path));
+        }
+        ranked_files.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| a.path.cmp(&b.path))
+        });
+        ranked_files
     }
+}
+
+/// The index of the function (not class) in `symbols` that holds the
+/// frame's line: the innermost one with the frame's function name, else
+/// the only function of that name, else the innermost one.
+fn frame_function(symbols: &[Symbol], frame: &Frame) -> Option<usize> {
+    let holding = |named: bool| {
+        symbols
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.kind != SymbolKind::Class
+                    && s.start_line <= frame.line
+                    && frame.line <= s.end_line
+                    && (!named || frame.function.as_deref() == Some(s.name.as_str()))
+            })
+            .max_by_key(|(_, s)| s.start_line)
+            .map(|(i, _)| i)
+    };
+    let by_function = || {
+        let name = frame.function.as_deref()?;
+        let mut named = symbols
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.kind != SymbolKind::Class && s.name == name);
+        let first = named.next()?;
+        named.next().is_none().then_some(first.0)
+    };
+    holding(true)
+        .or_else(by_function)
+        .or_else(|| holding(false))
 }
 
 /// BM25 of `query` over the index's files whose path `keep` accepts (a

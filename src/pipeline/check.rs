@@ -121,124 +121,11 @@ fn run_check(
 ) -> Result<(), CheckError> {
     let source = repos.locate(&task.repo)?;
     let ws = Workspace::create(&source, &task.base_commit, &scratch.join("ws"))?;
-    let test_file = reproduction_file(task).ok_or(CheckError::NoTestFile)?;
-    row.test_file = Some(test_file.clone());
-    // The test file as the test patch leaves it, and the files the patch
-    // adds beside it (data the tests read), which the reproducer creates.
-    let (test_text, added) = {
-        let w = ws.clone_to(&scratch.join("test-patched"))?;
-        crate::repo::apply_patch(w.path(), &task.test_patch)?;
-        let read = |rel: &str| {
-            let path = w.path().join(rel);
-            std::fs::read_to_string(&path).map_err(|source| CheckError::Read {
-                path: path.display().to_string(),
-                source,
-            })
-        };
-        let text = read(&test_file)?;
-        let added: Vec<(String, String)> = crate::eval::patch_files(&task.test_patch)
-            .into_iter()
-            .filter(|f| *f != test_file && !ws.path().join(f).exists())
-            .filter_map(|f| read(&f).ok().map(|t| (f, t)))
-            .collect();
-        let _ = w.remove();
-        (text, added)
-    };
-    let base_lines = crate::aci::read_text(ws.path(), &test_file)
-        .map(|t| t.lines().count())
-        .unwrap_or(0);
-    let gold = search_replace(&task.patch, None)?;
-    let wrong = search_replace(&task.patch, Some(WRONG_LINE))?;
-    let (locate, located) = locations(ws.path(), &task.patch);
-
-    let (setup, used) = pool.for_agents(task, None);
-    row.environment = Some(used);
-    let host = &pool.settings.host;
-    let env = match &setup {
-        Some(s) => match s.install(host, ws.path(), &scratch.join("layer")) {
-            Ok(i) => i.task,
-            Err(e) => {
-                if let Some(u) = row.environment.as_mut() {
-                    u.error = Some(e.to_string());
-                }
-                TaskEnv::bare(host)
-            }
-        },
-        None => TaskEnv::bare(host),
-    };
-
-    // The localizer records the gold functions, then submits.
-    let mut calls: Vec<Vec<String>> = Vec::new();
-    for (path, symbol) in &locate {
-        calls.push(vec![format!(
-            "This is a place to change.\n\n```\nlocate {path}::{symbol}\n```"
-        )]);
-    }
-    calls.push(vec!["That is all.\n\n```\nsubmit\n```".to_string()]);
-    // The reproducer.
-    let mode = if added.is_empty() {
-        ReproducerMode::Sample
-    } else {
-        ReproducerMode::React
-    };
-    row.reproducer_mode = Some(mode);
-    match mode {
-        ReproducerMode::Sample => calls.push(vec![format!(
-            "```python\n{}\n```",
-            test_text.trim_end_matches('\n')
-        )]),
-        // Create the files beside the test, open (or create) the test
-        // file, replace its text, hand it in.
-        ReproducerMode::React => {
-            for (path, text) in &added {
-                calls.push(vec![format!(
-                    "The tests need this file.\n\n```\ncreate {path}\n```"
-                )]);
-                calls.push(vec![format!(
-                    "Its content.\n\n```\nedit 1:1\n{}\nend_of_edit\n```",
-                    text.trim_end_matches('\n')
-                )]);
-            }
-            let open = if base_lines == 0 {
-                format!("The test file is new.\n\n```\ncreate {test_file}\n```")
-            } else {
-                format!("I open the test file.\n\n```\nopen {test_file}\n```")
-            };
-            let edit = format!(
-                "I write the tests the issue needs.\n\n```\nedit 1:{}\n{}\nend_of_edit\n```",
-                base_lines.max(1),
-                test_text.trim_end_matches('\n')
-            );
-            let submit = format!(
-                "They should fail on this code.\n\n```\nsubmit_test {test_file} python -m pytest {test_file}\n```"
-            );
-            calls.extend([vec![open], vec![edit], vec![submit]]);
-        }
-    }
-    calls.push(vec![
-        format!("Reasoning: a harmless comment.\n\n{wrong}"),
-        format!("Reasoning: the fix.\n\n{gold}"),
-    ]);
-    let model = ScriptedModel {
-        calls,
-        next: Mutex::new(0),
-    };
-
-    let mut settings = Settings::defaults("scripted");
-    settings.pipeline.template = false;
-    settings.pipeline.reproduce = true;
-    settings.pipeline.rank = true;
-    settings.reproducer.mode = mode;
-    settings.reproducer.candidates = 1;
-    settings.agents.reproducer.max_steps = 3 + 2 * added.len();
-    settings.localizer.mode = crate::agents::localize::LocalizerMode::React;
-    settings.agents.localizer.max_steps = locate.len() + 1;
-    settings.fixer.candidates = 2;
-    // The scripted fixes are the patches as SEARCH/REPLACE blocks.
-    settings.fixer.edit_format = crate::agents::fixer::EditFormat::SearchReplace;
-    settings.ranker.compare = false;
-    settings.ranker.test_timeout_s = CHECK_TEST_TIMEOUT_S;
-    settings.aci.run_timeout_s = CHECK_TEST_TIMEOUT_S;
+    let answer = Answer::read(task, &ws, scratch, row)?;
+    let env = task_env(task, pool, &ws, scratch, row);
+    let mode = answer.reproducer_mode();
+    let model = answer.model(mode, row);
+    let settings = answer.settings(mode);
     let mut trajectory = Trajectory::new(&task.instance_id);
     let outcome = masai::run(
         &model,
@@ -253,6 +140,212 @@ fn run_check(
         },
         &mut trajectory,
     )?;
+    record_reproduction(row, mode, &outcome, &trajectory);
+    record_ranking(row, &outcome);
+    if answer.located.is_empty() {
+        row.error = Some("the gold patch changes no function or class".into());
+    }
+    Ok(())
+}
+
+/// What the scripted model knows: the task's answer, read from its
+/// patches and its base commit.
+struct Answer {
+    /// The task's test file the reproduction is made of.
+    test_file: String,
+    /// The test file as the test patch leaves it.
+    test_text: String,
+    /// The files the test patch adds beside it (path, text).
+    added: Vec<(String, String)>,
+    /// The test file's lines at the base commit (0 when it is new).
+    base_lines: usize,
+    /// The gold patch as SEARCH/REPLACE blocks, and the wrong one.
+    gold: String,
+    wrong: String,
+    /// What the localizer records, and the gold functions.
+    locate: Vec<(String, String)>,
+    located: Vec<String>,
+}
+
+impl Answer {
+    /// Reads the answer of `task` from `ws` (its base commit); the test
+    /// file goes into `row`.
+    fn read(
+        task: &Task,
+        ws: &Workspace,
+        scratch: &Path,
+        row: &mut CheckRow,
+    ) -> Result<Answer, CheckError> {
+        let test_file = reproduction_file(task).ok_or(CheckError::NoTestFile)?;
+        row.test_file = Some(test_file.clone());
+        let (test_text, added) = test_patched(task, ws, scratch, &test_file)?;
+        let base_lines = crate::aci::read_text(ws.path(), &test_file)
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
+        let gold = search_replace(&task.patch, None)?;
+        let wrong = search_replace(&task.patch, Some(WRONG_LINE))?;
+        let (locate, located) = locations(ws.path(), &task.patch);
+        Ok(Answer {
+            test_file,
+            test_text,
+            added,
+            base_lines,
+            gold,
+            wrong,
+            locate,
+            located,
+        })
+    }
+
+    /// Sample mode, unless the test patch adds files beside the test,
+    /// which only an agent can create.
+    fn reproducer_mode(&self) -> ReproducerMode {
+        if self.added.is_empty() {
+            ReproducerMode::Sample
+        } else {
+            ReproducerMode::React
+        }
+    }
+
+    /// The script of every model call, the Reproducer's in `mode` (which
+    /// goes into `row`).
+    fn model(&self, mode: ReproducerMode, row: &mut CheckRow) -> ScriptedModel {
+        let test_file = &self.test_file;
+        // The localizer records the gold functions, then submits.
+        let mut calls: Vec<Vec<String>> = Vec::new();
+        for (path, symbol) in &self.locate {
+            calls.push(vec![format!(
+                "This is a place to change.\n\n```\nlocate {path}::{symbol}\n```"
+            )]);
+        }
+        calls.push(vec!["That is all.\n\n```\nsubmit\n```".to_string()]);
+        // The reproducer.
+        row.reproducer_mode = Some(mode);
+        match mode {
+            ReproducerMode::Sample => calls.push(vec![format!(
+                "```python\n{}\n```",
+                self.test_text.trim_end_matches('\n')
+            )]),
+            // Create the files beside the test, open (or create) the test
+            // file, replace its text, hand it in.
+            ReproducerMode::React => {
+                for (path, text) in &self.added {
+                    calls.push(vec![format!(
+                        "The tests need this file.\n\n```\ncreate {path}\n```"
+                    )]);
+                    calls.push(vec![format!(
+                        "Its content.\n\n```\nedit 1:1\n{}\nend_of_edit\n```",
+                        text.trim_end_matches('\n')
+                    )]);
+                }
+                let open = if self.base_lines == 0 {
+                    format!("The test file is new.\n\n```\ncreate {test_file}\n```")
+                } else {
+                    format!("I open the test file.\n\n```\nopen {test_file}\n```")
+                };
+                let edit = format!(
+                    "I write the tests the issue needs.\n\n```\nedit 1:{}\n{}\nend_of_edit\n```",
+                    self.base_lines.max(1),
+                    self.test_text.trim_end_matches('\n')
+                );
+                let submit = format!(
+                    "They should fail on this code.\n\n```\nsubmit_test {test_file} python -m pytest {test_file}\n```"
+                );
+                calls.extend([vec![open], vec![edit], vec![submit]]);
+            }
+        }
+        calls.push(vec![
+            format!("Reasoning: a harmless comment.\n\n{}", self.wrong),
+            format!("Reasoning: the fix.\n\n{}", self.gold),
+        ]);
+        ScriptedModel {
+            calls,
+            next: Mutex::new(0),
+        }
+    }
+
+    /// The pipeline's settings for the script: each stage's steps and
+    /// candidates as many as the script answers.
+    fn settings(&self, mode: ReproducerMode) -> Settings {
+        let mut settings = Settings::defaults("scripted");
+        settings.pipeline.template = false;
+        settings.pipeline.reproduce = true;
+        settings.pipeline.rank = true;
+        settings.reproducer.mode = mode;
+        settings.reproducer.candidates = 1;
+        settings.agents.reproducer.max_steps = 3 + 2 * self.added.len();
+        settings.localizer.mode = crate::agents::localize::LocalizerMode::React;
+        settings.agents.localizer.max_steps = self.locate.len() + 1;
+        settings.fixer.candidates = 2;
+        // The scripted fixes are the patches as SEARCH/REPLACE blocks.
+        settings.fixer.edit_format = crate::agents::fixer::EditFormat::SearchReplace;
+        settings.ranker.compare = false;
+        settings.ranker.test_timeout_s = CHECK_TEST_TIMEOUT_S;
+        settings.aci.run_timeout_s = CHECK_TEST_TIMEOUT_S;
+        settings
+    }
+}
+
+/// The test file as the test patch leaves it, and the files the patch
+/// adds beside it (data the tests read), which the reproducer creates.
+fn test_patched(
+    task: &Task,
+    ws: &Workspace,
+    scratch: &Path,
+    test_file: &str,
+) -> Result<(String, Vec<(String, String)>), CheckError> {
+    let w = ws.clone_to(&scratch.join("test-patched"))?;
+    crate::repo::apply_patch(w.path(), &task.test_patch)?;
+    let read = |rel: &str| {
+        let path = w.path().join(rel);
+        std::fs::read_to_string(&path).map_err(|source| CheckError::Read {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    let text = read(test_file)?;
+    let added: Vec<(String, String)> = crate::eval::patch_files(&task.test_patch)
+        .into_iter()
+        .filter(|f| *f != test_file && !ws.path().join(f).exists())
+        .filter_map(|f| read(&f).ok().map(|t| (f, t)))
+        .collect();
+    let _ = w.remove();
+    Ok((text, added))
+}
+
+/// The task's environment with the repository installed in `ws`, else a
+/// bare one (why goes into `row`).
+fn task_env(
+    task: &Task,
+    pool: &Pool<'_>,
+    ws: &Workspace,
+    scratch: &Path,
+    row: &mut CheckRow,
+) -> TaskEnv {
+    let (setup, used) = pool.for_agents(task, None);
+    row.environment = Some(used);
+    let host = &pool.settings.host;
+    match &setup {
+        Some(s) => match s.install(host, ws.path(), &scratch.join("layer")) {
+            Ok(i) => i.task,
+            Err(e) => {
+                if let Some(u) = row.environment.as_mut() {
+                    u.error = Some(e.to_string());
+                }
+                TaskEnv::bare(host)
+            }
+        },
+        None => TaskEnv::bare(host),
+    }
+}
+
+/// What the Reproducer said and the test it accepted, into `row`.
+fn record_reproduction(
+    row: &mut CheckRow,
+    mode: ReproducerMode,
+    outcome: &masai::Outcome,
+    trajectory: &Trajectory,
+) {
     let reproduction = outcome.reproduction.as_ref();
     row.reproducer_said = match mode {
         ReproducerMode::React => trajectory
@@ -285,6 +378,11 @@ fn run_check(
     row.reproduction_accepted = accepted.is_some();
     row.reproduction_path = accepted.map(|t| t.path.clone());
     row.reproduction_command = accepted.map(|t| t.command.clone());
+}
+
+/// The Ranker's order of the candidates by name (`gold`, `wrong`), and
+/// how the reproduction test went with each, into `row`.
+fn record_ranking(row: &mut CheckRow, outcome: &masai::Outcome) {
     let name = |i: usize| -> String {
         let members = outcome
             .fixes
@@ -311,10 +409,6 @@ fn run_check(
         row.order = (0..outcome.fixes.distinct.len()).map(name).collect();
     }
     row.gold_first = row.order.first().is_some_and(|n| n == "gold");
-    if located.is_empty() {
-        row.error = Some("the gold patch changes no function or class".into());
-    }
-    Ok(())
 }
 
 /// The test file whose tests the task's FAIL_TO_PASS names (pytest ids
