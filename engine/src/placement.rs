@@ -8,8 +8,8 @@ use std::path::Path;
 
 use llama_cpp_2::context::params::KvCacheType;
 
-use super::{backend, EngineError, EngineSettings};
 use crate::gguf::{self, KvShape};
+use crate::setup::{backend, EngineError, EngineSettings};
 pub use patchwright_engine_types::placement::{
     Device, FlashAttn, GpuLayers, KvBudget, KvType, Placement, SplitMode,
 };

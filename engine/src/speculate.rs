@@ -26,11 +26,11 @@ use std::time::Instant;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
+use patchwright_engine_types::{GrammarChecks, Stop};
 use rayon::prelude::*;
 
 use super::gbnf::{Grammar, Matcher};
 use super::sampler::TokenSampler;
-use super::{GrammarChecks, Stop};
 
 /// Longest run of the candidate's last tokens looked up in its history: a
 /// longer match is a surer guess, so the longest is tried first.

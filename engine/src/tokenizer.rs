@@ -29,6 +29,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+use patchwright_engine_types::Message;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::models::ModelWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -38,6 +39,7 @@ use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::{DecoderWrapper, SplitDelimiterBehavior, Tokenizer};
 
 use crate::gguf::{self, GgufError};
+use crate::setup::{backend, EngineError};
 
 /// GGUF keys read whole for the tokenizer (every other array is only
 /// counted by the header reader).
@@ -880,14 +882,14 @@ impl ChatTokenizer {
     }
 
     /// `messages` rendered with the chat template, ready for the reply.
-    pub fn render(&self, messages: &[super::Message]) -> Result<String, TokenizerError> {
+    pub fn render(&self, messages: &[Message]) -> Result<String, TokenizerError> {
         self.template
             .render(messages)
             .map_err(|e| TokenizerError::Encode(e.to_string()))
     }
 
     /// The token ids of `messages` as the server evaluates them.
-    pub fn tokens(&self, messages: &[super::Message]) -> Result<Vec<u32>, TokenizerError> {
+    pub fn tokens(&self, messages: &[Message]) -> Result<Vec<u32>, TokenizerError> {
         let rendered = self.render(messages)?;
         let mut ids = Vec::new();
         if let Some(bos) = self.tokenizer.bos() {
@@ -917,16 +919,15 @@ pub struct LlamaTokenizer {
 
 impl LlamaTokenizer {
     /// Loads the vocabulary of the GGUF file at `path`.
-    pub fn load(path: &Path) -> Result<LlamaTokenizer, super::EngineError> {
+    pub fn load(path: &Path) -> Result<LlamaTokenizer, EngineError> {
         let params = llama_cpp_2::model::params::LlamaModelParams::default()
             .with_vocab_only(true)
             .with_n_gpu_layers(0);
-        let model =
-            llama_cpp_2::model::LlamaModel::load_from_file(super::backend()?, path, &params)
-                .map_err(|e| super::EngineError::Load {
-                    path: path.to_path_buf(),
-                    message: e.to_string(),
-                })?;
+        let model = llama_cpp_2::model::LlamaModel::load_from_file(backend()?, path, &params)
+            .map_err(|e| EngineError::Load {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
         Ok(LlamaTokenizer { model })
     }
 

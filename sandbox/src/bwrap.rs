@@ -550,7 +550,6 @@ fn version_output(path: &Path) -> Result<String, PreflightError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::policy::{bwrap_args, Mount, Policy};
 
     pub(crate) fn v(major: u32, minor: u32, patch: u32) -> BwrapVersion {
         BwrapVersion::new(major, minor, patch)
@@ -596,63 +595,8 @@ pub(crate) mod tests {
         assert_eq!(v(0, 11, 1).to_string(), "0.11.1");
     }
 
-    /// A policy that makes `bwrap_args` emit every kind of option.
-    fn full_policy() -> Policy {
-        let mounts = vec![
-            Mount::RoBind {
-                src: "/usr".into(),
-                dest: "/usr".into(),
-            },
-            Mount::RoBindTry {
-                src: "/etc/ld.so.cache".into(),
-                dest: "/etc/ld.so.cache".into(),
-            },
-            Mount::Symlink {
-                target: "usr/bin".into(),
-                link: "/bin".into(),
-            },
-        ];
-        let mut p = Policy::new("/work/repo", mounts);
-        p.network = true;
-        p.extra_ro_binds.push("/opt/python".into());
-        p.writable.push("/work/layer".into());
-        p
-    }
-
     pub(crate) fn names(flags: &[BwrapFlag]) -> Vec<&'static str> {
         flags.iter().map(|f| f.name).collect()
-    }
-
-    /// A version with every option.
-    const NEWEST: BwrapVersion = BwrapVersion::new(0, 11, 1);
-
-    #[test]
-    fn the_table_lists_exactly_the_options_the_policy_emits() {
-        let args = bwrap_args(&full_policy(), NEWEST, &["true".to_string()]);
-        let mut used = names(&flags_in(&args).unwrap());
-        let mut table = names(BWRAP_FLAGS);
-        used.sort_unstable();
-        table.sort_unstable();
-        assert_eq!(used, table);
-        // And every option's arity matches the argv: the walk ends exactly
-        // at `--`, having consumed every argument.
-        let dashdash = args.iter().position(|a| a == "--").unwrap();
-        let mut i = 0;
-        while i < dashdash {
-            let f = BWRAP_FLAGS.iter().find(|f| f.name == args[i]).unwrap();
-            i += 1 + f.args;
-        }
-        assert_eq!(i, dashdash);
-        // Only the optional options are newer than the minimum.
-        let mut newer: Vec<&str> = BWRAP_FLAGS
-            .iter()
-            .filter(|f| f.since > MINIMUM_BWRAP)
-            .map(|f| f.name)
-            .collect();
-        newer.sort_unstable();
-        let mut optional = OPTIONAL_FLAGS.to_vec();
-        optional.sort_unstable();
-        assert_eq!(newer, optional);
     }
 
     #[test]
@@ -664,75 +608,6 @@ pub(crate) mod tests {
         match flags_in(&s(&["--uid", "1", "--overlay", "a", "b"])) {
             Err(PreflightError::UnknownFlag { flag }) => assert_eq!(flag, "--overlay"),
             other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn the_argv_for_each_version_uses_only_what_it_has() {
-        // (version, options missing from the argv built for it, optional
-        // options it gets)
-        let cases: &[(BwrapVersion, &[&str], &[&str])] = &[
-            (v(0, 11, 1), &[], &["--disable-userns", "--size"]),
-            (v(0, 8, 0), &[], &["--disable-userns", "--size"]),
-            (v(0, 7, 0), &[], &["--size"]),
-            (v(0, 6, 3), &[], &[]),
-            (v(0, 6, 0), &[], &[]),
-            (v(0, 4, 1), &["--clearenv"], &[]),
-            (v(0, 3, 1), &["--clearenv", "--json-status-fd"], &[]),
-            (
-                v(0, 1, 8),
-                &[
-                    "--clearenv",
-                    "--json-status-fd",
-                    "--ro-bind-try",
-                    "--cap-drop",
-                ],
-                &[],
-            ),
-        ];
-        for (found, want_missing, want_optional) in cases {
-            let flags =
-                flags_in(&bwrap_args(&full_policy(), *found, &["true".to_string()])).unwrap();
-            assert_eq!(
-                names(&missing_flags(*found, &flags)),
-                *want_missing,
-                "{found}"
-            );
-            let optional: Vec<&str> = names(&flags)
-                .into_iter()
-                .filter(|n| OPTIONAL_FLAGS.contains(n))
-                .collect();
-            assert_eq!(optional, *want_optional, "{found}");
-        }
-        assert_eq!(minimum_version(), v(0, 6, 0));
-    }
-
-    #[test]
-    fn too_old_names_the_version_the_flags_and_what_to_install() {
-        let cases: &[(BwrapVersion, &str)] = &[
-            (
-                v(0, 5, 0),
-                "bubblewrap 0.5.0 at /usr/bin/bwrap is too old: the sandbox supports \
-                 bubblewrap >= 0.6.0; install bubblewrap >= 0.6.0 (",
-            ),
-            (
-                v(0, 4, 1),
-                "bubblewrap 0.4.1 at /usr/bin/bwrap is too old: the sandbox supports \
-                 bubblewrap >= 0.6.0, and it lacks --clearenv (bubblewrap >= 0.5.0); \
-                 install bubblewrap >= 0.6.0 (",
-            ),
-        ];
-        for (found, want) in cases {
-            let flags =
-                flags_in(&bwrap_args(&full_policy(), *found, &["true".to_string()])).unwrap();
-            let e = PreflightError::TooOld {
-                path: "/usr/bin/bwrap".into(),
-                found: *found,
-                needs: MINIMUM_BWRAP,
-                flags: missing_flags(*found, &flags),
-            };
-            let text = e.to_string();
-            assert!(text.starts_with(want), "{text}");
         }
     }
 

@@ -4,21 +4,21 @@ use std::io::{ErrorKind, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bwrap::{bwrap_version, flag_supported, PreflightError, MINIMUM_BWRAP};
+use crate::bwrap::{bwrap_version, flag_supported, BwrapVersion, PreflightError, MINIMUM_BWRAP};
 use crate::cgroup::Cgroup;
 use crate::error::SandboxError;
-use crate::outcome::{Enforced, LimitsInForce, Mechanism, Outcome, SignalInfo};
+use crate::outcome::{Enforced, LimitEvents, LimitsInForce, Mechanism, Outcome, SignalInfo};
 use crate::output::HeadTail;
 use crate::policy::{
-    bwrap_args, bwrap_args_with_etc, etc_layer_unfit, Policy, Tier, CORE_DUMP_BYTES, GROUP_CONTENT,
-    GROUP_FD, HOSTS_FD, PASSWD_CONTENT, PASSWD_FD, SECCOMP_FD, STATUS_FD,
+    bwrap_args, bwrap_args_with_etc, etc_layer_unfit, Limits, Policy, Tier, CORE_DUMP_BYTES,
+    GROUP_CONTENT, GROUP_FD, HOSTS_FD, PASSWD_CONTENT, PASSWD_FD, SECCOMP_FD, STATUS_FD,
 };
 use crate::prepared;
 use crate::spawner::{delta, Spawner};
@@ -273,6 +273,14 @@ pub fn run(policy: &Policy, command: &[String]) -> Result<Outcome, SandboxError>
 /// [`run`], starting bubblewrap the way `path` says. Both ways build the
 /// same sandbox (namespaces, visible files, limits); they differ in how the
 /// cgroup is entered and how /etc is mounted (see [`SpawnPath`]).
+///
+/// In order: the request is checked (`check_request`); the set-up picks
+/// the /etc layer (`prepared_etc_layer`) and the cgroup and limits
+/// (`Confinement::plan`), and opens the pipes (`Pipes::open`); the
+/// bubblewrap command carries what its child applies between fork and exec
+/// (`ChildSetup`, `bwrap_command`); it is started (`spawn`), waited for
+/// under the timeout with its output read (`Watch::wait`), and torn down
+/// into the outcome (`finish`).
 pub fn run_with(
     policy: &Policy,
     command: &[String],
@@ -281,6 +289,41 @@ pub fn run_with(
     if let Tier::Wasi(runtime) = &policy.tier {
         return crate::wasi::run_wasi(policy, runtime, command);
     }
+    let Checked { version, seccomp } = check_request(policy, command)?;
+    let fast = path == SpawnPath::Fast;
+
+    // The prepared /etc layer, or the per-file binds.
+    let etc_layer = if fast {
+        prepared_etc_layer(policy)
+    } else {
+        None
+    };
+    let (confinement, rlimits) = Confinement::plan(policy, version, fast);
+    let pipes = Pipes::open(policy, etc_layer.is_none(), &seccomp)?;
+    let child_setup = ChildSetup::new(policy, &confinement, rlimits, &pipes.handed);
+    let args = match &etc_layer {
+        Some(dir) => bwrap_args_with_etc(policy, version, dir, command),
+        None => bwrap_args(policy, version, command),
+    };
+    let cmd = bwrap_command(policy, args, pipes.out_w, child_setup);
+
+    let started = spawn(policy, cmd, confinement.limiter.as_ref(), pipes.handed)?;
+    let waited = Watch::new(started, pipes.out_r, confinement.cgroup(), &policy.limits).wait()?;
+    finish(confinement, pipes.status_r, waited)
+}
+
+/// What [`check_request`] found: the bubblewrap version the argv is built
+/// for, and the seccomp filter handed to it.
+struct Checked {
+    version: BwrapVersion,
+    seccomp: Vec<u8>,
+}
+
+/// Refuses a request that cannot run sandboxed, before anything is set up:
+/// an empty command or one with a NUL byte, an invalid policy, a missing,
+/// unreadable or too old bubblewrap, a host without a seccomp filter, a
+/// missing worktree.
+fn check_request(policy: &Policy, command: &[String]) -> Result<Checked, SandboxError> {
     if command.is_empty() {
         return Err(SandboxError::invalid(
             "the command is empty: pass at least the program to run",
@@ -320,193 +363,364 @@ pub fn run_with(
             reason: "it does not exist or is not a directory".to_string(),
         });
     }
-    let limits = &policy.limits;
-    let fast = path == SpawnPath::Fast;
+    Ok(Checked { version, seccomp })
+}
 
-    // The prepared /etc layer, or the per-file binds.
-    let etc_layer = if fast {
-        match etc_layer_unfit(policy) {
-            Some(reason) => {
+/// The fast path's prepared /etc layer; `None` (with a log line, once per
+/// reason) where the policy or the host cannot have one, and /etc is bound
+/// file by file.
+fn prepared_etc_layer(policy: &Policy) -> Option<PathBuf> {
+    match etc_layer_unfit(policy) {
+        Some(reason) => {
+            log_fallback_once(format!(
+                "sandbox: /etc is bound file by file (the classic way): {reason}"
+            ));
+            None
+        }
+        None => match prepared::etc_layer(policy) {
+            Ok(dir) => Some(dir),
+            Err(reason) => {
                 log_fallback_once(format!(
-                    "sandbox: /etc is bound file by file (the classic way): {reason}"
+                    "sandbox: /etc is bound file by file (the classic way): the prepared \
+                     /etc layer could not be built: {reason}"
                 ));
                 None
             }
-            None => match prepared::etc_layer(policy) {
-                Ok(dir) => Some(dir),
-                Err(reason) => {
-                    log_fallback_once(format!(
-                        "sandbox: /etc is bound file by file (the classic way): the prepared \
-                         /etc layer could not be built: {reason}"
-                    ));
-                    None
-                }
-            },
+        },
+    }
+}
+
+/// The spawner's cgroup or a per-run one, or the reason there is none.
+fn limiter(policy: &Policy, fast: bool) -> (Option<Limiter>, Option<String>) {
+    let limits = &policy.limits;
+    if !policy.cgroups {
+        return (
+            None,
+            Some("disabled by the policy (cgroups = false)".to_string()),
+        );
+    }
+    let spawner = if fast {
+        match Spawner::acquire(limits.memory_bytes, limits.max_processes) {
+            Ok(s) => Some(s),
+            Err(reason) => {
+                log_fallback_once(format!(
+                    "sandbox: each command joins a fresh cgroup (the classic way): no \
+                     spawner thread: {reason}"
+                ));
+                None
+            }
         }
     } else {
         None
     };
+    match spawner {
+        Some(s) => (Some(Limiter::Spawner(s)), None),
+        None => match Cgroup::create(limits.memory_bytes, limits.max_processes) {
+            Ok(cg) => (Some(Limiter::PerRun(cg)), None),
+            Err(reason) => (None, Some(reason.to_string())),
+        },
+    }
+}
 
-    // The spawner's cgroup or a per-run one, or the reason there is none.
-    let (limiter, cgroup_unavailable) = if policy.cgroups {
-        let spawner = if fast {
-            match Spawner::acquire(limits.memory_bytes, limits.max_processes) {
-                Ok(s) => Some(s),
-                Err(reason) => {
-                    log_fallback_once(format!(
-                        "sandbox: each command joins a fresh cgroup (the classic way): no \
-                         spawner thread: {reason}"
-                    ));
+/// The limits of one run, decided before anything is spawned: the cgroup
+/// that holds the command, and each limit's value and mechanism.
+struct Confinement {
+    /// The spawner's cgroup or a per-run one; `None` without a cgroup.
+    limiter: Option<Limiter>,
+    /// A spawner cgroup's counters before the command (the cgroup outlives
+    /// it), to subtract from the ones after.
+    events_before: Option<LimitEvents>,
+    /// What the outcome reports as enforced, and how.
+    in_force: LimitsInForce,
+}
+
+impl Confinement {
+    /// The cgroup ([`limiter`]) and the limits in force; with them the
+    /// rlimits the child sets before exec.
+    fn plan(
+        policy: &Policy,
+        version: BwrapVersion,
+        fast: bool,
+    ) -> (Confinement, Vec<(Rlimit, u64)>) {
+        let limits = &policy.limits;
+        let (limiter, cgroup_unavailable) = limiter(policy, fast);
+
+        // rlimits: the cheap ones always, address space (and NPROC where it
+        // binds) only without a cgroup.
+        let open_files = if is_root() {
+            limits.open_files
+        } else {
+            limits.open_files.min(nofile_hard_limit())
+        };
+        let mut rlimits = vec![
+            (Rlimit::Fsize, limits.file_size_bytes),
+            (Rlimit::Core, CORE_DUMP_BYTES),
+            (Rlimit::Nofile, open_files),
+        ];
+        let rl = |value| Enforced {
+            value,
+            mechanism: Mechanism::Rlimit,
+        };
+        let cgroup = limiter.as_ref().and_then(Limiter::cgroup);
+        let events_before = match &limiter {
+            Some(Limiter::Spawner(s)) => Some(s.events()),
+            _ => None,
+        };
+        let (memory_in_force, procs_in_force) = match cgroup {
+            Some(cg) => (
+                Some(Enforced {
+                    value: limits.memory_bytes,
+                    mechanism: cg.mechanism,
+                }),
+                Some(Enforced {
+                    value: limits.max_processes,
+                    mechanism: cg.mechanism,
+                }),
+            ),
+            None => {
+                rlimits.push((Rlimit::As, limits.memory_bytes));
+                // RLIMIT_NPROC counts every process of the real uid on the host
+                // and never binds root, so it is only used for non-root runners.
+                let procs = if is_root() {
                     None
-                }
+                } else {
+                    rlimits.push((Rlimit::Nproc, limits.max_processes));
+                    Some(rl(limits.max_processes))
+                };
+                (Some(rl(limits.memory_bytes)), procs)
+            }
+        };
+        // /tmp's cap: the tmpfs size where bubblewrap has --size (0.7+);
+        // before, the tmpfs is unsized and its pages only count against the
+        // cgroup's memory cap (without a cgroup, the kernel's tmpfs default of
+        // half the host's memory applies).
+        let tmp_in_force = if flag_supported(version, "--size") {
+            Enforced {
+                value: limits.tmp_bytes,
+                mechanism: Mechanism::Tmpfs,
             }
         } else {
-            None
+            match cgroup {
+                Some(cg) => Enforced {
+                    value: limits.memory_bytes,
+                    mechanism: cg.mechanism,
+                },
+                None => Enforced {
+                    value: host_memory_bytes() / TMPFS_DEFAULT_DIVISOR,
+                    mechanism: Mechanism::Tmpfs,
+                },
+            }
         };
-        match spawner {
-            Some(s) => (Some(Limiter::Spawner(s)), None),
-            None => match Cgroup::create(limits.memory_bytes, limits.max_processes) {
-                Ok(cg) => (Some(Limiter::PerRun(cg)), None),
-                Err(reason) => (None, Some(reason.to_string())),
+        let in_force = LimitsInForce {
+            memory_bytes: memory_in_force,
+            max_processes: procs_in_force,
+            file_size_bytes: rl(limits.file_size_bytes),
+            open_files: rl(open_files),
+            core_dump_bytes: rl(CORE_DUMP_BYTES),
+            tmp_bytes: tmp_in_force,
+            timeout_ms: Enforced {
+                value: limits.timeout_ms,
+                mechanism: Mechanism::Runner,
             },
-        }
-    } else {
-        (
-            None,
-            Some("disabled by the policy (cgroups = false)".to_string()),
-        )
-    };
-
-    // rlimits: the cheap ones always, address space (and NPROC where it
-    // binds) only without a cgroup.
-    let open_files = if is_root() {
-        limits.open_files
-    } else {
-        limits.open_files.min(nofile_hard_limit())
-    };
-    let mut rlimits = vec![
-        (Rlimit::Fsize, limits.file_size_bytes),
-        (Rlimit::Core, CORE_DUMP_BYTES),
-        (Rlimit::Nofile, open_files),
-    ];
-    let rl = |value| Enforced {
-        value,
-        mechanism: Mechanism::Rlimit,
-    };
-    let cgroup = limiter.as_ref().and_then(Limiter::cgroup);
-    let events_before = match &limiter {
-        Some(Limiter::Spawner(s)) => Some(s.events()),
-        _ => None,
-    };
-    let (memory_in_force, procs_in_force) = match cgroup {
-        Some(cg) => (
-            Some(Enforced {
-                value: limits.memory_bytes,
-                mechanism: cg.mechanism,
-            }),
-            Some(Enforced {
-                value: limits.max_processes,
-                mechanism: cg.mechanism,
-            }),
-        ),
-        None => {
-            rlimits.push((Rlimit::As, limits.memory_bytes));
-            // RLIMIT_NPROC counts every process of the real uid on the host
-            // and never binds root, so it is only used for non-root runners.
-            let procs = if is_root() {
-                None
-            } else {
-                rlimits.push((Rlimit::Nproc, limits.max_processes));
-                Some(rl(limits.max_processes))
-            };
-            (Some(rl(limits.memory_bytes)), procs)
-        }
-    };
-    // /tmp's cap: the tmpfs size where bubblewrap has --size (0.7+);
-    // before, the tmpfs is unsized and its pages only count against the
-    // cgroup's memory cap (without a cgroup, the kernel's tmpfs default of
-    // half the host's memory applies).
-    let tmp_in_force = if flag_supported(version, "--size") {
-        Enforced {
-            value: limits.tmp_bytes,
-            mechanism: Mechanism::Tmpfs,
-        }
-    } else {
-        match cgroup {
-            Some(cg) => Enforced {
-                value: limits.memory_bytes,
-                mechanism: cg.mechanism,
+            output_bytes: Enforced {
+                value: limits.output_bytes as u64,
+                mechanism: Mechanism::Runner,
             },
-            None => Enforced {
-                value: host_memory_bytes() / TMPFS_DEFAULT_DIVISOR,
-                mechanism: Mechanism::Tmpfs,
+            cgroup_unavailable,
+        };
+        let confinement = Confinement {
+            limiter,
+            events_before,
+            in_force,
+        };
+        (confinement, rlimits)
+    }
+
+    /// The cgroup the command runs in, if any.
+    fn cgroup(&self) -> Option<&Cgroup> {
+        self.limiter.as_ref().and_then(Limiter::cgroup)
+    }
+}
+
+/// The descriptors handed to bubblewrap at fixed numbers. The parent's
+/// copies must go right after the fork ([`spawn`]).
+struct Handed {
+    /// The generated /etc files and their numbers (none with a prepared
+    /// layer, which holds them).
+    data: Vec<(OwnedFd, RawFd)>,
+    /// The write end of bubblewrap's `--json-status-fd`.
+    status_w: OwnedFd,
+    /// The read end of the seccomp filter's pipe.
+    seccomp: OwnedFd,
+}
+
+impl Handed {
+    /// (descriptor, fixed number) pairs, in the order the child moves them.
+    fn moves(&self) -> Vec<(RawFd, RawFd)> {
+        let mut moves: Vec<(RawFd, RawFd)> = self
+            .data
+            .iter()
+            .map(|(fd, to)| (fd.as_raw_fd(), *to))
+            .collect();
+        moves.push((self.status_w.as_raw_fd(), STATUS_FD));
+        moves.push((self.seccomp.as_raw_fd(), SECCOMP_FD));
+        moves
+    }
+}
+
+/// The pipes of one run: what bubblewrap gets at fixed numbers, its status
+/// report and the command's output.
+struct Pipes {
+    handed: Handed,
+    /// The read end of the status pipe (non-blocking).
+    status_r: OwnedFd,
+    /// The read end of the output pipe (non-blocking).
+    out_r: OwnedFd,
+    /// Its write end twice: the command's stdout and stderr.
+    out_w: [OwnedFd; 2],
+}
+
+impl Pipes {
+    /// Opens the pipes; `per_file_etc` when /etc is bound file by file
+    /// and needs the generated /etc files.
+    fn open(policy: &Policy, per_file_etc: bool, seccomp: &[u8]) -> Result<Pipes, SandboxError> {
+        // Descriptors handed to bubblewrap at fixed numbers: the generated
+        // /etc files (only without a prepared layer, which holds them) and the
+        // status pipe.
+        let data = if per_file_etc {
+            vec![
+                (
+                    data_pipe(PASSWD_CONTENT, "creating the /etc/passwd pipe")?,
+                    PASSWD_FD,
+                ),
+                (
+                    data_pipe(GROUP_CONTENT, "creating the /etc/group pipe")?,
+                    GROUP_FD,
+                ),
+                (
+                    data_pipe(&policy.hosts_content(), "creating the /etc/hosts pipe")?,
+                    HOSTS_FD,
+                ),
+            ]
+        } else {
+            Vec::new()
+        };
+        let seccomp = bytes_pipe(seccomp, "creating the seccomp filter pipe")?;
+        let (status_r, status_w) = pipe("creating the status pipe")?;
+        let status_w = park(status_w, "creating the status pipe")?;
+        let (out_r, out_w) = pipe("creating the output pipe")?;
+        let out_w2 = out_w
+            .try_clone()
+            .map_err(|e| SandboxError::io("duplicating the output pipe", e))?;
+        set_nonblocking(&out_r, "making the output pipe non-blocking")?;
+        set_nonblocking(&status_r, "making the status pipe non-blocking")?;
+        Ok(Pipes {
+            handed: Handed {
+                data,
+                status_w,
+                seccomp,
             },
+            status_r,
+            out_r,
+            out_w: [out_w, out_w2],
+        })
+    }
+}
+
+/// What the child applies to itself between fork and exec, all prepared
+/// before the fork: [`ChildSetup::apply`] only reads it.
+struct ChildSetup {
+    /// The command's CPU priority.
+    nice: i32,
+    /// A per-run cgroup's `cgroup.procs` descriptors, to join it.
+    procs_fds: Vec<RawFd>,
+    /// The rlimits to set.
+    rlimits: Vec<(Rlimit, u64)>,
+    /// The descriptors to move to bubblewrap's fixed numbers.
+    moves: Vec<(RawFd, RawFd)>,
+}
+
+impl ChildSetup {
+    fn new(
+        policy: &Policy,
+        confinement: &Confinement,
+        rlimits: Vec<(Rlimit, u64)>,
+        handed: &Handed,
+    ) -> ChildSetup {
+        let moves = handed.moves();
+        // Only a per-run cgroup is joined in the child; a spawner's children
+        // are born in its cgroup.
+        let procs_fds: Vec<RawFd> = match &confinement.limiter {
+            Some(Limiter::PerRun(cg)) => cg.procs_fds(),
+            _ => Vec::new(),
+        };
+        ChildSetup {
+            nice: policy.limits.nice,
+            procs_fds,
+            rlimits,
+            moves,
         }
-    };
-    let in_force = LimitsInForce {
-        memory_bytes: memory_in_force,
-        max_processes: procs_in_force,
-        file_size_bytes: rl(limits.file_size_bytes),
-        open_files: rl(open_files),
-        core_dump_bytes: rl(CORE_DUMP_BYTES),
-        tmp_bytes: tmp_in_force,
-        timeout_ms: Enforced {
-            value: limits.timeout_ms,
-            mechanism: Mechanism::Runner,
-        },
-        output_bytes: Enforced {
-            value: limits.output_bytes as u64,
-            mechanism: Mechanism::Runner,
-        },
-        cgroup_unavailable,
-    };
+    }
 
-    // Descriptors handed to bubblewrap at fixed numbers: the generated
-    // /etc files (only without a prepared layer, which holds them) and the
-    // status pipe.
-    let data = if etc_layer.is_none() {
-        vec![
-            (
-                data_pipe(PASSWD_CONTENT, "creating the /etc/passwd pipe")?,
-                PASSWD_FD,
-            ),
-            (
-                data_pipe(GROUP_CONTENT, "creating the /etc/group pipe")?,
-                GROUP_FD,
-            ),
-            (
-                data_pipe(&policy.hosts_content(), "creating the /etc/hosts pipe")?,
-                HOSTS_FD,
-            ),
-        ]
-    } else {
-        Vec::new()
-    };
-    let seccomp_fd = bytes_pipe(&seccomp, "creating the seccomp filter pipe")?;
-    let (status_r, status_w) = pipe("creating the status pipe")?;
-    let status_w = park(status_w, "creating the status pipe")?;
-    let (out_r, out_w) = pipe("creating the output pipe")?;
-    let out_w2 = out_w
-        .try_clone()
-        .map_err(|e| SandboxError::io("duplicating the output pipe", e))?;
-    set_nonblocking(&out_r, "making the output pipe non-blocking")?;
-    set_nonblocking(&status_r, "making the status pipe non-blocking")?;
+    /// Runs in the child between fork and exec: only async-signal-safe
+    /// calls (write, setrlimit, setpriority, dup2, close_range, fcntl) on
+    /// the data prepared before the fork; it allocates nothing.
+    ///
+    /// # Safety
+    ///
+    /// Call it only in the forked child before exec (a `pre_exec` hook):
+    /// it moves descriptors onto fixed numbers and marks every other one
+    /// close-on-exec.
+    unsafe fn apply(&self) -> std::io::Result<()> {
+        // Below the runner's priority: the model keeps its speed.
+        if self.nice != 0 && libc::setpriority(libc::PRIO_PROCESS, 0, self.nice) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // Join the cgroup first, so bwrap and all it starts are inside.
+        for fd in &self.procs_fds {
+            if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        for (kind, value) in &self.rlimits {
+            if set_rlimit(*kind, *value) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        // Nothing above stdio survives exec but the fixed numbers moved
+        // there next (dup2 clears close-on-exec on its target). CLOEXEC
+        // rather than close, so std's own exec-error pipe keeps working.
+        let first = FIRST_NON_STDIO_FD as libc::c_uint;
+        if libc::syscall(
+            libc::SYS_close_range,
+            first,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        ) != 0
+        {
+            for fd in FIRST_NON_STDIO_FD..FALLBACK_MAX_FD {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
+        }
+        for (from, to) in &self.moves {
+            if libc::dup2(*from, *to) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
 
-    let mut moves: Vec<(RawFd, RawFd)> =
-        data.iter().map(|(fd, to)| (fd.as_raw_fd(), *to)).collect();
-    moves.push((status_w.as_raw_fd(), STATUS_FD));
-    moves.push((seccomp_fd.as_raw_fd(), SECCOMP_FD));
-    // Only a per-run cgroup is joined in the child; a spawner's children
-    // are born in its cgroup.
-    let procs_fds: Vec<RawFd> = match &limiter {
-        Some(Limiter::PerRun(cg)) => cg.procs_fds(),
-        _ => Vec::new(),
-    };
-    let args = match &etc_layer {
-        Some(dir) => bwrap_args_with_etc(policy, version, dir, command),
-        None => bwrap_args(policy, version, command),
-    };
-
+/// The bubblewrap command: `args`, no environment, `/` as its directory,
+/// no stdin, stdout and stderr into the output pipe (`out_w`), and `setup`
+/// applied in the child before exec.
+fn bwrap_command(
+    policy: &Policy,
+    args: Vec<String>,
+    out_w: [OwnedFd; 2],
+    setup: ChildSetup,
+) -> Command {
+    let [out_w, out_w2] = out_w;
     let mut cmd = Command::new(&policy.bwrap);
     cmd.args(args)
         // bubblewrap itself gets no environment: the sandbox's pid 1 is a fork
@@ -516,56 +730,35 @@ pub fn run_with(
         .stdin(Stdio::null())
         .stdout(Stdio::from(out_w))
         .stderr(Stdio::from(out_w2));
-    let nice = policy.limits.nice;
     // SAFETY: the hook runs between fork and exec and makes only
     // async-signal-safe calls (write, setrlimit, setpriority, dup2,
     // close_range, fcntl) on data prepared before the fork; it allocates
     // nothing.
     unsafe {
-        cmd.pre_exec(move || {
-            // Below the runner's priority: the model keeps its speed.
-            if nice != 0 && libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // Join the cgroup first, so bwrap and all it starts are inside.
-            for fd in &procs_fds {
-                if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            for (kind, value) in &rlimits {
-                if set_rlimit(*kind, *value) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            // Nothing above stdio survives exec but the fixed numbers moved
-            // there next (dup2 clears close-on-exec on its target). CLOEXEC
-            // rather than close, so std's own exec-error pipe keeps working.
-            let first = FIRST_NON_STDIO_FD as libc::c_uint;
-            if libc::syscall(
-                libc::SYS_close_range,
-                first,
-                libc::c_uint::MAX,
-                CLOSE_RANGE_CLOEXEC,
-            ) != 0
-            {
-                for fd in FIRST_NON_STDIO_FD..FALLBACK_MAX_FD {
-                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-                }
-            }
-            for (from, to) in &moves {
-                if libc::dup2(*from, *to) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || setup.apply());
     }
+    cmd
+}
 
+/// A started bubblewrap: the child, its pidfd where the kernel has them,
+/// and when it started.
+struct Started {
+    child: Child,
+    pidfd: Option<OwnedFd>,
+    start: Instant,
+}
+
+/// Forks bubblewrap, on the spawner's thread or here.
+fn spawn(
+    policy: &Policy,
+    mut cmd: Command,
+    limiter: Option<&Limiter>,
+    handed: Handed,
+) -> Result<Started, SandboxError> {
     let start = Instant::now();
     // The parent's copies of the child's ends must go, or EOF never comes:
     // the command is dropped right after the fork, here or on the spawner.
-    let spawned = match &limiter {
+    let spawned = match limiter {
         Some(Limiter::Spawner(s)) => s.spawn(cmd),
         _ => {
             let spawned = cmd.spawn();
@@ -573,8 +766,8 @@ pub fn run_with(
             spawned
         }
     };
-    drop((data, status_w, seccomp_fd));
-    let mut child = spawned.map_err(|e| SandboxError::Io {
+    drop(handed);
+    let child = spawned.map_err(|e| SandboxError::Io {
         what: format!(
             "starting {} (joining the cgroup, setting rlimits)",
             policy.bwrap.display()
@@ -587,75 +780,160 @@ pub fn run_with(
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     // SAFETY: a non-negative result is a new descriptor we own.
     let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) });
+    Ok(Started {
+        child,
+        pidfd,
+        start,
+    })
+}
 
-    let timeout = Duration::from_millis(limits.timeout_ms);
-    let deadline = start + timeout;
-    let mut output = HeadTail::new(limits.output_bytes);
-    let mut out_file = std::fs::File::from(out_r);
-    let mut chunk = vec![0u8; READ_CHUNK];
-    let mut out_open = true;
-    let mut status: Option<ExitStatus> = None;
-    let mut exited_at: Option<Instant> = None;
-    let mut timed_out = false;
+/// The runner's watch over a started sandbox until it is gone and its
+/// output read: the exit, the timeout and its kill, the output pipe.
+struct Watch<'a> {
+    child: Child,
+    pidfd: Option<OwnedFd>,
+    /// The command's cgroup, whose processes are killed with bubblewrap.
+    cgroup: Option<&'a Cgroup>,
+    start: Instant,
+    deadline: Instant,
+    out_file: std::fs::File,
+    out_open: bool,
+    output: HeadTail,
+    status: Option<ExitStatus>,
+    exited_at: Option<Instant>,
+    timed_out: bool,
+}
 
-    let kill_sandbox = |child: &mut std::process::Child| {
-        let _ = child.kill();
-        if let Some(cg) = cgroup {
+/// What the wait saw: bubblewrap's exit status, the wall time until it
+/// exited, whether the timeout killed it, and the output kept.
+struct Waited {
+    status: ExitStatus,
+    wall: Duration,
+    timed_out: bool,
+    output: HeadTail,
+}
+
+impl<'a> Watch<'a> {
+    fn new(
+        started: Started,
+        out_r: OwnedFd,
+        cgroup: Option<&'a Cgroup>,
+        limits: &Limits,
+    ) -> Watch<'a> {
+        let timeout = Duration::from_millis(limits.timeout_ms);
+        Watch {
+            child: started.child,
+            pidfd: started.pidfd,
+            cgroup,
+            start: started.start,
+            deadline: started.start + timeout,
+            out_file: std::fs::File::from(out_r),
+            out_open: true,
+            output: HeadTail::new(limits.output_bytes),
+            status: None,
+            exited_at: None,
+            timed_out: false,
+        }
+    }
+
+    /// Kills bubblewrap and everything in the command's cgroup.
+    fn kill_sandbox(&mut self) {
+        let _ = self.child.kill();
+        if let Some(cg) = self.cgroup {
             cg.kill_all();
         }
-    };
+    }
 
-    loop {
-        if status.is_none() {
-            match child.try_wait() {
-                Ok(Some(st)) => {
-                    status = Some(st);
-                    exited_at = Some(Instant::now());
-                    // Anything left in the cgroup (there should be nothing:
-                    // the pid namespace died with its init) is killed now.
-                    if let Some(cg) = cgroup {
-                        cg.kill_all();
+    /// `error`, after the sandbox is killed and reaped.
+    fn abandon(&mut self, error: SandboxError) -> SandboxError {
+        self.kill_sandbox();
+        let _ = self.child.wait();
+        error
+    }
+
+    /// Waits until bubblewrap has exited and the output pipe is at EOF (or
+    /// [`OUTPUT_DRAIN_GRACE`] after the exit), killing the sandbox at the
+    /// deadline.
+    fn wait(mut self) -> Result<Waited, SandboxError> {
+        let mut chunk = vec![0u8; READ_CHUNK];
+        loop {
+            if self.status.is_none() {
+                self.check_exit()?;
+            }
+            if self.status.is_some() && !self.out_open {
+                break;
+            }
+            let now = Instant::now();
+            if self.status.is_none() && !self.timed_out && now >= self.deadline {
+                self.timed_out = true;
+                self.kill_sandbox();
+            }
+            let until = match self.exited_at {
+                Some(t) => {
+                    if now >= t + OUTPUT_DRAIN_GRACE {
+                        break;
                     }
+                    t + OUTPUT_DRAIN_GRACE
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    kill_sandbox(&mut child);
-                    let _ = child.wait();
-                    return Err(SandboxError::io("waiting for bubblewrap", e));
-                }
+                None if self.timed_out => now + FALLBACK_POLL_INTERVAL,
+                None => self.deadline,
+            };
+            let mut wait = until.saturating_duration_since(now);
+            if self.status.is_none() && self.pidfd.is_none() {
+                wait = wait.min(FALLBACK_POLL_INTERVAL);
+            }
+            if !self.poll(wait)? {
+                continue;
+            }
+            if self.out_open {
+                self.read_output(&mut chunk)?;
             }
         }
-        if status.is_some() && !out_open {
-            break;
-        }
-        let now = Instant::now();
-        if status.is_none() && !timed_out && now >= deadline {
-            timed_out = true;
-            kill_sandbox(&mut child);
-        }
-        let until = match exited_at {
-            Some(t) => {
-                if now >= t + OUTPUT_DRAIN_GRACE {
-                    break;
-                }
-                t + OUTPUT_DRAIN_GRACE
-            }
-            None if timed_out => now + FALLBACK_POLL_INTERVAL,
-            None => deadline,
+        let status = match self.status {
+            Some(s) => s,
+            None => self
+                .child
+                .wait()
+                .map_err(|e| SandboxError::io("waiting for bubblewrap", e))?,
         };
-        let mut wait = until.saturating_duration_since(now);
-        if status.is_none() && pidfd.is_none() {
-            wait = wait.min(FALLBACK_POLL_INTERVAL);
+        Ok(Waited {
+            status,
+            wall: self.exited_at.unwrap_or_else(Instant::now) - self.start,
+            timed_out: self.timed_out,
+            output: self.output,
+        })
+    }
+
+    /// Notes bubblewrap's exit, if it has exited.
+    fn check_exit(&mut self) -> Result<(), SandboxError> {
+        match self.child.try_wait() {
+            Ok(Some(st)) => {
+                self.status = Some(st);
+                self.exited_at = Some(Instant::now());
+                // Anything left in the cgroup (there should be nothing:
+                // the pid namespace died with its init) is killed now.
+                if let Some(cg) = self.cgroup {
+                    cg.kill_all();
+                }
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(self.abandon(SandboxError::io("waiting for bubblewrap", e))),
         }
+    }
+
+    /// Waits up to `wait` for output or bubblewrap's exit; `false` when a
+    /// signal interrupted the wait.
+    fn poll(&mut self, wait: Duration) -> Result<bool, SandboxError> {
         let mut fds = Vec::with_capacity(2);
-        if out_open {
+        if self.out_open {
             fds.push(libc::pollfd {
-                fd: out_file.as_raw_fd(),
+                fd: self.out_file.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             });
         }
-        if let (None, Some(p)) = (status, &pidfd) {
+        if let (None, Some(p)) = (self.status, &self.pidfd) {
             fds.push(libc::pollfd {
                 fd: p.as_raw_fd(),
                 events: libc::POLLIN,
@@ -669,38 +947,53 @@ pub fn run_with(
         if rc < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() != ErrorKind::Interrupted {
-                kill_sandbox(&mut child);
-                let _ = child.wait();
-                return Err(SandboxError::io("polling the sandbox", e));
+                return Err(self.abandon(SandboxError::io("polling the sandbox", e)));
             }
-            continue;
+            return Ok(false);
         }
-        if out_open {
-            loop {
-                match out_file.read(&mut chunk) {
-                    Ok(0) => {
-                        out_open = false;
-                        break;
-                    }
-                    Ok(n) => output.push(&chunk[..n]),
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        kill_sandbox(&mut child);
-                        let _ = child.wait();
-                        return Err(SandboxError::io("reading the sandbox's output", e));
-                    }
+        Ok(true)
+    }
+
+    /// Reads what the output pipe holds now, noting its EOF.
+    fn read_output(&mut self, chunk: &mut [u8]) -> Result<(), SandboxError> {
+        loop {
+            match self.out_file.read(chunk) {
+                Ok(0) => {
+                    self.out_open = false;
+                    return Ok(());
+                }
+                Ok(n) => self.output.push(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(self.abandon(SandboxError::io("reading the sandbox's output", e)));
                 }
             }
         }
     }
-    let status = match status {
-        Some(s) => s,
-        None => child
-            .wait()
-            .map_err(|e| SandboxError::io("waiting for bubblewrap", e))?,
-    };
-    let wall = exited_at.unwrap_or_else(Instant::now) - start;
+}
+
+/// The teardown after the wait: bubblewrap's status report read, the
+/// sandbox's init waited for where no cgroup holds it, the cgroup's
+/// counters taken, the spawner released or the per-run cgroup removed;
+/// then the outcome, or the set-up's failure.
+fn finish(
+    confinement: Confinement,
+    status_r: OwnedFd,
+    waited: Waited,
+) -> Result<Outcome, SandboxError> {
+    let Confinement {
+        limiter,
+        events_before,
+        in_force,
+    } = confinement;
+    let Waited {
+        status,
+        wall,
+        timed_out,
+        output,
+    } = waited;
+    let cgroup = limiter.as_ref().and_then(Limiter::cgroup);
 
     let report = read_status(status_r);
     if cgroup.is_none() {

@@ -37,7 +37,6 @@ pub enum JudgeError {
     Edit(#[from] EditError),
 }
 
-
 /// The regression test files of a change to `touched`: the test files
 /// whose imports reach a touched module (closest first, at most
 /// [`imports::REGRESSION_FILES`]); when imports reach none (a plugin
@@ -277,7 +276,9 @@ mod tests {
             ["tests/test_lru.py", "tests/test_lru_extra.py"]
         );
         assert_eq!(
-            crate::repo::touched_files("diff --git a/x/y.py b/x/y.py\nindex 1..2\ndiff --git a/a.py b/a.py\n"),
+            crate::repo::touched_files(
+                "diff --git a/x/y.py b/x/y.py\nindex 1..2\ndiff --git a/a.py b/a.py\n"
+            ),
             ["a.py", "x/y.py"]
         );
         let out = "PASSED tests/test_a.py::test_x\nFAILED tests/test_a.py::test_y - assert 1 == 2\nPASSED tests/test_a.py::test_z\n";

@@ -4,6 +4,7 @@
 
 pub mod budget;
 pub mod call;
+pub mod code;
 pub mod evidence;
 pub mod fixer;
 pub mod history;
@@ -16,8 +17,8 @@ pub mod ranker;
 pub mod react;
 pub mod reproduce;
 pub mod shown;
-pub mod workplace;
 pub mod template;
+pub mod workplace;
 
 use crate::aci::command::{EXPLORE, NAMES};
 use crate::dataset::Issue;
@@ -295,13 +296,16 @@ mod tests {
         ("src/agents/call.rs", include_str!("call.rs")),
         ("src/agents/evidence.rs", include_str!("evidence.rs")),
         ("src/agents/fixer/mod.rs", include_str!("fixer/mod.rs")),
-        ("src/agents/fixer/code.rs", include_str!("fixer/code.rs")),
+        ("src/agents/code.rs", include_str!("code.rs")),
         (
             "src/agents/fixer/prompt.rs",
             include_str!("fixer/prompt.rs"),
         ),
         ("src/agents/fixer/reply.rs", include_str!("fixer/reply.rs")),
-        ("src/agents/fixer/rounds.rs", include_str!("fixer/rounds.rs")),
+        (
+            "src/agents/fixer/rounds.rs",
+            include_str!("fixer/rounds.rs"),
+        ),
         ("src/agents/history.rs", include_str!("history.rs")),
         ("src/agents/judge.rs", include_str!("judge.rs")),
         ("src/agents/localize.rs", include_str!("localize.rs")),

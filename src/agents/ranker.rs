@@ -6,7 +6,6 @@
 //! chain-of-thought comparison of those still tied. It never sees
 //! FAIL_TO_PASS, PASS_TO_PASS or the gold patch.
 
-
 use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
@@ -100,7 +99,6 @@ pub enum RankError {
     #[error(transparent)]
     Judge(#[from] JudgeError),
 }
-
 
 /// Tries every distinct candidate and orders them. A candidate already
 /// judged against the reproduction test (its `reproduction`, from the

@@ -333,7 +333,15 @@ pub fn run(
             observation,
             format_error,
             submitted,
-        } = act(aci, agent, &reply, cut_off, past.last(), settings, &mut summary);
+        } = act(
+            aci,
+            agent,
+            &reply,
+            cut_off,
+            past.last(),
+            settings,
+            &mut summary,
+        );
         if format_error.is_some() {
             errors_in_row += 1;
         } else {

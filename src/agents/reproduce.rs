@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
 use super::call::{self, Call};
-use super::{evidence, fixer, judge, missing, parallel, preamble, template};
+use super::{code, evidence, judge, missing, parallel, preamble, template};
 use crate::aci::check::{self, Verdict};
 use crate::aci::{Location, SubmittedTest};
 use crate::dataset::Issue;
@@ -406,7 +406,7 @@ pub fn fit_prompt(
     new_path: &str,
     reply_tokens: usize,
 ) -> Result<Prompt, ReproduceError> {
-    let sections = fixer::code_sections(root, locations, true);
+    let sections = code::code_sections(root, locations, true);
     if sections.is_empty() {
         return Err(ReproduceError::NoLocations);
     }

@@ -683,9 +683,9 @@ mod tests {
                 K::Repository,
             ),
             (
-                Failure::Masai(MasaiError::Rank(RankError::Judge(JudgeError::Env(EnvError::Sandbox(
-                    sandbox(),
-                ))))),
+                Failure::Masai(MasaiError::Rank(RankError::Judge(JudgeError::Env(
+                    EnvError::Sandbox(sandbox()),
+                )))),
                 K::Sandbox,
             ),
             (
@@ -695,21 +695,25 @@ mod tests {
                 K::Engine,
             ),
             (
-                Failure::Masai(MasaiError::Rank(RankError::Judge(JudgeError::Sandbox(sandbox())))),
+                Failure::Masai(MasaiError::Rank(RankError::Judge(JudgeError::Sandbox(
+                    sandbox(),
+                )))),
                 K::Sandbox,
             ),
             (
-                Failure::Masai(MasaiError::Rank(RankError::Judge(JudgeError::Edit(EditError::BadPath(
-                    "../x".into(),
-                ))))),
+                Failure::Masai(MasaiError::Rank(RankError::Judge(JudgeError::Edit(
+                    EditError::BadPath("../x".into()),
+                )))),
                 K::Repository,
             ),
             (
-                Failure::Masai(MasaiError::Rank(RankError::Judge(JudgeError::Edit(EditError::Io {
-                    action: "write",
-                    path: "t.py".into(),
-                    message: "disk full".into(),
-                })))),
+                Failure::Masai(MasaiError::Rank(RankError::Judge(JudgeError::Edit(
+                    EditError::Io {
+                        action: "write",
+                        path: "t.py".into(),
+                        message: "disk full".into(),
+                    },
+                )))),
                 K::Io,
             ),
             (

@@ -40,7 +40,7 @@ impl Prepared {
     ) -> Result<Prepared> {
         let selection = select.selection()?;
         let sources = Sources::resolve(
-            select.dataset.as_deref(),
+            select.file.dataset.as_deref(),
             repos,
             runner.env.bundle.as_deref(),
         )?;
@@ -87,7 +87,7 @@ pub fn batch(args: BatchArgs) -> Result<i32> {
     if args.list {
         let selection = args.select.selection()?;
         let dataset = Sources::dataset(
-            args.select.dataset.as_deref(),
+            args.select.file.dataset.as_deref(),
             args.runner.env.bundle.as_deref(),
         )?;
         let selected = selection.select(&dataset)?;

@@ -240,21 +240,29 @@ impl SandboxArg {
     }
 }
 
+/// The task file and the filter on its ids, which every command that
+/// reads tasks takes.
 #[derive(Args)]
-pub struct TaskArgs {
+pub struct TaskFileArgs {
     /// Task file in SWE-bench's format: a .json list, .jsonl, or .parquet
     /// (as published on Hugging Face) [default with --bundle: the
     /// bundle's].
     #[arg(long, value_name = "FILE")]
     pub dataset: Option<PathBuf>,
+    /// Keep only tasks whose instance_id matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    pub filter: Option<String>,
+}
+
+#[derive(Args)]
+pub struct TaskArgs {
+    #[command(flatten)]
+    pub file: TaskFileArgs,
     /// Directory of repositories: DIR/owner__name.git (bare mirror),
     /// DIR/owner__name (a clone) or DIR/owner__name.bundle (not with
     /// --bundle: its own).
     #[arg(long, value_name = "DIR")]
     pub repos: Option<PathBuf>,
-    /// Keep tasks whose instance_id matches this regular expression.
-    #[arg(long, value_name = "REGEX")]
-    pub filter: Option<String>,
     /// Keep only these tasks (SWE-bench's `--instance_ids`); each must be
     /// in the task file.
     #[arg(long, value_name = "ID", num_args = 1..)]
@@ -471,14 +479,8 @@ pub struct ExecArgs {
 /// Which tasks of a task file.
 #[derive(Args)]
 pub struct SelectArgs {
-    /// Task file in SWE-bench's format: a .json list, .jsonl, or .parquet
-    /// (as published on Hugging Face) [default with --bundle: the
-    /// bundle's].
-    #[arg(long, value_name = "FILE")]
-    pub dataset: Option<PathBuf>,
-    /// Keep only tasks whose instance_id matches this regular expression.
-    #[arg(long, value_name = "REGEX")]
-    pub filter: Option<String>,
+    #[command(flatten)]
+    pub file: TaskFileArgs,
     /// Keep tasks START..END of the filtered list (0-based, END exclusive).
     #[arg(long, value_name = "START:END")]
     pub slice: Option<Slice>,
@@ -861,7 +863,7 @@ impl TaskArgs {
         env: &EnvArgs,
     ) -> Result<(Vec<dataset::Task>, BTreeSet<String>, Sources)> {
         let sources = Sources::resolve(
-            self.dataset.as_deref(),
+            self.file.dataset.as_deref(),
             self.repos.as_deref(),
             env.bundle.as_deref(),
         )?;
@@ -881,7 +883,7 @@ impl TaskArgs {
             );
         }
         let selection = Selection {
-            filter: filter_regex(self.filter.as_deref())?,
+            filter: filter_regex(self.file.filter.as_deref())?,
             ..Selection::default()
         };
         let mut tasks = selection.apply(tasks);
@@ -902,7 +904,7 @@ impl SelectArgs {
     /// `--filter`, `--slice` and `--shard`.
     pub fn selection(&self) -> Result<Selection> {
         Ok(Selection {
-            filter: filter_regex(self.filter.as_deref())?,
+            filter: filter_regex(self.file.filter.as_deref())?,
             slice: self.slice,
             shard: self.shard,
         })
@@ -961,8 +963,10 @@ impl RunArgs {
             .unwrap_or_else(|| PathBuf::from("runs").join(&self.task));
         BatchArgs {
             select: SelectArgs {
-                filter: Some(format!("^{}$", regex::escape(&self.task))),
-                dataset: self.dataset,
+                file: TaskFileArgs {
+                    dataset: self.dataset,
+                    filter: Some(format!("^{}$", regex::escape(&self.task))),
+                },
                 slice: None,
                 shard: None,
             },

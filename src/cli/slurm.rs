@@ -200,7 +200,7 @@ fn common<'a>(
     refuse_own_flags(select.shard.is_some(), runner.redo)?;
     let selection = select.selection()?;
     let sources = Sources::resolve(
-        select.dataset.as_deref(),
+        select.file.dataset.as_deref(),
         repos,
         runner.env.bundle.as_deref(),
     )?;

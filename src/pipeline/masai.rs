@@ -14,51 +14,26 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::stage::{
-    write_artifact, Chain, EpisodeSettings, SettingsKeys, Stage, StageContext,
-};
+pub use super::stage::MasaiError;
+use super::stage::{write_artifact, Chain, EpisodeSettings, SettingsKeys, Stage, StageContext};
 use crate::aci::{Location, SubmittedTest, TestCheck};
 use crate::agents::fixer::{self, Fixes};
 use crate::agents::localize::{self, LocalizerMode, LocalizerSettings};
 use crate::agents::ranker::{self, RankerSettings, Ranking};
 use crate::agents::react::Agent;
 use crate::agents::reproduce::{self, ReproducerMode, ReproducerSettings};
-use crate::agents::workplace::Workplace;
 use crate::agents::template;
+use crate::agents::workplace::Workplace;
 use crate::agents::{self as agent_defs};
 use crate::config::Settings;
 use crate::dataset::Issue;
-use crate::engine::{Backend, EngineError, Sampling};
+use crate::engine::{Backend, Sampling};
 use crate::env::task::TaskEnv;
 use crate::index::candidates::{self, Candidate};
 use crate::index::symbols::CodeIndex;
-use crate::index::IndexError;
 use crate::record::trajectory::EpisodeSummary;
-use crate::repo::{RepoError, Workspace};
+use crate::repo::Workspace;
 use crate::trajectory::Trajectory;
-
-#[derive(Debug, thiserror::Error)]
-pub enum MasaiError {
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-    #[error(transparent)]
-    Index(#[from] IndexError),
-    #[error(transparent)]
-    Repo(#[from] RepoError),
-    #[error(transparent)]
-    Env(#[from] crate::env::EnvError),
-    #[error("fixer: {0}")]
-    Fix(#[from] fixer::FixError),
-    #[error("ranker: {0}")]
-    Rank(#[from] ranker::RankError),
-    #[error("reproducer: {0}")]
-    Reproduce(#[from] reproduce::ReproduceError),
-    #[error("cannot write artifact {path}: {source}")]
-    Artifact {
-        path: PathBuf,
-        source: crate::record::RecordError,
-    },
-}
 
 /// Where a test stage's test came from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -453,10 +428,9 @@ impl Stage for Reproduce {
                 run_timeout_s,
             } => (reproducer, sampling, *run_timeout_s),
         };
-        let mut conversation = cx.backend.conversation(
-            reproducer.candidates.max(1),
-            reproducer.max_tokens as usize,
-        )?;
+        let mut conversation = cx
+            .backend
+            .conversation(reproducer.candidates.max(1), reproducer.max_tokens as usize)?;
         let r = reproduce::run(
             conversation.as_mut(),
             issue,
@@ -591,7 +565,10 @@ impl Stage for Rank {
     }
 
     fn announce(_: &RankSettings, input: &RankInput<'_>) -> String {
-        format!("ranker ({} distinct candidates)", input.fixes.distinct.len())
+        format!(
+            "ranker ({} distinct candidates)",
+            input.fixes.distinct.len()
+        )
     }
 
     fn run(
@@ -773,7 +750,12 @@ mod tests {
         let cases: [(&Settings, &[&str]); 2] = [(&base, &[]), (&react, &all[..])];
         for (settings, want) in cases {
             let other = with(settings, "agents.localizer.max_steps", 3.into())?;
-            assert_eq!(rerun(settings, &other), want, "{:?}", settings.localizer.mode);
+            assert_eq!(
+                rerun(settings, &other),
+                want,
+                "{:?}",
+                settings.localizer.mode
+            );
         }
         Ok(())
     }

@@ -15,7 +15,6 @@ use crate::record::metrics::Metrics;
 use super::masai::Outcome;
 use crate::aci::{check, Location, SubmittedTest};
 use crate::agents::judge::prepare_like;
-use crate::repo::touched_files;
 use crate::dataset::Task;
 use crate::edit::EditError;
 use crate::env::task::{InstallError, TaskEnv};
@@ -23,6 +22,7 @@ use crate::env::EnvError;
 use crate::eval::{self, pool::Pool};
 use crate::index::symbols::{self, SymbolKind};
 use crate::record::trajectory::{Step, TimedStep};
+use crate::repo::touched_files;
 use crate::repo::{RepoError, Workspace};
 use patchwright_sandbox as sandbox;
 

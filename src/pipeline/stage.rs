@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::masai::MasaiError;
 use crate::aci::Aci;
 use crate::agents::react::{self, Agent, ReactSettings};
 use crate::agents::workplace::Workplace;
@@ -21,6 +20,30 @@ use crate::engine::{Backend, Sampling};
 use crate::index::symbols::CodeIndex;
 use crate::record::trajectory::{EpisodeSummary, Step};
 use crate::trajectory::Trajectory;
+
+/// Why a stage, or the pipeline, failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MasaiError {
+    #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
+    #[error(transparent)]
+    Index(#[from] crate::index::IndexError),
+    #[error(transparent)]
+    Repo(#[from] crate::repo::RepoError),
+    #[error(transparent)]
+    Env(#[from] crate::env::EnvError),
+    #[error("fixer: {0}")]
+    Fix(#[from] crate::agents::fixer::FixError),
+    #[error("ranker: {0}")]
+    Rank(#[from] crate::agents::ranker::RankError),
+    #[error("reproducer: {0}")]
+    Reproduce(#[from] crate::agents::reproduce::ReproduceError),
+    #[error("cannot write artifact {path}: {source}")]
+    Artifact {
+        path: PathBuf,
+        source: crate::record::RecordError,
+    },
+}
 
 /// One stage of the pipeline.
 pub trait Stage {

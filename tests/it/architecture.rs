@@ -9,6 +9,12 @@
 //! module its children do (a child using its parent's `mod.rs` items is no
 //! edge, nor is the parent declaring or using its children). A failure
 //! prints every circle as a path with the file and line of each edge.
+//!
+//! The workspace's member crates (`engine/`, `sandbox/`) are read the same
+//! way and held to the layer order [`MEMBER_LAYERS`] writes down for each.
+//! A name their crate root brings in from one of its modules (`pub use
+//! placement::Plan;`, `pub use policy::*;`) counts as that module's, so
+//! `crate::Plan` is a use of `placement`, not of the root.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -520,15 +526,129 @@ fn library_modules(lib: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// The keywords that may stand between `pub` (or `pub(…)`) and the name
+/// of a top-level item.
+const ITEM_KEYWORDS: &[&str] = &[
+    "fn", "struct", "enum", "const", "static", "type", "trait", "mod", "union", "unsafe", "async",
+    "extern", "mut",
+];
+
+/// The names of a file's top-level items visible outside it (`pub`,
+/// `pub(crate)`, …, and what its `pub use` brings in; a rename under its
+/// original name): what a glob import of its module brings in.
+fn public_items(src: &str) -> Vec<String> {
+    let toks = tokens(src);
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut i = 0;
+    while i < toks.len() {
+        match &toks[i].0 {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => depth -= 1,
+            Tok::Ident(word) if word == "pub" && depth == 0 => {
+                let mut k = i + 1;
+                if is(toks.get(k), &Tok::Punct('(')) {
+                    while k < toks.len() && !is(toks.get(k), &Tok::Punct(')')) {
+                        k += 1;
+                    }
+                    k += 1;
+                }
+                if ident(toks.get(k)) == Some("use") {
+                    k += 1;
+                    let mut leaves = Vec::new();
+                    use_tree(&toks, &mut k, &[], &mut leaves);
+                    out.extend(
+                        leaves
+                            .into_iter()
+                            .filter_map(|(path, _)| path.last().cloned()),
+                    );
+                    i = k;
+                    continue;
+                }
+                while let Some(word) = ident(toks.get(k)) {
+                    if !ITEM_KEYWORDS.contains(&word) {
+                        out.push(word.to_string());
+                        break;
+                    }
+                    k += 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The names the crate root's own top-level `use` declarations (re-exports
+/// or not) bring in from the crate's `modules`, each with the path it
+/// comes from: `pub use placement::{plan, Plan};` maps `plan` and `Plan` to
+/// `placement::plan` and `placement::Plan`; a glob (`pub use policy::*;`)
+/// maps every name `items` gives for that module. Names from other crates
+/// are left out (a use of them is no edge); a rename (`as`) is read under
+/// its original name.
+fn root_imports(
+    lib: &str,
+    modules: &BTreeSet<String>,
+    items: impl Fn(&[String]) -> Vec<String>,
+) -> BTreeMap<String, ModPath> {
+    let toks = tokens(lib);
+    let mut out = BTreeMap::new();
+    let mut depth = 0;
+    let mut i = 0;
+    while i < toks.len() {
+        match &toks[i].0 {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => depth -= 1,
+            Tok::Ident(word) if word == "use" && depth == 0 => {
+                i += 1;
+                let mut leaves = Vec::new();
+                use_tree(&toks, &mut i, &[], &mut leaves);
+                let glob = is(toks.get(i.wrapping_sub(1)), &Tok::Punct('*'));
+                for (written, _) in leaves {
+                    // At the root, `use placement::…` names the module.
+                    let path = resolve(&written, &[]).unwrap_or(written);
+                    if !path.first().is_some_and(|m| modules.contains(m)) {
+                        continue;
+                    }
+                    if glob {
+                        for name in items(&path) {
+                            let mut to = path.clone();
+                            to.push(name.clone());
+                            out.insert(name, to);
+                        }
+                    } else if let Some(name) = path.last().filter(|_| path.len() > 1) {
+                        out.insert(name.clone(), path.clone());
+                    }
+                }
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The files of this crate's library: its module and references each.
 fn crate_files() -> Vec<(String, ModPath, Vec<Reference>)> {
+    crate_files_in(Path::new(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// The files of the library of the crate in `dir` (`src/` under it, the
+/// modules `src/lib.rs` declares), each shown relative to the workspace;
+/// references to names the crate root imports from its modules point at
+/// those modules ([`root_imports`]).
+fn crate_files_in(dir: &Path) -> Vec<(String, ModPath, Vec<Reference>)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let lib = std::fs::read_to_string(dir.join("src/lib.rs")).unwrap();
     let library = library_modules(&lib);
     let mut paths = Vec::new();
-    rust_files(&root.join("src"), &mut paths);
+    rust_files(&dir.join("src"), &mut paths);
     let mut files = Vec::new();
+    let mut sources: BTreeMap<ModPath, String> = BTreeMap::new();
     for path in paths {
-        let relative = path.strip_prefix(root.join("src")).unwrap();
+        let relative = path.strip_prefix(dir.join("src")).unwrap();
         let Some(module) = module_of(relative) else {
             continue;
         };
@@ -539,21 +659,41 @@ fn crate_files() -> Vec<(String, ModPath, Vec<Reference>)> {
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         let refs = references(&src, &module);
         let shown = path.strip_prefix(root).unwrap().display().to_string();
-        files.push((shown, module, refs));
+        files.push((shown, module.clone(), refs));
+        sources.insert(module, src);
+    }
+    let imports = root_imports(&lib, &library, |module| {
+        sources
+            .get(module)
+            .map_or_else(Vec::new, |src| public_items(src))
+    });
+    for (_, _, refs) in &mut files {
+        for r in refs.iter_mut() {
+            let Some(first) = r.path.first() else {
+                continue;
+            };
+            if library.contains(first) {
+                continue;
+            }
+            if let Some(to) = imports.get(first) {
+                let mut path = to.clone();
+                path.extend(r.path[1..].iter().cloned());
+                r.path = path;
+            }
+        }
     }
     files
 }
 
-#[test]
-fn modules_form_layers_without_circles() {
-    let files = crate_files();
-    assert!(files.len() > 10, "too few modules found: {}", files.len());
+/// Every circle at every level of `files`, a path with the file and line
+/// of each edge; `root` names the crate root in the report.
+fn circle_report(files: &[(String, ModPath, Vec<Reference>)], root: &str) -> String {
     let mut report = String::new();
-    for (level, edges) in layers(&files) {
+    for (level, edges) in layers(files) {
         let level_name = if level.is_empty() {
-            "crate".to_string()
+            root.to_string()
         } else {
-            format!("crate::{}", level.join("::"))
+            format!("{root}::{}", level.join("::"))
         };
         for cycle in circles(&edges) {
             report.push_str(&format!("circle in {level_name}: {}\n", cycle.join(" → ")));
@@ -563,6 +703,14 @@ fn modules_form_layers_without_circles() {
             }
         }
     }
+    report
+}
+
+#[test]
+fn modules_form_layers_without_circles() {
+    let files = crate_files();
+    assert!(files.len() > 10, "too few modules found: {}", files.len());
+    let report = circle_report(&files, "crate");
     assert!(
         report.is_empty(),
         "import circles (a lower layer must not import a higher one):\n{report}"
@@ -583,6 +731,13 @@ fn layer_order() {
     match topological(&nodes, &top) {
         Some(order) => println!("layers, lowest first: {}", order.join(", ")),
         None => println!("no layer order: the top-level modules have circles"),
+    }
+    for (dir, _) in MEMBER_LAYERS {
+        let (nodes, top) = member_layers(dir);
+        match topological(&nodes, &top) {
+            Some(order) => println!("{dir} layers, lowest first: {}", order.join(", ")),
+            None => println!("no layer order for {dir}: its top-level modules have circles"),
+        }
     }
 }
 
@@ -696,6 +851,180 @@ fn modules_keep_the_documented_layer_order() {
         documented.join(", "),
         violations.join("\n")
     );
+}
+
+/// The workspace's member crates and the order of their top-level modules,
+/// lowest first, as `MEMBER_LAYERS` keeps them (ARCHITECTURE.md's "Layers"
+/// is this crate's): a module uses only modules listed before it, and every
+/// module is listed. `cargo test --test it -- architecture::layer_order
+/// --nocapture` prints an order the code allows.
+const MEMBER_LAYERS: &[(&str, &[&str])] = &[
+    (
+        "engine",
+        &[
+            "split",
+            "grammar",
+            "gbnf",
+            "prompt",
+            "chat",
+            "setup",
+            "sampler",
+            "speculate",
+            "placement",
+            "tokenizer",
+            "session",
+            "scheduler",
+            "http",
+            "candle",
+            "bench",
+        ],
+    ),
+    (
+        "sandbox",
+        &[
+            "error",
+            "output",
+            "outcome",
+            "seccomp",
+            "bwrap",
+            "policy",
+            "cgroup",
+            "spawner",
+            "prepared",
+            "wasi",
+            "run",
+            "preflight",
+        ],
+    ),
+];
+
+/// The files of the member crate in `dir` under the workspace.
+fn member_files(dir: &str) -> Vec<(String, ModPath, Vec<Reference>)> {
+    crate_files_in(&Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
+}
+
+/// The top-level modules of the member crate in `dir`, and their edges.
+fn member_layers(dir: &str) -> (BTreeSet<String>, BTreeMap<String, BTreeMap<String, Site>>) {
+    let files = member_files(dir);
+    let top = layers(&files).get(&Vec::new()).cloned().unwrap_or_default();
+    let nodes = files
+        .iter()
+        .filter_map(|(_, m, _)| m.first().cloned())
+        .collect();
+    (nodes, top)
+}
+
+#[test]
+fn member_crates_form_layers_without_circles() {
+    let mut report = String::new();
+    for (dir, _) in MEMBER_LAYERS {
+        let files = member_files(dir);
+        assert!(
+            files.len() > 5,
+            "too few modules found in {dir}: {}",
+            files.len()
+        );
+        report.push_str(&circle_report(&files, dir));
+    }
+    assert!(
+        report.is_empty(),
+        "import circles (a lower layer must not import a higher one):\n{report}"
+    );
+}
+
+/// The member crates keep the order `MEMBER_LAYERS` writes down: no module
+/// uses one listed above it, and the list names every module.
+#[test]
+fn member_crates_keep_their_layer_order() {
+    let mut report = String::new();
+    for (dir, order) in MEMBER_LAYERS {
+        let documented: Vec<String> = order.iter().map(|m| m.to_string()).collect();
+        let (nodes, top) = member_layers(dir);
+        let violations = layer_violations(&documented, &nodes, &top);
+        if !violations.is_empty() {
+            report.push_str(&format!(
+                "{dir} (lowest first: {}):\n    {}\n",
+                documented.join(", "),
+                violations.join("\n    ")
+            ));
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "the member crates break their layers in tests/it/architecture.rs's MEMBER_LAYERS; \
+         move the module or fix the list:\n{report}"
+    );
+}
+
+/// What a glob import of a module brings in: (source, expected names).
+#[test]
+fn public_items_are_what_a_glob_brings_in() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "pub fn f() {}\nfn private() {}\npub struct S { pub field: u8 }\npub enum E { A }",
+            &["f", "S", "E"],
+        ),
+        (
+            "pub const C: u8 = 1;\npub static mut M: u8 = 0;\npub const fn g() {}\npub unsafe fn h() {}",
+            &["C", "M", "g", "h"],
+        ),
+        (
+            "pub(crate) fn k() {}\npub(super) type T = u8;\npub trait Tr {}\npub mod inner;",
+            &["k", "T", "Tr", "inner"],
+        ),
+        (
+            "pub use crate::a::{B, c::D};\nuse crate::e::F;",
+            &["B", "D"],
+        ),
+        // Items inside other items are not the module's.
+        (
+            "impl S { pub fn m() {} }\nmod tests { pub fn helper() {} }",
+            &[],
+        ),
+        ("// pub fn commented() {}\nlet s = \"pub fn in_string\";", &[]),
+    ];
+    for (src, expected) in cases {
+        assert_eq!(public_items(src), *expected, "{src:?}");
+    }
+}
+
+/// Names the crate root imports from its modules: (lib.rs, expected
+/// `name → path` pairs); the glob's module `policy` has `Policy` and
+/// `Tier`.
+#[test]
+fn root_imports_point_names_at_their_modules() {
+    let modules: BTreeSet<String> = ["placement", "policy", "setup"].map(String::from).into();
+    let items = |module: &[String]| -> Vec<String> {
+        match module {
+            [m] if m == "policy" => vec!["Policy".into(), "Tier".into()],
+            _ => Vec::new(),
+        }
+    };
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "pub mod placement;\npub use placement::{plan, Plan};",
+            &["Plan → placement::Plan", "plan → placement::plan"],
+        ),
+        ("use crate::setup::backend;", &["backend → setup::backend"]),
+        (
+            "pub use policy::*;",
+            &["Policy → policy::Policy", "Tier → policy::Tier"],
+        ),
+        // Other crates' names and the modules themselves map nothing.
+        (
+            "pub use other_crate::{Message, Stop};\npub use std::path::Path;\npub use setup;",
+            &[],
+        ),
+        // Only the root's own declarations, not an inline module's.
+        ("mod tests {\n    use crate::setup::EngineError;\n}", &[]),
+    ];
+    for (lib, expected) in cases {
+        let got: Vec<String> = root_imports(lib, &modules, items)
+            .into_iter()
+            .map(|(name, path)| format!("{name} → {}", path.join("::")))
+            .collect();
+        assert_eq!(got, *expected, "{lib:?}");
+    }
 }
 
 #[test]
@@ -915,4 +1244,81 @@ fn circles_are_found_per_level() {
         vec![vec!["a".to_string(), "b".into(), "c".into(), "a".into()]]
     );
     assert_eq!(top["c"]["a"], ("c.rs".to_string(), 7));
+}
+
+/// The agents of the pipeline's stages, in stage order (MASAI's Edit
+/// Localizer, Test Template Generator, Issue Reproducer, Fixer, Ranker).
+/// Every other module of `agents` is shared by them and sits below them.
+const AGENT_STAGES: &[&str] = &["localize", "template", "reproduce", "fixer", "ranker"];
+
+/// Each use inside `agents` that breaks the stage order: a shared module
+/// using a stage's module, or a stage using a later stage's.
+fn agent_stage_violations(
+    stages: &[&str],
+    edges: &BTreeMap<String, BTreeMap<String, Site>>,
+) -> Vec<String> {
+    let stage = |m: &str| stages.iter().position(|s| *s == m);
+    let mut out = Vec::new();
+    for (from, uses) in edges {
+        for (to, (file, line)) in uses {
+            match (stage(from), stage(to)) {
+                (None, Some(_)) => out.push(format!(
+                    "{from} is shared by the stages but uses the stage {to}: {file}:{line}"
+                )),
+                (Some(f), Some(t)) if t > f => out.push(format!(
+                    "the stage {from} uses {to}, a later stage: {file}:{line}"
+                )),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn agents_use_shared_modules_and_earlier_stages_only() {
+    let layers = layers(&crate_files());
+    let agents = vec!["agents".to_string()];
+    let edges = layers.get(&agents).cloned().unwrap_or_default();
+    for stage in AGENT_STAGES {
+        assert!(
+            edges.contains_key(*stage) || edges.values().any(|e| e.contains_key(*stage)),
+            "{stage} is in AGENT_STAGES but no module of agents uses or is used by it"
+        );
+    }
+    let problems = agent_stage_violations(AGENT_STAGES, &edges);
+    assert!(
+        problems.is_empty(),
+        "the agents break their stage order (AGENT_STAGES in tests/it/architecture.rs; move \
+         what two stages share to a module below both):\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn agent_stage_violations_name_each_use_against_the_order() {
+    let site = |line: usize| ("src/agents/x.rs".to_string(), line);
+    let edges: BTreeMap<String, BTreeMap<String, Site>> = [
+        ("fixer", vec![("ranker", 1), ("reproduce", 2), ("judge", 3)]),
+        ("judge", vec![("fixer", 4)]),
+        ("react", vec![("budget", 5)]),
+        ("localize", vec![("react", 6)]),
+    ]
+    .into_iter()
+    .map(|(from, uses)| {
+        (
+            from.to_string(),
+            uses.into_iter()
+                .map(|(to, line)| (to.to_string(), site(line)))
+                .collect(),
+        )
+    })
+    .collect();
+    assert_eq!(
+        agent_stage_violations(AGENT_STAGES, &edges),
+        [
+            "the stage fixer uses ranker, a later stage: src/agents/x.rs:1",
+            "judge is shared by the stages but uses the stage fixer: src/agents/x.rs:4",
+        ]
+    );
 }

@@ -16,7 +16,7 @@
 //!
 //! Here: the settings, the records of `fixes.json` and one round
 //! ([`generate_round`]); [`rounds`] the rounds, judged by execution and
-//! repaired; [`code`] the code a prompt shows, [`prompt`] the
+//! repaired; [`super::code`] the code a prompt shows, [`prompt`] the
 //! instructions and the prompt fitted to the context, [`reply`] a reply
 //! read as edits and applied.
 
@@ -266,12 +266,11 @@ pub enum FixError {
     NoLocations,
 }
 
-mod code;
 mod prompt;
 mod reply;
 pub mod rounds;
 
-pub use code::*;
+pub use super::code::*;
 pub use prompt::*;
 pub use reply::*;
 pub use rounds::{run, Inputs};

@@ -20,10 +20,10 @@ use super::{
     generate_round, Attempt, Distinct, Evidence, FixError, FixerSettings, Fixes, Round, RoundSpec,
     Status,
 };
+use crate::aci::{check, Location, SubmittedTest};
 use crate::agents::judge::{Regression, Trial};
 use crate::agents::workplace::Workplace;
 use crate::agents::{evidence, parallel};
-use crate::aci::{check, Location, SubmittedTest};
 use crate::engine::{Conversation, Sampling};
 use crate::env::task::TaskEnv;
 use crate::trajectory::Trajectory;

@@ -1,9 +1,17 @@
-//! The code a Fixer prompt shows: the located spans read from the
-//! worktree, whole files or spans with the functions around them, cut to
+//! The code a prompt shows (the Fixer's, and the Reproducer's sections):
+//! the located spans read from the worktree, whole files or spans with the functions around them, cut to
 //! the lines that matter for the issue when the prompt must shrink, and the
 //! definitions the `definition` format may rewrite.
 
-use super::*;
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use super::shown::CONTEXT_LINES;
+use crate::aci::Location;
+use crate::edit;
+use crate::engine::grammar;
+use crate::index::symbols;
+use crate::record::trajectory::Cut;
 
 /// The code of the located spans, with context, grouped per file: each
 /// span whole; with `numbered`, each line starts with its number, as the
