@@ -19,11 +19,11 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use patchwright::repo::touched_files;
 use patchwright::index::candidates::{self, Candidate};
 use patchwright::index::symbols::CodeIndex;
 use patchwright::pipeline::masai::index_cache_dir;
 use patchwright::pipeline::metrics::gold_functions;
+use patchwright::repo::touched_files;
 use patchwright::repo::{Repos, Workspace};
 
 /// The methods' names, in output order.
