@@ -151,7 +151,19 @@ pub const ETC_FILES: &[&str] = &[
     "/etc/services",
     "/etc/protocols",
     "/etc/mime.types",
+    // Fontconfig's configuration: where the fonts are (without it every
+    // program that draws text with fontconfig finds none).
+    "/etc/fonts",
+    // TeX Live's configuration (Debian keeps `texmf.cnf` and
+    // `fmtutil.cnf` here).
+    "/etc/texmf",
 ];
+
+/// Host data outside /etc that programs need and that holds no secrets:
+/// bound read-only if it exists. TeX Live's generated formats and font maps
+/// (`xelatex.fmt`, `pdftex.map`): without them every LaTeX run fails, and
+/// matplotlib's usetex and pgf tests skip where SWE-bench's images run them.
+pub const SYSTEM_DATA: &[&str] = &["/var/lib/texmf"];
 
 /// /etc files bound (read-only, when present) only by
 /// [`Policy::allow_network`]: resolver configuration and pip's site
@@ -619,13 +631,14 @@ fn check_path(what: &str, p: &Path) -> Result<(), SandboxError> {
 }
 
 /// The base layer for this host: `/usr` and whichever of /bin, /sbin, /lib,
-/// /lib32, /lib64, /libx32 and [`ETC_FILES`] exist, as symlinks where the
+/// /lib32, /lib64, /libx32, [`ETC_FILES`] and [`SYSTEM_DATA`] exist, as symlinks where the
 /// host has symlinks (cheaper than a bind: no mount), read-only binds where
 /// it has directories or files; missing ones are left out.
 pub fn detect_system_mounts() -> Vec<Mount> {
     SYSTEM_DIRS
         .iter()
         .chain(ETC_FILES.iter())
+        .chain(SYSTEM_DATA.iter())
         .filter_map(|p| host_mount(Path::new(p)))
         .collect()
 }
@@ -645,11 +658,13 @@ fn host_mount(path: &Path) -> Option<Mount> {
     })
 }
 
-/// The [`ETC_FILES`] as `--ro-bind-try` mounts: a host-independent variant
-/// of the /etc part of [`detect_system_mounts`] (used by the snapshot test).
+/// The [`ETC_FILES`] and [`SYSTEM_DATA`] as `--ro-bind-try` mounts: a
+/// host-independent variant of the /etc and data part of
+/// [`detect_system_mounts`] (used by the snapshot test).
 pub fn etc_mounts() -> Vec<Mount> {
     ETC_FILES
         .iter()
+        .chain(SYSTEM_DATA.iter())
         .map(|p| Mount::RoBindTry {
             src: PathBuf::from(p),
             dest: PathBuf::from(p),

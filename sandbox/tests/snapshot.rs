@@ -172,7 +172,10 @@ fn prepared_etc_argv_matches_snapshot() {
         out
     };
     assert_eq!(strip(&argv), strip(&classic));
-    assert_eq!(classic.len() - argv.len(), 3 * (13 + 3 - 1));
+    assert_eq!(
+        classic.len() - argv.len(),
+        3 * (patchwright_sandbox::ETC_FILES.len() + 3 - 1)
+    );
 }
 
 #[test]
