@@ -257,18 +257,7 @@ pub fn run(
     };
     let mut past: Vec<Past> = Vec::new();
     let mut history = History::default();
-    let mut summary = EpisodeSummary {
-        agent: agent.name.to_string(),
-        status: ExitStatus::ExitStepLimit,
-        steps: 0,
-        format_errors: 0,
-        truncated: 0,
-        tokens_evaluated: 0,
-        tokens_reused: 0,
-        tokens_generated: 0,
-        wall_s: 0.0,
-        error: None,
-    };
+    let mut summary = new_summary(agent.name);
     let mut errors_in_row = 0;
     let status = loop {
         if let Some(limit) = limit_reached(settings, started, &summary) {
@@ -382,6 +371,22 @@ pub fn run(
     summary.wall_s = started.elapsed().as_secs_f64();
     trajectory.record(Step::Episode(Box::new(summary.clone())));
     summary
+}
+
+/// The summary of an episode of `agent` that has not yet taken a step.
+fn new_summary(agent: &str) -> EpisodeSummary {
+    EpisodeSummary {
+        agent: agent.to_string(),
+        status: ExitStatus::ExitStepLimit,
+        steps: 0,
+        format_errors: 0,
+        truncated: 0,
+        tokens_evaluated: 0,
+        tokens_reused: 0,
+        tokens_generated: 0,
+        wall_s: 0.0,
+        error: None,
+    }
 }
 
 /// Whether a limit of the episode is reached, and which.
