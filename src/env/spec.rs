@@ -607,16 +607,23 @@ test_cmd = "pytest -rA"
         let specs = Specs::builtin()?;
         let mpl = specs.get("matplotlib/matplotlib", "3.5")?;
         let files: Vec<&str> = mpl.downloads.iter().map(|d| d.file.as_str()).collect();
-        assert_eq!(files, ["qhull-2020-src-8.0.2.tgz", "freetype-2.6.1.tar.gz"]);
+        assert_eq!(
+            files,
+            ["qhull-2020-src-8.0.2.tgz", "freetype_2.6.1.orig.tar.gz"]
+        );
         assert!(mpl.pre_install.iter().all(|c| !c.contains("wget")));
         assert!(mpl.pre_install[0].contains("$PATCHWRIGHT_DOWNLOADS/qhull-2020-src-8.0.2.tgz"));
-        // setupext.py looks for FreeType in its download cache under the
-        // tarball's sha256 before it downloads.
-        let freetype = &mpl.downloads[1].sha256;
+        // setupext.py looks for FreeType in its download cache under
+        // savannah's tarball's sha256 before it downloads: pre_install
+        // remakes that tarball from Ubuntu's and checks it.
+        let savannah = "0a3c7dfbda6da1e8fce29232e8e96d987ababbbf71ebc8c75659e4132c367014";
+        let has = |text: &str| mpl.pre_install.iter().any(|c| c.contains(text));
         assert!(
-            mpl.pre_install.iter().any(|c| c.contains(
-                &format!("$PATCHWRIGHT_DOWNLOADS/freetype-2.6.1.tar.gz\" \"$XDG_CACHE_HOME/matplotlib/{freetype}\"")
-            )),
+            has("$PATCHWRIGHT_DOWNLOADS/freetype_2.6.1.orig.tar.gz")
+                && has(&format!("> \"$XDG_CACHE_HOME/matplotlib/{savannah}\""))
+                && has(&format!(
+                    "echo \"{savannah}  $XDG_CACHE_HOME/matplotlib/{savannah}\" | sha256sum -c -"
+                )),
             "{:?}",
             mpl.pre_install
         );
