@@ -772,7 +772,8 @@ fn temperature(request: &Request<'_>, i: usize) -> f32 {
 
 /// The JSON body asking `model` for candidates `indices` of `request` in
 /// `dialect`: `n` = their number, the first one's temperature and seed
-/// (`seed + index`), `grammar` where the dialect puts it.
+/// (`seed + index`), `min_p` when set, `grammar` where the dialect puts
+/// it.
 pub fn request_body(
     dialect: &Dialect,
     model: &str,
@@ -790,6 +791,11 @@ pub fn request_body(
         "max_tokens": request.sampling.max_tokens,
         "n": indices.len().max(1),
     });
+    // llama-server, vLLM and SGLang read `min_p`; OpenAI's API does not
+    // know it, so it is sent only when set.
+    if request.sampling.min_p > 0.0 {
+        body["min_p"] = request.sampling.min_p.into();
+    }
     if let Some(g) = grammar {
         match dialect.grammar {
             GrammarField::Grammar => body["grammar"] = g.into(),
@@ -1173,6 +1179,7 @@ mod tests {
         Sampling {
             temperature: 0.7,
             top_p: 0.95,
+            min_p: 0.0,
             seed: 10,
             max_tokens: 64,
         }

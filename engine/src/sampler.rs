@@ -1,7 +1,7 @@
 //! One candidate's choice of its next token from a position's logits, on
 //! the llama.cpp path: greedy at temperature 0, else llama.cpp's chain
-//! (nucleus over the untempered distribution, the temperature, a seeded
-//! draw); under a grammar, **grammar-first**.
+//! (nucleus and min-p floor over the untempered distribution, the
+//! temperature, a seeded draw); under a grammar, **grammar-first**.
 //!
 //! Masking the vocabulary with llama.cpp's grammar sampler checks every
 //! token (151,936 for Qwen) against the grammar: about 15 ms a token on
@@ -33,10 +33,11 @@
 //! and otherwise repeated without the refused tokens ends on an admitted
 //! `t` with probability `p(t) / Z` (`Z` the admitted mass), the masked
 //! distribution: removing refused tokens never changes the odds between
-//! admitted ones. With `top_p` < 1 it is not exact: the nucleus is cut
-//! from the distribution the draw is made from (the whole vocabulary
-//! first, without the refused tokens after), where the mask-first chain
-//! cuts it from the admitted tokens alone.
+//! admitted ones. With `top_p` < 1 or `min_p` > 0 it is not exact: the
+//! nucleus and the min-p floor are cut from the distribution the draw is
+//! made from (the whole vocabulary first, without the refused tokens
+//! after), where the mask-first chain cuts them from the admitted tokens
+//! alone.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -169,6 +170,7 @@ impl TokenSampler {
         let chain = (temperature > 0.0).then(|| {
             LlamaSampler::chain_simple([
                 LlamaSampler::top_p(sampling.top_p, 1),
+                LlamaSampler::min_p(sampling.min_p, 1),
                 LlamaSampler::temp(temperature),
                 LlamaSampler::dist(sampling.seed.wrapping_add(i as u32)),
             ])

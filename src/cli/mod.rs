@@ -386,6 +386,10 @@ pub struct GenerateArgs {
     /// Nucleus sampling threshold.
     #[arg(long, default_value_t = 1.0, value_name = "P")]
     pub top_p: f32,
+    /// Tokens below this fraction of the likeliest one's probability are
+    /// never drawn; 0 is off.
+    #[arg(long, default_value_t = 0.0, value_name = "P")]
+    pub min_p: f32,
     /// Seed of candidate 1; candidate i uses SEED + i - 1.
     #[arg(long, default_value_t = 0, value_name = "S")]
     pub seed: u32,

@@ -278,6 +278,7 @@ pub fn generate(args: GenerateArgs) -> Result<i32> {
     let sampling = Sampling {
         temperature: args.temperature,
         top_p: args.top_p,
+        min_p: args.min_p,
         seed: args.seed,
         max_tokens: args.max_tokens,
     };

@@ -384,6 +384,7 @@ impl Conversation for CandleConversation<'_> {
                         .and_then(|t| t.get(i).copied())
                         .unwrap_or(request.sampling.temperature),
                     top_p: request.sampling.top_p,
+                    min_p: request.sampling.min_p,
                     rng: sample::Rng::new(u64::from(request.sampling.seed.wrapping_add(i as u32))),
                 },
                 grammar: grammar.clone().map(GrammarState::new),

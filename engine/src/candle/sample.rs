@@ -216,6 +216,9 @@ pub struct Sampler {
     /// 0 or below: greedy.
     pub temperature: f32,
     pub top_p: f32,
+    /// Admitted tokens less likely than this fraction of the likeliest
+    /// admitted one are never drawn (0: off).
+    pub min_p: f32,
     pub rng: Rng,
 }
 
@@ -249,6 +252,7 @@ impl Sampler {
         Sampler {
             temperature: 0.0,
             top_p: 1.0,
+            min_p: 0.0,
             rng: Rng::new(0),
         }
     }
@@ -264,7 +268,7 @@ impl Sampler {
         if self.temperature <= 0.0 {
             return self.pick_greedy(logits, vocab, grammar);
         }
-        if grammar.is_none() || self.top_p < 1.0 {
+        if grammar.is_none() || self.top_p < 1.0 || self.min_p > 0.0 {
             return self.pick_nucleus(logits, vocab, grammar);
         }
         self.pick_redraw(logits, vocab, grammar)
@@ -292,7 +296,8 @@ impl Sampler {
     }
 
     /// The nucleus (tokens by probability until `top_p` of the admitted
-    /// mass), then a draw among them at the temperature.
+    /// mass, none below `min_p` times the likeliest admitted one's
+    /// probability), then a draw among them at the temperature.
     fn pick_nucleus(
         &mut self,
         logits: &[f32],
@@ -306,17 +311,25 @@ impl Sampler {
         let raw: Vec<f64> = logits.iter().map(|&l| f64::from(l - max).exp()).collect();
         let total: f64 = raw.iter().sum();
         let top_p = f64::from(self.top_p.min(1.0));
+        let min_p = f64::from(self.min_p.max(0.0));
         let mut kept: Vec<(u32, Option<GrammarState>)> = Vec::new();
         let mut order = Order::new(logits);
         let (mut admitted, mut visited) = (0.0f64, 0.0f64);
         // No nucleus and no mask: every token, in id order.
-        let everything = grammar.is_none() && top_p >= 1.0;
+        let everything = grammar.is_none() && top_p >= 1.0 && min_p <= 0.0;
         if everything {
             kept = (0..logits.len() as u32).map(|t| (t, None)).collect();
         }
         for k in (0..).take_while(|_| !everything) {
             let Some(token) = order.get(k) else { break };
             let p = raw[token as usize] / total;
+            // Tokens come likeliest first: once one is under the floor,
+            // every later one is too.
+            if let Some(&(likeliest, _)) = kept.first() {
+                if p < min_p * raw[likeliest as usize] / total {
+                    break;
+                }
+            }
             visited += p;
             if let Some(state) = admit(grammar, vocab, token) {
                 admitted += p;
@@ -515,6 +528,7 @@ mod tests {
             let mut sampler = Sampler {
                 temperature: 1.0,
                 top_p,
+                min_p: 0.0,
                 rng: Rng::new(7),
             };
             let mut counts = [0usize; 5];
@@ -541,6 +555,7 @@ mod tests {
             let mut sampler = Sampler {
                 temperature: 1.0,
                 top_p,
+                min_p: 0.0,
                 rng: Rng::new(1),
             };
             let mut seen: Vec<u32> = (0..2000)
@@ -553,6 +568,39 @@ mod tests {
     }
 
     #[test]
+    fn min_p_keeps_tokens_near_the_likeliest_admitted_one() {
+        let v = vocab(&["", "a", "b", "c", "d"]);
+        // Probabilities about 0.61, 0.22, 0.08, 0.08 for d, a, b, c: b and
+        // c are 0.37 of a, a is 0.37 of d.
+        let logits = [f32::NEG_INFINITY, 1.0, 0.0, 0.0, 2.0];
+        let only_abc = grammar(r#"root ::= [abc]"#);
+        #[rustfmt::skip]
+        let cases: [(f32, bool, &[u32]); 5] = [
+            (0.0, false, &[1, 2, 3, 4]),
+            (0.3, false, &[1, 4]),
+            (0.5, false, &[4]),
+            // The floor is cut from the admitted tokens: a is the likeliest.
+            (0.3, true, &[1, 2, 3]),
+            (0.5, true, &[1]),
+        ];
+        for (min_p, masked, want) in cases {
+            let mut sampler = Sampler {
+                temperature: 1.0,
+                top_p: 1.0,
+                min_p,
+                rng: Rng::new(3),
+            };
+            let g = masked.then_some(&only_abc);
+            let mut seen: Vec<u32> = (0..2000)
+                .filter_map(|_| sampler.pick(&logits, &v, g).map(|p| p.token))
+                .collect();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen, want, "min_p {min_p}, masked {masked}");
+        }
+    }
+
+    #[test]
     fn seeded_draws_repeat() {
         let v = vocab(&["", "a", "b", "c"]);
         let logits = [0.0, 1.0, 1.0, 1.0];
@@ -560,6 +608,7 @@ mod tests {
             let mut s = Sampler {
                 temperature: 1.0,
                 top_p: 1.0,
+                min_p: 0.0,
                 rng: Rng::new(seed),
             };
             (0..20)

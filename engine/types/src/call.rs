@@ -8,7 +8,16 @@ use serde::{Deserialize, Serialize};
 pub struct Sampling {
     /// 0 is greedy decoding (deterministic).
     pub temperature: f32,
+    /// Nucleus: the likeliest tokens holding this share of the mass (1:
+    /// every token).
     pub top_p: f32,
+    /// Tokens less likely than this fraction of the likeliest token's
+    /// probability are never drawn (0: off; absent in records written
+    /// before it existed). It keeps a sampled reply on the tokens the model
+    /// is sure of where one continuation dominates (code's syntax) and
+    /// leaves the choice open where several are close (names, values).
+    #[serde(default)]
+    pub min_p: f32,
     pub seed: u32,
     /// Most tokens generated for one reply.
     pub max_tokens: u32,
@@ -19,6 +28,7 @@ impl Default for Sampling {
         Sampling {
             temperature: 0.0,
             top_p: 1.0,
+            min_p: 0.0,
             seed: 0,
             max_tokens: 1024,
         }

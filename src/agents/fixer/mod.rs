@@ -147,6 +147,10 @@ pub struct Candidate {
     pub status: Status,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<String>,
+    /// Edits of its reply left out of `patch` because they did not apply
+    /// or broke the syntax, each with why (see [`try_candidate`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
 }
 
 /// A distinct patch and the candidates that produced it.
@@ -406,7 +410,11 @@ pub fn generate_round(
     let first = fixes.candidates.len();
     for (k, c) in generation.candidates.iter().enumerate() {
         let index = first + k;
-        let (status, patch) = try_candidate(root, base, &c.text, &prompt, compile)?;
+        let Tried {
+            status,
+            patch,
+            dropped,
+        } = try_candidate(root, base, &c.text, &prompt, compile)?;
         let status = match (&status, &patch) {
             (Status::Kept, Some(p)) => {
                 let key = normalise(p);
@@ -441,6 +449,7 @@ pub fn generate_round(
             reply: c.text.clone(),
             status,
             patch,
+            dropped,
         });
     }
     Ok(())
@@ -1300,6 +1309,51 @@ mod tests {
         }
         let head = crate::repo::head_commit(dir.path())?;
         Ok((dir, head))
+    }
+
+    #[test]
+    fn an_edit_that_breaks_the_syntax_or_does_not_apply_is_dropped_alone() -> R {
+        let (dir, head) = git_workspace(&[("m.py", SHAPES)])?;
+        let locs = [location("m.py", "Shape", 4, 11)];
+        let block = |search: &str, replace: &str| {
+            format!("m.py\n<<<<<<< SEARCH\n{search}=======\n{replace}>>>>>>> REPLACE\n")
+        };
+        let good = block(
+            "        return self.w * self.h\n",
+            "        return self.w * self.h * 2\n",
+        );
+        // A REPLACE of prose where code was: tree-sitter refuses it.
+        let prose = block("        self.w *= k\n", "Replace with:\nm.py\n");
+        let missing = block("        return None\n", "        return 0\n");
+        let fixed = "        return self.w * self.h * 2\n";
+        type Case<'a> = (EditFormat, Vec<&'a str>, &'a str, usize);
+        #[rustfmt::skip]
+        let cases: Vec<Case> = vec![
+            (EditFormat::Anchored, vec![&good], "kept", 0),
+            (EditFormat::Anchored, vec![&good, &prose], "kept", 1),
+            (EditFormat::Anchored, vec![&prose, &good], "kept", 1),
+            (EditFormat::Anchored, vec![&prose], "syntax_error", 0),
+            (EditFormat::Anchored, vec![&prose, &prose], "syntax_error", 0),
+            (EditFormat::SearchReplace, vec![&missing, &good], "kept", 1),
+            (EditFormat::SearchReplace, vec![&good, &prose, &missing], "kept", 2),
+            (EditFormat::SearchReplace, vec![&missing], "did_not_apply", 0),
+        ];
+        for (format, blocks, want, dropped) in cases {
+            let prompt = prompt_of(dir.path(), "Shape.area is wrong", &locs, format, false);
+            let reply = format!("Reasoning: x.\n\n{}", blocks.concat());
+            let got = reply::try_candidate(dir.path(), &head, &reply, &prompt, None)?;
+            let status = serde_json::to_value(&got.status)?;
+            let case = format!("{format:?} {blocks:?}");
+            assert_eq!(status["status"], want, "{case}: {got:?}");
+            assert_eq!(got.dropped.len(), dropped, "{case}: {got:?}");
+            if want == "kept" {
+                let patch = got.patch.clone().unwrap_or_default();
+                assert!(patch.contains(&format!("+{fixed}")), "{case}: {patch}");
+                assert!(!patch.contains("Replace with"), "{case}: {patch}");
+            }
+            assert_eq!(std::fs::read_to_string(dir.path().join("m.py"))?, SHAPES);
+        }
+        Ok(())
     }
 
     #[test]

@@ -184,20 +184,72 @@ pub(super) fn place(
     false
 }
 
+/// One candidate's result: its status, its patch when kept, and the
+/// edits dropped to keep it (why each was).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Tried {
+    pub status: Status,
+    pub patch: Option<String>,
+    pub dropped: Vec<String>,
+}
+
+/// A reply's edits as units that apply on their own: the blocks of
+/// `search_replace` (in order, each on the file as the earlier ones left
+/// it), the line ranges of the other formats (all of the file as it was).
+#[derive(Clone, Copy)]
+enum Units<'a> {
+    Blocks(&'a [edit::Block]),
+    Lines(&'a [edit::LineEdit]),
+}
+
+impl Units<'_> {
+    fn len(self) -> usize {
+        match self {
+            Units::Blocks(b) => b.len(),
+            Units::Lines(l) => l.len(),
+        }
+    }
+
+    /// Applies the units numbered in `which` to the worktree at `root`.
+    fn apply(self, root: &Path, paths: &[String], which: &[usize]) -> Result<(), String> {
+        match self {
+            Units::Blocks(blocks) => which.iter().try_for_each(|&i| {
+                edit::apply_block_lenient(root, &blocks[i], paths)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }),
+            Units::Lines(lines) => {
+                let chosen: Vec<edit::LineEdit> = which.iter().map(|&i| lines[i].clone()).collect();
+                edit::apply_line_edits(root, &chosen)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
 /// Applies one reply's edits to the workspace, checks and diffs the
-/// result, and undoes it.
+/// result, and undoes it. When the edits together do not apply or break
+/// the syntax, each is tried in reply order on top of those kept so far
+/// and dropped if it does not apply or breaks the syntax, as SWE-agent's
+/// editor refuses one edit and keeps the others: a candidate with one
+/// stray block keeps its fix. One whose edits are all dropped is refused
+/// with its first edit's reason.
 pub(super) fn try_candidate(
     root: &Path,
     base: &str,
     reply: &str,
     prompt: &Prompt,
     compile: Option<&CompileCheck<'_>>,
-) -> Result<(Status, Option<String>), RepoError> {
+) -> Result<Tried, RepoError> {
     let paths = &prompt.paths;
     let edits = edits_of(reply, prompt);
-    if edits == Edits::None {
-        return Ok((Status::NoBlocks, None));
-    }
+    let units = match &edits {
+        Edits::None => return Ok(tried(Status::NoBlocks, None)),
+        Edits::Refused(why) => return Ok(tried(Status::DidNotApply(why.clone()), None)),
+        Edits::Blocks(blocks) => Units::Blocks(blocks),
+        Edits::Lines(lines) => Units::Lines(lines),
+    };
     let before: Vec<(String, usize)> = paths
         .iter()
         .map(|p| {
@@ -207,55 +259,116 @@ pub(super) fn try_candidate(
             (p.clone(), n)
         })
         .collect();
-    let mut failure = None;
-    match &edits {
-        Edits::None => {}
-        Edits::Refused(why) => failure = Some(why.clone()),
-        Edits::Blocks(blocks) => {
-            for block in blocks {
-                if let Err(e) = edit::apply_block_lenient(root, block, paths) {
-                    failure = Some(e.to_string());
-                    break;
-                }
+    let check = Check {
+        root,
+        base,
+        paths,
+        before: &before,
+        compile,
+    };
+    let all: Vec<usize> = (0..units.len()).collect();
+    let whole = check.attempt(units, &all)?;
+    if matches!(whole, Attempt::Patch(_) | Attempt::NoChange) || units.len() == 1 {
+        return Ok(match whole {
+            Attempt::Patch(patch) => tried(Status::Kept, Some(patch)),
+            Attempt::NoChange => tried(Status::NoChange, None),
+            Attempt::Unapplied(why) => tried(Status::DidNotApply(why), None),
+            Attempt::Broken(why) => tried(Status::SyntaxError(why), None),
+        });
+    }
+    let mut kept: Vec<usize> = Vec::new();
+    let mut dropped: Vec<String> = Vec::new();
+    let mut first_refusal = None;
+    let mut last = Attempt::NoChange;
+    for i in all {
+        let trial: Vec<usize> = kept.iter().copied().chain([i]).collect();
+        match check.attempt(units, &trial)? {
+            Attempt::Unapplied(why) => {
+                dropped.push(format!("edit {}: {why}", i + 1));
+                first_refusal.get_or_insert(Status::DidNotApply(why));
             }
-        }
-        Edits::Lines(lines) => {
-            if let Err(e) = edit::apply_line_edits(root, &apart(lines)) {
-                failure = Some(e.to_string());
+            Attempt::Broken(why) => {
+                dropped.push(format!("edit {}: {why}", i + 1));
+                first_refusal.get_or_insert(Status::SyntaxError(why));
+            }
+            ok => {
+                kept.push(i);
+                last = ok;
             }
         }
     }
-    let result = match failure {
-        Some(why) => (Status::DidNotApply(why), None),
-        None => {
-            let broken = before.iter().find_map(|(p, n)| {
-                let errors = crate::aci::read_text(root, p)
-                    .map(|t| symbols::syntax_errors(&t))
-                    .unwrap_or_default();
-                (errors.len() > *n).then(|| {
-                    let e = &errors[0];
-                    format!("{p}:{}:{}: {}", e.line, e.column, e.message)
-                })
-            });
-            match broken {
-                Some(why) => (Status::SyntaxError(why), None),
-                None => {
-                    let patch = crate::repo::diff_against(root, base)?;
-                    let touched = crate::repo::touched_files(&patch);
-                    let compiled = compile
-                        .filter(|_| !patch.trim().is_empty())
-                        .and_then(|check| check(root, &touched));
-                    if patch.trim().is_empty() {
-                        (Status::NoChange, None)
-                    } else if let Some(why) = compiled {
-                        (Status::SyntaxError(why), None)
-                    } else {
-                        (Status::Kept, Some(patch))
-                    }
-                }
-            }
+    Ok(match (last, first_refusal) {
+        (Attempt::Patch(patch), _) => Tried {
+            status: Status::Kept,
+            patch: Some(patch),
+            dropped,
+        },
+        (_, Some(status)) => tried(status, None),
+        _ => tried(Status::NoChange, None),
+    })
+}
+
+fn tried(status: Status, patch: Option<String>) -> Tried {
+    Tried {
+        status,
+        patch,
+        dropped: Vec::new(),
+    }
+}
+
+/// What applying some of a candidate's edits gave.
+enum Attempt {
+    Patch(String),
+    NoChange,
+    Unapplied(String),
+    Broken(String),
+}
+
+/// How a candidate's edits are checked in the worktree.
+struct Check<'a> {
+    root: &'a Path,
+    base: &'a str,
+    paths: &'a [String],
+    /// Each shown file's syntax errors before any edit.
+    before: &'a [(String, usize)],
+    compile: Option<&'a CompileCheck<'a>>,
+}
+
+impl Check<'_> {
+    /// Applies units `which`, checks the syntax (tree-sitter, then
+    /// Python's compile when it can run), diffs, and resets the worktree.
+    fn attempt(&self, units: Units<'_>, which: &[usize]) -> Result<Attempt, RepoError> {
+        let root = self.root;
+        let result = match units.apply(root, self.paths, which) {
+            Err(why) => Attempt::Unapplied(why),
+            Ok(()) => self.judge()?,
+        };
+        crate::repo::reset_worktree(root)?;
+        Ok(result)
+    }
+
+    fn judge(&self) -> Result<Attempt, RepoError> {
+        let root = self.root;
+        let broken = self.before.iter().find_map(|(p, n)| {
+            let errors = crate::aci::read_text(root, p)
+                .map(|t| symbols::syntax_errors(&t))
+                .unwrap_or_default();
+            (errors.len() > *n).then(|| {
+                let e = &errors[0];
+                format!("{p}:{}:{}: {}", e.line, e.column, e.message)
+            })
+        });
+        if let Some(why) = broken {
+            return Ok(Attempt::Broken(why));
         }
-    };
-    crate::repo::reset_worktree(root)?;
-    Ok(result)
+        let patch = crate::repo::diff_against(root, self.base)?;
+        if patch.trim().is_empty() {
+            return Ok(Attempt::NoChange);
+        }
+        let touched = crate::repo::touched_files(&patch);
+        Ok(match self.compile.and_then(|check| check(root, &touched)) {
+            Some(why) => Attempt::Broken(why),
+            None => Attempt::Patch(patch),
+        })
+    }
 }

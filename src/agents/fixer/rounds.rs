@@ -352,6 +352,7 @@ mod tests {
             reply: format!("Reasoning: r{index}\nedit {index}"),
             status,
             patch: None,
+            dropped: Vec::new(),
         };
         let fixes = Fixes {
             candidates: vec![
