@@ -234,19 +234,26 @@ pub(crate) mod fake {
     /// Tokens a message costs beyond its content (the template's markers).
     pub const MESSAGE_TOKENS: usize = 4;
 
-    /// Answers every call with `reply`, refusing a prompt that does not fit
-    /// like the embedded model does, and keeps the prompts it was sent.
+    /// Answers candidate `i` of every call with `replies[i % len]`,
+    /// refusing a prompt that does not fit like the embedded model does,
+    /// and keeps the prompts it was sent.
     pub struct Fake {
         pub context: usize,
-        pub reply: String,
+        pub replies: Vec<String>,
         pub prompts: Vec<Vec<Message>>,
     }
 
     impl Fake {
+        /// Every candidate replies `reply`.
         pub fn new(context: usize, reply: &str) -> Fake {
+            Fake::cycling(context, &[reply])
+        }
+
+        /// Candidate `i` replies `replies[i % len]`.
+        pub fn cycling(context: usize, replies: &[&str]) -> Fake {
             Fake {
                 context,
-                reply: reply.to_string(),
+                replies: replies.iter().map(|r| r.to_string()).collect(),
                 prompts: Vec::new(),
             }
         }
@@ -268,8 +275,8 @@ pub(crate) mod fake {
             let n = request.n.max(1);
             Ok(Generation {
                 candidates: (0..n)
-                    .map(|_| Candidate {
-                        text: self.reply.clone(),
+                    .map(|i| Candidate {
+                        text: self.replies[i % self.replies.len().max(1)].clone(),
                         tokens: vec![1],
                         stop: Stop::EndOfText,
                     })

@@ -384,6 +384,68 @@ fn unescape(text: &str) -> String {
     out
 }
 
+/// What `source` means to Python, as Agentless compares patches: its
+/// syntax tree written out (each named node as `(kind ...)`, each token
+/// by its text, a string whole), without comments and docstrings, so
+/// that two sources differing only in those or in formatting (spacing,
+/// line breaks inside brackets, blank lines) have the same form. `None`
+/// when the grammar cannot be loaded.
+pub fn normal_form(source: &str) -> Option<String> {
+    let tree = parse_tree(source)?;
+    let mut out = String::new();
+    write_normal(tree.root_node(), source.as_bytes(), &mut out);
+    Some(out)
+}
+
+/// A docstring: a statement that is only a string, first in a module or in
+/// the body of a class or function.
+fn is_docstring(node: Node<'_>) -> bool {
+    if node.kind() != "expression_statement" || node.named_child_count() != 1 {
+        return false;
+    }
+    let only_string = node
+        .named_child(0)
+        .is_some_and(|c| matches!(c.kind(), "string" | "concatenated_string"));
+    let Some(parent) = node.parent() else {
+        return false;
+    };
+    let first = parent
+        .named_child(0)
+        .is_some_and(|c| c.id() == node.id());
+    let body = match parent.kind() {
+        "module" => true,
+        "block" => parent
+            .parent()
+            .is_some_and(|g| matches!(g.kind(), "function_definition" | "class_definition")),
+        _ => false,
+    };
+    only_string && first && body
+}
+
+fn write_normal(node: Node<'_>, source: &[u8], out: &mut String) {
+    if node.kind() == "comment" || is_docstring(node) {
+        return;
+    }
+    let text = || String::from_utf8_lossy(&source[node.start_byte()..node.end_byte()]);
+    if node.child_count() == 0 || node.kind() == "string" {
+        out.push_str(&text());
+        out.push(' ');
+        return;
+    }
+    if node.is_named() {
+        out.push('(');
+        out.push_str(node.kind());
+        out.push(' ');
+    }
+    let mut cursor = node.walk();
+    for child in node.children(&mut cursor) {
+        write_normal(child, source, out);
+    }
+    if node.is_named() {
+        out.push_str(") ");
+    }
+}
+
 /// tree-sitter's ERROR and MISSING nodes, in source order; empty when the
 /// source parses cleanly. An ERROR node is placed at its first token of its
 /// own (the tokens it could not fit, not a complete statement it wraps);
@@ -758,6 +820,36 @@ pub(crate) fn read_source(root: &Path, path: &str) -> Option<String> {
 mod tests {
     use super::*;
     use SymbolKind::{Class, Function, Method};
+
+    #[test]
+    fn normal_forms_ignore_comments_docstrings_and_formatting_only() {
+        let base = "def f(a, b):\n    \"\"\"Add.\"\"\"\n    return a + b\n";
+        let form = |s: &str| normal_form(s).unwrap_or_default();
+        #[rustfmt::skip]
+        let same = [
+            "def f(a, b):\n    return a + b\n",
+            "def f(a, b):\n    \"\"\"Add them.\"\"\"\n    # the sum\n    return a + b  # done\n",
+            "def f(a,b):\n\n    return a  +  b\n",
+            "def f(\n    a,\n    b\n):\n    return a + b\n",
+        ];
+        for s in same {
+            assert_eq!(form(s), form(base), "{s}");
+        }
+        #[rustfmt::skip]
+        let different = [
+            "def f(a, b):\n    return a - b\n",
+            "def f(a, b):\n    return 'a + b'\n",
+            // A string that is not first in the body is code, not a docstring.
+            "def f(a, b):\n    x = 1\n    \"\"\"Add.\"\"\"\n    return a + b\n",
+            "def f(a, b):\n    if a:\n        return a\n    return a + b\n",
+            "def f(a, b):\n    if a:\n        return a\n        return a + b\n",
+        ];
+        for s in different {
+            assert_ne!(form(s), form(base), "{s}");
+        }
+        // Indentation is structure: the same tokens in another block differ.
+        assert_ne!(form(different[3]), form(different[4]));
+    }
 
     const SAMPLE: &str = r#""""Module docstring."""
 import os

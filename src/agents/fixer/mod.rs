@@ -156,7 +156,13 @@ pub struct Candidate {
 /// A distinct patch and the candidates that produced it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Distinct {
+    /// The first candidate's patch.
     pub patch: String,
+    /// What it means: the candidates whose patches differ from it only in
+    /// comments, docstrings and formatting are its members (empty in files
+    /// written before: there, the same diff text).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub meaning: String,
     /// Candidate indexes (the first is the representative).
     pub members: Vec<usize>,
     /// The round of its first candidate.
@@ -182,6 +188,7 @@ impl Distinct {
     pub fn new(patch: String, member: usize) -> Distinct {
         Distinct {
             patch,
+            meaning: String::new(),
             members: vec![member],
             round: 1,
             reproduction: None,
@@ -413,16 +420,19 @@ pub fn generate_round(
         let Tried {
             status,
             patch,
+            meaning,
             dropped,
         } = try_candidate(root, base, &c.text, &prompt, compile)?;
         let status = match (&status, &patch) {
             (Status::Kept, Some(p)) => {
                 let key = normalise(p);
-                match fixes
-                    .distinct
-                    .iter_mut()
-                    .find(|d| normalise(&d.patch) == key)
-                {
+                match fixes.distinct.iter_mut().find(|d| {
+                    if d.meaning.is_empty() {
+                        normalise(&d.patch) == key
+                    } else {
+                        d.meaning == meaning
+                    }
+                }) {
                     Some(d) => {
                         d.members.push(index);
                         Status::Duplicate(d.members[0])
@@ -430,6 +440,7 @@ pub fn generate_round(
                     None => {
                         fixes.distinct.push(Distinct {
                             patch: p.clone(),
+                            meaning,
                             members: vec![index],
                             round,
                             reproduction: None,
@@ -1353,6 +1364,52 @@ mod tests {
             }
             assert_eq!(std::fs::read_to_string(dir.path().join("m.py"))?, SHAPES);
         }
+        Ok(())
+    }
+
+    #[test]
+    fn patches_differing_only_in_comments_docstrings_or_formatting_are_one_vote() -> R {
+        let (dir, head) = git_workspace(&[("m.py", SHAPES)])?;
+        let issue = issue_of("Shape.area is wrong");
+        let locs = [location("m.py", "Shape", 4, 11)];
+        let reply = |replace: &str| {
+            format!(
+                "Reasoning: x.\n\nm.py\n<<<<<<< SEARCH\n    def area(self):\n        return self.w * self.h\n=======\n{replace}>>>>>>> REPLACE\n"
+            )
+        };
+        #[rustfmt::skip]
+        let replies = [
+            reply("    def area(self):\n        return self.w * self.h * 2\n"),
+            reply("    def area(self):\n        # twice: the issue says so\n        return self.w * self.h * 2\n"),
+            reply("    def area(self):\n        \"\"\"The area.\"\"\"\n        return self.w*self.h*2\n"),
+            reply("    def area(self):\n\n        return self.w  *  self.h * 2\n"),
+            reply("    def area(self):\n        return self.w * self.h * 3\n"),
+            // Only a comment added: no change to what the code does.
+            reply("    def area(self):\n        # width times height\n        return self.w * self.h\n"),
+        ];
+        let replies: Vec<&str> = replies.iter().map(String::as_str).collect();
+        let mut conversation = Fake::cycling(32_768, &replies);
+        let settings = FixerSettings {
+            candidates: replies.len(),
+            ..FixerSettings::default()
+        };
+        let fixes = round_alone(
+            &mut conversation,
+            (dir.path(), &head),
+            &issue,
+            &locs,
+            &settings,
+            &mut Trajectory::new("demo__shapes-1"),
+        )?;
+        let statuses: Vec<&Status> = fixes.candidates.iter().map(|c| &c.status).collect();
+        #[rustfmt::skip]
+        assert_eq!(statuses, [
+            &Status::Kept, &Status::Duplicate(0), &Status::Duplicate(0), &Status::Duplicate(0),
+            &Status::Kept, &Status::NoChange,
+        ]);
+        let members: Vec<&[usize]> = fixes.distinct.iter().map(|d| &d.members[..]).collect();
+        assert_eq!(members, [&[0, 1, 2, 3][..], &[4]]);
+        assert_ne!(fixes.distinct[0].meaning, fixes.distinct[1].meaning);
         Ok(())
     }
 

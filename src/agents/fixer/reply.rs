@@ -190,6 +190,8 @@ pub(super) fn place(
 pub(super) struct Tried {
     pub status: Status,
     pub patch: Option<String>,
+    /// What the patch means ([`meaning`]) when kept.
+    pub meaning: String,
     pub dropped: Vec<String>,
 }
 
@@ -259,18 +261,29 @@ pub(super) fn try_candidate(
             (p.clone(), n)
         })
         .collect();
+    let base_forms: Vec<(String, String)> = paths
+        .iter()
+        .filter_map(|p| {
+            let text = crate::aci::read_text(root, p).ok()?;
+            Some((p.clone(), symbols::normal_form(&text)?))
+        })
+        .collect();
     let check = Check {
         root,
         base,
         paths,
         before: &before,
+        base_forms: &base_forms,
         compile,
     };
     let all: Vec<usize> = (0..units.len()).collect();
     let whole = check.attempt(units, &all)?;
-    if matches!(whole, Attempt::Patch(_) | Attempt::NoChange) || units.len() == 1 {
+    if matches!(whole, Attempt::Patch(..) | Attempt::NoChange) || units.len() == 1 {
         return Ok(match whole {
-            Attempt::Patch(patch) => tried(Status::Kept, Some(patch)),
+            Attempt::Patch(patch, meaning) => Tried {
+                meaning,
+                ..tried(Status::Kept, Some(patch))
+            },
             Attempt::NoChange => tried(Status::NoChange, None),
             Attempt::Unapplied(why) => tried(Status::DidNotApply(why), None),
             Attempt::Broken(why) => tried(Status::SyntaxError(why), None),
@@ -298,9 +311,10 @@ pub(super) fn try_candidate(
         }
     }
     Ok(match (last, first_refusal) {
-        (Attempt::Patch(patch), _) => Tried {
+        (Attempt::Patch(patch, meaning), _) => Tried {
             status: Status::Kept,
             patch: Some(patch),
+            meaning,
             dropped,
         },
         (_, Some(status)) => tried(status, None),
@@ -312,13 +326,16 @@ fn tried(status: Status, patch: Option<String>) -> Tried {
     Tried {
         status,
         patch,
+        meaning: String::new(),
         dropped: Vec::new(),
     }
 }
 
 /// What applying some of a candidate's edits gave.
 enum Attempt {
-    Patch(String),
+    /// The patch and what it means.
+    Patch(String, String),
+    /// No change, or none but to comments, docstrings and formatting.
     NoChange,
     Unapplied(String),
     Broken(String),
@@ -331,6 +348,8 @@ struct Check<'a> {
     paths: &'a [String],
     /// Each shown file's syntax errors before any edit.
     before: &'a [(String, usize)],
+    /// Each shown file's normal form before any edit.
+    base_forms: &'a [(String, String)],
     compile: Option<&'a CompileCheck<'a>>,
 }
 
@@ -366,9 +385,51 @@ impl Check<'_> {
             return Ok(Attempt::NoChange);
         }
         let touched = crate::repo::touched_files(&patch);
+        let forms: Vec<(String, Option<String>)> = touched
+            .iter()
+            .map(|p| {
+                let form = crate::aci::read_text(root, p)
+                    .ok()
+                    .and_then(|t| symbols::normal_form(&t));
+                (p.clone(), form)
+            })
+            .collect();
+        let unchanged = forms.iter().all(|(p, form)| {
+            form.is_some()
+                && self
+                    .base_forms
+                    .iter()
+                    .any(|(b, base)| b == p && Some(base) == form.as_ref())
+        });
+        if unchanged {
+            return Ok(Attempt::NoChange);
+        }
         Ok(match self.compile.and_then(|check| check(root, &touched)) {
             Some(why) => Attempt::Broken(why),
-            None => Attempt::Patch(patch),
+            None => Attempt::Patch(patch, meaning(&forms)),
         })
     }
+}
+
+/// What a patch means: a digest of the normal forms
+/// ([`symbols::normal_form`]) of the files it leaves, by path, so that
+/// patches differing only in comments, docstrings or formatting are one
+/// (a file the grammar cannot read counts by its diff's path alone).
+fn meaning(forms: &[(String, Option<String>)]) -> String {
+    use sha2::Digest;
+    let mut sorted: Vec<&(String, Option<String>)> = forms.iter().collect();
+    sorted.sort();
+    let mut hasher = sha2::Sha256::new();
+    for (path, form) in sorted {
+        hasher.update(path.as_bytes());
+        hasher.update([0]);
+        hasher.update(form.as_deref().unwrap_or("").as_bytes());
+        hasher.update([0]);
+    }
+    hasher
+        .finalize()
+        .iter()
+        .take(12)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

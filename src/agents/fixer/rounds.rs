@@ -339,6 +339,7 @@ mod tests {
     fn a_repair_round_shows_the_nearest_misses_then_rejected_edits() {
         let distinct = |patch: &str, members: Vec<usize>, round: usize, reproduction| Distinct {
             patch: patch.into(),
+            meaning: String::new(),
             members,
             round,
             reproduction,
