@@ -70,6 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let greedy = Sampling {
         temperature: 0.0,
         top_p: 1.0,
+        min_p: 0.0,
         seed: 0,
         max_tokens: MAX_TOKENS,
     };

@@ -93,10 +93,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let sampling = Sampling {
-        temperature: 0.0,
-        top_p: 1.0,
-        seed: 0,
         max_tokens: MAX_TOKENS,
+        ..Sampling::default()
     };
     // Sums per (format and candidates, mode): seconds, and calls whose
     // output equals off.

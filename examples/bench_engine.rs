@@ -42,10 +42,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
     )?;
     let greedy = |max_tokens| Sampling {
-        temperature: 0.0,
-        top_p: 1.0,
-        seed: 0,
         max_tokens,
+        ..Sampling::default()
     };
     let prompt = vec![
         Message::system("You are a careful code reviewer."),
@@ -81,6 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let sampling = Sampling {
             temperature: 0.8,
             top_p: 0.95,
+            min_p: 0.0,
             seed: 1,
             max_tokens: 128,
         };

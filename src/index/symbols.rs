@@ -409,9 +409,7 @@ fn is_docstring(node: Node<'_>) -> bool {
     let Some(parent) = node.parent() else {
         return false;
     };
-    let first = parent
-        .named_child(0)
-        .is_some_and(|c| c.id() == node.id());
+    let first = parent.named_child(0).is_some_and(|c| c.id() == node.id());
     let body = match parent.kind() {
         "module" => true,
         "block" => parent

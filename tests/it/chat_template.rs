@@ -59,6 +59,7 @@ fn chatml_by_name_generates_as_the_models_own_template_does() -> TestResult {
     let sampling = Sampling {
         temperature: 0.0,
         top_p: 1.0,
+        min_p: 0.0,
         seed: 0,
         max_tokens: 16,
     };
@@ -98,6 +99,7 @@ fn a_jinja_file_is_rendered_with_minijinja() -> TestResult {
         &Sampling {
             temperature: 0.0,
             top_p: 1.0,
+            min_p: 0.0,
             seed: 0,
             max_tokens: 4,
         },
@@ -164,6 +166,7 @@ fn a_gguf_without_a_template_runs_with_a_named_one() -> TestResult {
         &Sampling {
             temperature: 0.0,
             top_p: 1.0,
+            min_p: 0.0,
             seed: 0,
             max_tokens: 16,
         },

@@ -65,6 +65,7 @@ fn fixer_request<'a>(messages: &'a [Message], grammar: Option<&'a str>) -> Reque
         sampling: Sampling {
             temperature: 0.0,
             top_p: 0.95,
+            min_p: 0.0,
             seed: 7,
             max_tokens: 96,
         },
@@ -80,6 +81,7 @@ fn greedy<'a>(messages: &'a [Message], grammar: Option<&'a str>) -> Request<'a> 
         Sampling {
             temperature: 0.0,
             top_p: 1.0,
+            min_p: 0.0,
             seed: 0,
             max_tokens: 96,
         },
@@ -223,6 +225,7 @@ fn conversations_share_a_prefix_another_one_evaluated() -> Result<(), Error> {
     let greedy = |max_tokens| Sampling {
         temperature: 0.0,
         top_p: 1.0,
+        min_p: 0.0,
         seed: 0,
         max_tokens,
     };
@@ -409,6 +412,7 @@ fn sampled_replies_are_admitted_by_their_grammar_for_every_seed() -> Result<(), 
                 sampling: Sampling {
                     temperature: 1.0,
                     top_p: if seed == 1 { 0.9 } else { 1.0 },
+                    min_p: 0.0,
                     seed: seed * 100,
                     max_tokens: 64,
                 },
@@ -459,6 +463,7 @@ fn grammar_first_samples_the_masked_distribution() -> Result<(), Error> {
         let sampling = Sampling {
             temperature: 1.0,
             top_p: 1.0,
+            min_p: 0.0,
             seed,
             max_tokens: 1,
         };

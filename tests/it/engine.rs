@@ -26,6 +26,7 @@ fn greedy_decoding_is_exact_and_repeatable() {
     let sampling = Sampling {
         temperature: 0.0,
         top_p: 1.0,
+        min_p: 0.0,
         seed: 0,
         max_tokens: 16,
     };
@@ -60,6 +61,7 @@ fn max_tokens_stops_generation() {
     let sampling = Sampling {
         temperature: 0.0,
         top_p: 1.0,
+        min_p: 0.0,
         seed: 0,
         max_tokens: 3,
     };
@@ -79,6 +81,7 @@ fn seeded_sampling_is_repeatable() {
     let sampling = Sampling {
         temperature: 0.9,
         top_p: 0.95,
+        min_p: 0.0,
         seed: 7,
         max_tokens: 24,
     };

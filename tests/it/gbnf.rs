@@ -117,6 +117,7 @@ fn replies_sampled_by_llama_cpp_are_admitted() {
                     Sampling {
                         temperature: 0.8,
                         top_p: 0.95,
+                        min_p: 0.0,
                         seed,
                         max_tokens: MAX_TOKENS,
                     },

@@ -104,6 +104,7 @@ fn round_trips_candidates_grammar_and_limits() {
     let greedy = Sampling {
         temperature: 0.0,
         top_p: 1.0,
+        min_p: 0.0,
         seed: 0,
         max_tokens: 16,
     };
@@ -130,6 +131,7 @@ fn round_trips_candidates_grammar_and_limits() {
     let sampled = Sampling {
         temperature: 1.2,
         top_p: 1.0,
+        min_p: 0.0,
         seed: 5,
         max_tokens: 8,
     };

@@ -29,6 +29,7 @@ fn greedy(max_tokens: u32) -> Sampling {
     Sampling {
         temperature: 0.0,
         top_p: 1.0,
+        min_p: 0.0,
         seed: 0,
         max_tokens,
     }

@@ -24,6 +24,7 @@ fn sampling(temperature: f32, seed: u32, max_tokens: u32) -> Sampling {
     Sampling {
         temperature,
         top_p: 0.95,
+        min_p: 0.0,
         seed,
         max_tokens,
     }

@@ -182,6 +182,7 @@ fn the_server_backend_squeezes_history_before_the_servers_limit() {
     let sampling = Sampling {
         temperature: 0.0,
         top_p: 1.0,
+        min_p: 0.0,
         seed: 0,
         max_tokens: reply_tokens as u32,
     };
