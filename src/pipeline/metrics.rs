@@ -251,6 +251,12 @@ pub fn compute(
         env_import_errors: env_import_errors(ws.path(), steps),
         ..Metrics::default()
     };
+    for step in steps {
+        if let Step::ModelCall(call) = &step.step {
+            m.model_s += call.model_s();
+            m.generated_tokens += call.generated_tokens();
+        }
+    }
     let locs = &outcome.locations.locations;
     m.located_files = locs
         .iter()

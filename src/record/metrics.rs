@@ -52,6 +52,12 @@ pub struct Metrics {
     /// did not write): the environment failing the agents.
     #[serde(default)]
     pub env_import_errors: usize,
+    /// The compute the task's model calls took: seconds of prompt
+    /// evaluation and decoding, and tokens generated over every candidate.
+    #[serde(default)]
+    pub model_s: f64,
+    #[serde(default)]
+    pub generated_tokens: usize,
     /// Why something could not be computed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -73,6 +79,9 @@ pub struct Summary {
     pub any_resolves: usize,
     pub picked_resolves: usize,
     pub env_import_errors: usize,
+    /// The tasks' model seconds and generated tokens, summed.
+    pub model_s: f64,
+    pub generated_tokens: usize,
 }
 
 impl Summary {
@@ -105,6 +114,8 @@ impl Summary {
                 .iter()
                 .filter(|m| m.picked_resolves == Some(true))
                 .count(),
+            model_s: all.iter().map(|m| m.model_s).sum(),
+            generated_tokens: all.iter().map(|m| m.generated_tokens).sum(),
         }
     }
 }

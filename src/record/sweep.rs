@@ -75,6 +75,16 @@ pub struct Row {
     pub candidates_applied: usize,
     pub any_resolves: usize,
     pub picked_resolves: usize,
+    /// Model seconds and tokens generated (every candidate) per task.
+    #[serde(default)]
+    pub model_s_per_task: f64,
+    #[serde(default)]
+    pub generated_tokens_per_task: f64,
+    /// Candidates that applied and parse, of those generated.
+    #[serde(default)]
+    pub candidates_parsed: usize,
+    #[serde(default)]
+    pub candidates_distinct: usize,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub elapsed_s: f64,
@@ -109,6 +119,11 @@ impl Row {
             candidates_applied: metrics.candidates_applied,
             any_resolves: metrics.any_resolves,
             picked_resolves: metrics.picked_resolves,
+            model_s_per_task: metrics.model_s / metrics.tasks.max(1) as f64,
+            generated_tokens_per_task: metrics.generated_tokens as f64
+                / metrics.tasks.max(1) as f64,
+            candidates_parsed: metrics.candidates_parsed,
+            candidates_distinct: metrics.candidates_distinct,
             prompt_tokens: summary.prompt_tokens,
             completion_tokens: summary.completion_tokens,
             elapsed_s: summary.elapsed_s,

@@ -353,6 +353,20 @@ impl ModelCall {
         }
     }
 
+    /// Tokens generated over every candidate of the call.
+    pub fn generated_tokens(&self) -> usize {
+        if self.candidates.is_empty() {
+            self.completion_tokens
+        } else {
+            self.candidates.iter().map(|c| c.tokens.len()).sum()
+        }
+    }
+
+    /// Seconds the model spent on the call: its prompt, then decoding.
+    pub fn model_s(&self) -> f64 {
+        self.prompt_s + self.decode_s
+    }
+
     /// The record of a call that returned `generation` (its first
     /// candidate is the reply).
     pub fn from_generation(

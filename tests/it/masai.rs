@@ -16,7 +16,7 @@ use patchwright::dataset::Task;
 use patchwright::engine::Backend;
 use patchwright::env::task::TaskEnv;
 use patchwright::pipeline::{masai, metrics};
-use patchwright::record::trajectory::Step;
+use patchwright::record::trajectory::{ModelCall, Step};
 use patchwright::repo::{Repos, Workspace};
 use patchwright::trajectory::replay::ReplayBackend;
 use patchwright::trajectory::Trajectory;
@@ -238,6 +238,21 @@ fn five_stages_rank_the_reproducing_candidate_first_and_replay_exactly() {
         (Some(true), Some(true))
     );
     assert_eq!(m.env_import_errors, 0);
+    // The compute: every candidate's tokens (a call of N candidates counts
+    // N replies), every call's seconds.
+    let calls: Vec<&ModelCall> = r.trajectory.model_calls().collect();
+    let tokens: usize = calls
+        .iter()
+        .map(|c| match c.candidates.len() {
+            0 => c.completion_tokens,
+            _ => c.candidates.iter().map(|k| k.tokens.len()).sum(),
+        })
+        .sum();
+    let sampled = calls.iter().find(|c| c.candidates.len() > 1).unwrap();
+    assert!(sampled.generated_tokens() > sampled.completion_tokens);
+    assert_eq!(m.generated_tokens, tokens);
+    let seconds = calls.len() as f64 * (common::SCRIPTED_PROMPT_S + common::SCRIPTED_DECODE_S);
+    assert_eq!(m.model_s, seconds);
 
     // Replayed from the trajectory, the run is the same.
     let file = r.artifacts.join("trajectory.json");
