@@ -45,6 +45,14 @@ pub const FALLBACK_FUNCTIONS: usize = 3;
 pub const REPLY_TOKENS: u32 = 12;
 /// Characters of a candidate's docstring shown.
 pub const DOCSTRING_CHARS: usize = 100;
+/// Most location sets a configuration may ask for: each is one more
+/// localizer reply (a dozen tokens) and one more Fixer prompt per round.
+pub const SETS_LIMIT: usize = 8;
+/// Temperature of the localizer's replies after the first (greedy) one,
+/// which give the location sets after the first: a reply is a few labels,
+/// and at 1 the model's second and third choices come up as often as it
+/// weighs them.
+pub const SET_TEMPERATURE: f32 = 1.0;
 
 /// How the localizer works.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -66,6 +74,12 @@ pub struct LocalizerSettings {
     pub candidates: usize,
     /// Most labels the model may pick (M), at most [`PICKS_LIMIT`].
     pub picks: usize,
+    /// Location sets the Fixer's candidates are spread over, at most
+    /// [`SETS_LIMIT`] (Agentless samples four): the greedy reply's picks,
+    /// then those of sampled replies that differ, then the index's top
+    /// candidates when they differ, so that one wrong localisation costs a
+    /// share of the candidates and not all of them. 1: the greedy picks.
+    pub sets: usize,
 }
 
 impl Default for LocalizerSettings {
@@ -74,6 +88,7 @@ impl Default for LocalizerSettings {
             mode: LocalizerMode::Choose,
             candidates: SHOWN_CANDIDATES,
             picks: MAX_PICKS,
+            sets: 1,
         }
     }
 }
@@ -82,6 +97,8 @@ impl Default for LocalizerSettings {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Choice {
     pub locations: Vec<Location>,
+    /// The location sets after `locations` (see [`LocalizerSettings::sets`]).
+    pub other_sets: Vec<Vec<Location>>,
     /// `localizer` when the model picked them, `index` for the fallback.
     pub source: String,
     /// The candidates shown (or that would have been), best first.
@@ -210,6 +227,7 @@ pub fn choose(
     let shown: Vec<Candidate> = ranked.iter().take(k).cloned().collect();
     let fall_back = |shown: Vec<Candidate>| Choice {
         locations: fallback(ranked),
+        other_sets: Vec::new(),
         source: "index".into(),
         shown,
     };
@@ -256,6 +274,7 @@ pub fn choose(
     }
     let g = grammar::choice(&label_options(shown.len(), picks))
         .map_err(|e| EngineError::Grammar(e.to_string()))?;
+    let sets = settings.sets.clamp(1, SETS_LIMIT);
     let generation = call::constrained(
         conversation,
         trajectory,
@@ -267,29 +286,43 @@ pub fn choose(
                 max_tokens: REPLY_TOKENS,
                 ..sampling.clone()
             },
-            n: 1,
-            temperatures: None,
+            n: sets,
+            temperatures: (sets > 1).then(|| call::greedy_first(sets, SET_TEMPERATURE)),
             grammar: &g,
         },
     )?;
-    let reply = generation
+    let replies: Vec<Vec<Location>> = generation
         .candidates
-        .first()
-        .map(|c| c.text.as_str())
-        .unwrap_or_default();
-    let picked: Vec<Location> = parse_labels(reply, shown.len())
-        .into_iter()
-        .take(picks)
-        .map(|i| location(&shown[i]))
+        .iter()
+        .map(|c| {
+            parse_labels(&c.text, shown.len())
+                .into_iter()
+                .take(picks)
+                .map(|i| location(&shown[i]))
+                .collect()
+        })
         .collect();
-    if picked.is_empty() {
+    let Some(picked) = replies.first().filter(|p| !p.is_empty()).cloned() else {
         return Ok(fall_back(shown));
+    };
+    let mut all = vec![picked];
+    for set in replies.into_iter().skip(1).chain([fallback(ranked)]) {
+        if all.len() < sets && !set.is_empty() && !all.iter().any(|s| same_set(s, &set)) {
+            all.push(set);
+        }
     }
+    let locations = all.remove(0);
     Ok(Choice {
-        locations: picked,
+        locations,
+        other_sets: all,
         source: "localizer".into(),
         shown,
     })
+}
+
+/// Whether two location sets name the same spans, in any order.
+fn same_set(a: &[Location], b: &[Location]) -> bool {
+    a.len() == b.len() && a.iter().all(|l| b.contains(l))
 }
 
 #[cfg(test)]
@@ -430,6 +463,58 @@ mod tests {
     }
 
     #[test]
+    fn location_sets_are_the_distinct_replies_then_the_index() -> R {
+        let fallback = "pkg/util.py::helper pkg/card.py::Card._split pkg/util.py::helper2";
+        // (sets, the replies of candidates 1.., the sets after the first)
+        type Case<'a> = (usize, &'a [&'a str], &'a [&'a str]);
+        #[rustfmt::skip]
+        let cases: &[Case] = &[
+            (1, &["2"], &[]),
+            (2, &["2", "2"], &[fallback]),
+            (3, &["2", "4, 2", "2"], &["pkg/card.py::Card.image pkg/card.py::Card._split", fallback]),
+            // Order does not make a set another one.
+            (3, &["2, 4", "4, 2", "2, 4"], &[fallback]),
+            (3, &["2", "1", "3"], &["pkg/util.py::helper", "pkg/util.py::helper2"]),
+            // A sampled reply naming nothing gives no set.
+            (2, &["2", "none"], &[fallback]),
+        ];
+        for (sets, replies, want) in cases {
+            let mut fake = Fake::cycling(4096, replies);
+            let mut t = Trajectory::new("t-1");
+            let settings = LocalizerSettings {
+                sets: *sets,
+                ..LocalizerSettings::default()
+            };
+            let choice = choose(
+                &mut fake,
+                &issue("Card._split returns the wrong value."),
+                &index(),
+                &ranked(),
+                &settings,
+                &Sampling::default(),
+                &mut t,
+            )?;
+            let case = format!("{sets} sets of {replies:?}");
+            let first = symbols(&choice.locations).join(" ");
+            let greedy = if replies[0].contains('4') {
+                "pkg/card.py::Card._split pkg/card.py::Card.image"
+            } else {
+                "pkg/card.py::Card._split"
+            };
+            assert_eq!(first, greedy, "{case}");
+            let got: Vec<String> = choice
+                .other_sets
+                .iter()
+                .map(|s| symbols(s).join(" "))
+                .collect();
+            assert_eq!(got, *want, "{case}");
+            let call = t.model_calls().next().ok_or("no call")?;
+            assert_eq!(call.candidates.len().max(1), *sets, "{case}");
+        }
+        Ok(())
+    }
+
+    #[test]
     fn the_prompt_lists_labels_signatures_and_docstrings() -> R {
         let mut fake = Fake::new(4096, "1");
         let mut t = Trajectory::new("t-1");
@@ -522,7 +607,8 @@ mod tests {
             LocalizerSettings {
                 mode: LocalizerMode::React,
                 candidates: SHOWN_CANDIDATES,
-                picks: MAX_PICKS
+                picks: MAX_PICKS,
+                sets: 1,
             }
         );
         assert_eq!(

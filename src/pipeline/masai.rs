@@ -96,6 +96,10 @@ pub struct LocationsArtifact {
     /// in runs written before the candidate ranking.
     pub source: String,
     pub locations: Vec<Location>,
+    /// The location sets after `locations` that the Fixer's candidates are
+    /// spread over (`[localizer] sets`); empty with one set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_sets: Vec<Vec<Location>>,
     /// The code index's ranked candidates the model was shown (`choose`
     /// mode) or could compare with (`react` mode), best first.
     #[serde(default)]
@@ -249,6 +253,7 @@ impl Stage for Localize {
                     episode: None,
                     source: choice.source,
                     locations: choice.locations,
+                    other_sets: choice.other_sets,
                     candidates: choice.shown,
                     traceback: None,
                 })
@@ -261,6 +266,7 @@ impl Stage for Localize {
                     episode: Some(summary),
                     source: "localizer".into(),
                     locations: aci.locations().to_vec(),
+                    other_sets: Vec::new(),
                     candidates: ranked.iter().take(localizer.candidates).cloned().collect(),
                     traceback: None,
                 };
@@ -489,9 +495,10 @@ impl Stage for Fix {
 
     fn announce(settings: &FixSettings, input: &fixer::Inputs<'_>) -> String {
         format!(
-            "fixer ({} candidates from {} location(s), {} round(s) at most)",
+            "fixer ({} candidates from {} location(s) in {} set(s), {} round(s) at most)",
             settings.fixer.candidates,
-            input.locations.len(),
+            input.location_sets.first().map_or(0, Vec::len),
+            input.location_sets.len(),
             if input.test.is_some() {
                 settings.fixer.rounds.max(1)
             } else {
@@ -614,6 +621,11 @@ fn confirm_location(
         found.symbol
     );
     locations.locations.insert(0, found.clone());
+    for set in &mut locations.other_sets {
+        if !set.contains(&found) {
+            set.insert(0, found.clone());
+        }
+    }
     locations.traceback = Some(found);
     write_artifact(artifacts, Localize::ARTIFACT, locations)
 }
@@ -663,8 +675,11 @@ pub fn run(
     if let Some(t) = test {
         confirm_location(&cx, t, &mut locations, &dirs.artifacts)?;
     }
+    let sets: Vec<Vec<Location>> = std::iter::once(locations.locations.clone())
+        .chain(locations.other_sets.iter().cloned())
+        .collect();
     let input = fixer::Inputs {
-        locations: &locations.locations,
+        location_sets: &sets,
         test,
     };
     let fixes = chain.run::<Fix>(&cx, input, trajectory)?;

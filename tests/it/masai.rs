@@ -787,7 +787,7 @@ fn random_replies_through_each_grammar_apply() {
                 root: ws.path(),
                 base: &task.base_commit,
                 issue: &issue,
-                locations: &locations,
+                location_sets: &[locations.to_vec()],
                 settings: &settings,
                 sampling: &sampling,
                 compile: None,

@@ -104,6 +104,10 @@ fn one_round() -> usize {
     1
 }
 
+fn is_first_set(set: &usize) -> bool {
+    *set == 0
+}
+
 impl Default for FixerSettings {
     fn default() -> Self {
         FixerSettings {
@@ -142,6 +146,9 @@ pub struct Candidate {
     /// before there were rounds).
     #[serde(default = "one_round")]
     pub round: usize,
+    /// The location set its prompt showed (0: the localizer's choice).
+    #[serde(default, skip_serializing_if = "is_first_set")]
+    pub set: usize,
     pub temperature: f32,
     pub reply: String,
     pub status: Status,
@@ -316,8 +323,9 @@ pub struct RoundSpec<'a> {
     pub root: &'a Path,
     pub base: &'a str,
     pub issue: &'a Issue,
-    /// The located spans, best first.
-    pub locations: &'a [Location],
+    /// The location sets, each's spans best first; the first is the
+    /// localizer's choice.
+    pub location_sets: &'a [Vec<Location>],
     pub settings: &'a FixerSettings,
     pub sampling: &'a Sampling,
     /// Python's compile of a candidate's files, when the environment can
@@ -325,10 +333,25 @@ pub struct RoundSpec<'a> {
     pub compile: Option<&'a CompileCheck<'a>>,
 }
 
-/// One round: the prompt (`settings.show`'s code, the `evidence` and the
-/// earlier `attempts`), N candidates, each applied, checked and diffed,
-/// added to `fixes` (indexes after those of earlier rounds; a patch the
-/// same as an earlier round's is its duplicate).
+/// The seed stride between location sets: sets whose prompts come out
+/// the same (two spans of one file shown whole) still draw different
+/// candidates.
+const SET_SEED_STRIDE: u32 = 7_919;
+
+/// How many of `n` candidates each of `sets` location sets gets: as even
+/// as can be, the earlier sets first.
+pub fn shares(n: usize, sets: usize) -> Vec<usize> {
+    let sets = sets.max(1);
+    (0..sets)
+        .map(|j| n / sets + usize::from(j < n % sets))
+        .collect()
+}
+
+/// One round: for each location set, the prompt (`settings.show`'s code,
+/// the `evidence` and the earlier `attempts`) and its share of the N
+/// candidates ([`shares`]), each applied, checked and diffed, added to
+/// `fixes` (indexes after those of earlier rounds; a patch meaning the
+/// same as an earlier one is its duplicate).
 pub fn generate_round(
     conversation: &mut dyn Conversation,
     spec: &RoundSpec<'_>,
@@ -338,24 +361,69 @@ pub fn generate_round(
     fixes: &mut Fixes,
     trajectory: &mut Trajectory,
 ) -> Result<(), FixError> {
+    let sets: Vec<&Vec<Location>> = spec
+        .location_sets
+        .iter()
+        .filter(|s| !s.is_empty())
+        .collect();
+    if sets.is_empty() {
+        return Err(FixError::NoLocations);
+    }
+    let n = spec.settings.candidates.max(1);
+    for (set, (locations, share)) in sets.iter().zip(shares(n, sets.len())).enumerate() {
+        if share == 0 {
+            continue;
+        }
+        let group = Group {
+            set,
+            locations,
+            candidates: share,
+        };
+        generate_group(
+            conversation,
+            spec,
+            &group,
+            (evidence, attempts),
+            round,
+            fixes,
+            trajectory,
+        )?;
+    }
+    Ok(())
+}
+
+/// One location set's candidates of a round.
+struct Group<'a> {
+    /// Its index among the sets (0: the localizer's choice).
+    set: usize,
+    locations: &'a [Location],
+    candidates: usize,
+}
+
+fn generate_group(
+    conversation: &mut dyn Conversation,
+    spec: &RoundSpec<'_>,
+    group: &Group<'_>,
+    (evidence, attempts): (Option<&Evidence>, &[Attempt]),
+    round: usize,
+    fixes: &mut Fixes,
+    trajectory: &mut Trajectory,
+) -> Result<(), FixError> {
     let RoundSpec {
         root,
         base,
         issue,
-        locations,
         settings,
         sampling,
         compile,
+        ..
     } = *spec;
-    if locations.is_empty() {
-        return Err(FixError::NoLocations);
-    }
     let show = settings.show;
     let prompt = fit_prompt_with(
         conversation,
         root,
         &issue.problem_statement,
-        locations,
+        group.locations,
         ReplyShape {
             reply_tokens: settings.max_tokens as usize,
             format: settings.edit_format,
@@ -374,12 +442,14 @@ pub fn generate_round(
     }
     let g = prompt.grammar()?;
     if round == 1 {
-        fixes.edit_format = prompt.format;
-        fixes.shown = prompt
-            .code
-            .iter()
-            .flat_map(ShownCode::visible_runs)
-            .collect();
+        if group.set == 0 {
+            fixes.edit_format = prompt.format;
+        }
+        for run in prompt.code.iter().flat_map(ShownCode::visible_runs) {
+            if !fixes.shown.contains(&run) {
+                fixes.shown.push(run);
+            }
+        }
     }
     if let Some(t) = prompt.trim.clone() {
         let fits = t.fits;
@@ -399,7 +469,8 @@ pub fn generate_round(
         }
     }
     let sampling = Sampling {
-        seed: round_seed(sampling.seed, round),
+        seed: round_seed(sampling.seed, round)
+            .wrapping_add((group.set as u32).wrapping_mul(SET_SEED_STRIDE)),
         ..sampling.clone()
     };
     let call = Call::spread(
@@ -407,7 +478,7 @@ pub fn generate_round(
         prompt.messages.clone(),
         &sampling,
         settings.max_tokens,
-        settings.candidates,
+        group.candidates,
         settings.temperature,
         &g,
     );
@@ -456,6 +527,7 @@ pub fn generate_round(
         fixes.candidates.push(Candidate {
             index,
             round,
+            set: group.set,
             temperature: temperatures.get(k).copied().unwrap_or(0.0),
             reply: c.text.clone(),
             status,
@@ -481,11 +553,12 @@ mod tests {
         trajectory: &mut Trajectory,
     ) -> Result<Fixes, FixError> {
         let mut fixes = Fixes::empty(settings.edit_format);
+        let sets = [locations.to_vec()];
         let spec = RoundSpec {
             root,
             base,
             issue,
-            locations,
+            location_sets: &sets,
             settings,
             sampling: &Sampling::default(),
             compile: None,
@@ -1410,6 +1483,67 @@ mod tests {
         let members: Vec<&[usize]> = fixes.distinct.iter().map(|d| &d.members[..]).collect();
         assert_eq!(members, [&[0, 1, 2, 3][..], &[4]]);
         assert_ne!(fixes.distinct[0].meaning, fixes.distinct[1].meaning);
+        Ok(())
+    }
+
+    #[test]
+    fn candidates_are_spread_over_the_location_sets() -> R {
+        #[rustfmt::skip]
+        let cases: [(usize, usize, &[usize]); 5] = [
+            (4, 1, &[4]), (4, 2, &[2, 2]), (5, 2, &[3, 2]), (8, 3, &[3, 3, 2]), (2, 3, &[1, 1, 0]),
+        ];
+        for (n, sets, want) in cases {
+            assert_eq!(shares(n, sets), want, "{n} over {sets}");
+        }
+        let (dir, head) = git_workspace(&[("m.py", SHAPES)])?;
+        let issue = issue_of("Shape.area is wrong");
+        let sets = [
+            vec![location("m.py", "Shape.area", 6, 7)],
+            vec![location("m.py", "helper", 15, 18)],
+        ];
+        let mut conversation = Fake::new(32_768, "Reasoning: x.\n\nnothing");
+        let settings = FixerSettings {
+            candidates: 3,
+            show: Show::Located,
+            ..FixerSettings::default()
+        };
+        let mut fixes = Fixes::empty(settings.edit_format);
+        let spec = RoundSpec {
+            root: dir.path(),
+            base: &head,
+            issue: &issue,
+            location_sets: &sets,
+            settings: &settings,
+            sampling: &Sampling::default(),
+            compile: None,
+        };
+        let mut trajectory = Trajectory::new("demo__shapes-1");
+        generate_round(
+            &mut conversation,
+            &spec,
+            None,
+            &[],
+            1,
+            &mut fixes,
+            &mut trajectory,
+        )?;
+        let of_set: Vec<(usize, f32)> = fixes
+            .candidates
+            .iter()
+            .map(|c| (c.set, c.temperature))
+            .collect();
+        assert_eq!(of_set, [(0, 0.0), (0, 0.8), (1, 0.0)]);
+        let prompts: Vec<String> = conversation
+            .prompts
+            .iter()
+            .map(|m| m.iter().map(|m| m.content.as_str()).collect())
+            .collect();
+        assert_eq!(prompts.len(), 2);
+        assert!(prompts[0].contains("return self.w * self.h") && !prompts[0].contains("def inner"));
+        assert!(prompts[1].contains("def inner") && !prompts[1].contains("return self.w * self.h"));
+        // What the Fixer was shown is every set's code.
+        let shown: Vec<&str> = fixes.shown.iter().map(|l| l.symbol.as_str()).collect();
+        assert_eq!(shown.len(), 2, "{:?}", fixes.shown);
         Ok(())
     }
 

@@ -194,8 +194,9 @@ fn compile_error(root: &Path, env: &TaskEnv, paths: &[String]) -> Option<String>
 /// What the Fixer is given by the stages before it.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Inputs<'a> {
-    /// The located spans, best first.
-    pub locations: &'a [Location],
+    /// The location sets (the first is the localizer's choice), each's
+    /// spans best first; the candidates of a round are spread over them.
+    pub location_sets: &'a [Vec<Location>],
     /// The accepted reproduction test, if any.
     pub test: Option<&'a SubmittedTest>,
 }
@@ -219,7 +220,10 @@ pub fn run(
         env,
         scratch,
     } = *task;
-    let Inputs { locations, test } = inputs;
+    let Inputs {
+        location_sets,
+        test,
+    } = inputs;
     let all = crate::index::python_files(ws.path()).unwrap_or_default();
     let files: BTreeSet<&str> = all.iter().map(String::as_str).collect();
     let evidence = test.map(|t| Evidence {
@@ -230,7 +234,12 @@ pub fn run(
     let mut fixes = Fixes::empty(settings.edit_format);
     // Files that do not compile on the base commit (Python 2 code, a file
     // for another interpreter) are not held against a candidate.
-    let located: Vec<String> = locations.iter().map(|l| l.path.clone()).collect();
+    let mut located: Vec<String> = Vec::new();
+    for l in location_sets.iter().flatten() {
+        if !located.contains(&l.path) {
+            located.push(l.path.clone());
+        }
+    }
     let broken_at_base: Vec<String> = located
         .iter()
         .filter(|p| compile_error(ws.path(), env, std::slice::from_ref(*p)).is_some())
@@ -260,7 +269,7 @@ pub fn run(
             root: ws.path(),
             base: ws.base_commit(),
             issue,
-            locations,
+            location_sets,
             settings,
             sampling,
             compile: Some(&compile),
@@ -349,6 +358,7 @@ mod tests {
         let candidate = |index: usize, round: usize, status: Status| Candidate {
             index,
             round,
+            set: 0,
             temperature: 0.0,
             reply: format!("Reasoning: r{index}\nedit {index}"),
             status,
