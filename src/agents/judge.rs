@@ -198,8 +198,9 @@ pub struct Judged {
     pub fixed: bool,
     /// The test run's output.
     pub output: String,
-    /// Regression tests passing on the base commit that fail with it (run
-    /// only when `fixed`).
+    /// Whether each of the other accepted tests passes with it.
+    pub others: Vec<bool>,
+    /// Regression tests passing on the base commit that fail with it.
     pub regressions: Vec<String>,
     /// The regression tests' output (empty when they did not run).
     pub regression_output: String,
@@ -214,7 +215,9 @@ pub struct Trial<'a> {
     pub env: &'a TaskEnv,
     /// The accepted reproduction test.
     pub test: &'a SubmittedTest,
-    /// The regression tests a passing patch must not break.
+    /// The other accepted reproduction tests.
+    pub others: &'a [SubmittedTest],
+    /// The regression tests a patch must not break.
     pub regression: Option<&'a Regression>,
     pub timeout_s: u64,
 }
@@ -222,8 +225,8 @@ pub struct Trial<'a> {
 impl Trial<'_> {
     /// Runs the reproduction test with `patch` applied, in a worktree of
     /// the workspace at `dir` prepared like the task's (its layer at
-    /// `layer`), then, when it passes, the regression tests; the worktree
-    /// and layer are removed after.
+    /// `layer`), then the other accepted tests and the regression tests;
+    /// the worktree and layer are removed after.
     pub fn judge(&self, patch: &str, dir: &Path, layer: &Path) -> Result<Judged, JudgeError> {
         let cand = self.ws.clone_to(dir)?;
         let ran = (|| -> Result<Judged, JudgeError> {
@@ -233,13 +236,20 @@ impl Trial<'_> {
             let (outcome, verdict) =
                 check::run_test(cand.path(), &env, &self.test.command, self.timeout_s)?;
             let fixed = check::fixed(&env, self.test, &outcome, &verdict);
+            let mut others = Vec::new();
+            for other in self.others {
+                other.place(cand.path())?;
+                let (o, v) = check::run_test(cand.path(), &env, &other.command, self.timeout_s)?;
+                others.push(check::fixed(&env, other, &o, &v));
+            }
             let (regressions, regression_output) = match self.regression {
-                Some(r) if fixed => r.broken_in(cand.path(), &env, self.timeout_s)?,
-                _ => (Vec::new(), String::new()),
+                Some(r) => r.broken_in(cand.path(), &env, self.timeout_s)?,
+                None => (Vec::new(), String::new()),
             };
             Ok(Judged {
                 fixed,
                 output: outcome.output,
+                others,
                 regressions,
                 regression_output,
             })

@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
 use super::call::{self, Call};
-use super::fixer::Fixes;
+use super::fixer::{Distinct, Fixes};
 use super::judge::{passing, prepare_like, run_in, JudgeError, Regression};
+use super::parallel;
 use super::preamble;
 use super::workplace::Workplace;
 use crate::aci::{check, SubmittedTest};
@@ -47,12 +48,38 @@ pub struct Evaluation {
     pub votes: usize,
     /// Whether the reproduction test passes with it (None: no test).
     pub reproduction: Option<bool>,
+    /// Whether each other accepted test passes with it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_tests: Vec<bool>,
     /// Regression tests that pass on the base commit and not with it.
     pub regressions: Vec<String>,
     /// Why it could not be tried, if it could not (a [`RankError`]'s
     /// message).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+impl Evaluation {
+    /// Distinct candidate `i`, `d`, not tried yet.
+    fn of(i: usize, d: &Distinct) -> Evaluation {
+        Evaluation {
+            distinct: i,
+            votes: d.members.len(),
+            reproduction: None,
+            other_tests: Vec::new(),
+            regressions: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// The accepted tests it passes: its row of the candidates x tests
+    /// matrix, summed. A test that is wrong (one no fix can pass, or one
+    /// every patch passes) moves every candidate alike, so it cannot
+    /// decide alone.
+    pub fn tests_passed(&self) -> usize {
+        usize::from(self.reproduction == Some(true))
+            + self.other_tests.iter().filter(|&&p| p).count()
+    }
 }
 
 /// The model's choice among tied candidates.
@@ -100,15 +127,16 @@ pub enum RankError {
     Judge(#[from] JudgeError),
 }
 
-/// Tries every distinct candidate and orders them. A candidate already
-/// judged against the reproduction test (its `reproduction`, from the
-/// Fixer's rounds) is not run against it again. Each candidate's worktree
-/// is prepared like the task's.
+/// Tries every distinct candidate and orders them. A candidate the
+/// Fixer's rounds already judged (its `reproduction`, other tests and
+/// regressions) is not run again; the others are each tried in a
+/// worktree prepared like the task's, [`parallel::MAX_PARALLEL_RUNS`] at
+/// once.
 pub fn rank(
     conversation: &mut dyn Conversation,
     task: &Workplace<'_>,
     fixes: &Fixes,
-    reproduction: Option<&SubmittedTest>,
+    tests: Tests<'_>,
     settings: &RankerSettings,
     sampling: &Sampling,
     trajectory: &mut Trajectory,
@@ -117,114 +145,61 @@ pub fn rank(
         issue,
         ws,
         env: environment,
-        scratch,
+        ..
     } = *task;
+    let reproduction = tests.reproduction;
     let touched: Vec<String> = fixes
         .distinct
         .iter()
         .flat_map(|d| crate::repo::touched_files(&d.patch))
         .collect();
     let baseline = Regression::baseline(ws, environment, &touched, settings.test_timeout_s);
+    let judged = |d: &Distinct| reproduction.is_some() && d.reproduction.is_some();
+    let unjudged: Vec<(usize, &Distinct)> = fixes
+        .distinct
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !judged(d))
+        .collect();
+    let tried = parallel::map(&unjudged, |_, &(i, d)| {
+        try_one(task, &baseline, tests, settings.test_timeout_s, i, d)
+    });
+    let mut fresh: Vec<Option<Evaluation>> = vec![None; fixes.distinct.len()];
+    for (&(i, _), e) in unjudged.iter().zip(tried) {
+        fresh[i] = Some(e.unwrap_or_else(|| Evaluation {
+            error: Some("its run panicked".into()),
+            ..Evaluation::of(i, &fixes.distinct[i])
+        }));
+    }
+    let evaluations: Vec<Evaluation> = fixes
+        .distinct
+        .iter()
+        .zip(fresh)
+        .enumerate()
+        .map(|(i, (d, fresh))| match fresh {
+            Some(e) => e,
+            None => Evaluation {
+                reproduction: d.reproduction,
+                other_tests: d.other_tests.clone(),
+                regressions: d.regressions.clone(),
+                ..Evaluation::of(i, d)
+            },
+        })
+        .collect();
     let Regression {
         files: regression,
-        script: regression_script,
-        format,
         base_passing,
         skipped: regression_skipped,
+        ..
     } = baseline;
 
-    let evaluations: Vec<Evaluation> = std::thread::scope(|s| {
-        let handles: Vec<_> = fixes
-            .distinct
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let (regression, base_passing) = (&regression, &base_passing);
-                let regression_script = &regression_script;
-                s.spawn(move || {
-                    let mut e = Evaluation {
-                        distinct: i,
-                        votes: d.members.len(),
-                        reproduction: None,
-                        regressions: Vec::new(),
-                        error: None,
-                    };
-                    let tried = (|| -> Result<(), JudgeError> {
-                        let dir = scratch.join(format!("candidate-{i}"));
-                        let cand = ws.clone_to(&dir)?;
-                        crate::repo::apply_patch(cand.path(), &d.patch)?;
-                        let layer = scratch.join(format!("candidate-{i}-layer"));
-                        let env = prepare_like(environment, cand.path(), &layer)?;
-                        if let (Some(_), Some(known)) = (reproduction, d.reproduction) {
-                            e.reproduction = Some(known);
-                        } else if let Some(test) = reproduction {
-                            test.place(cand.path())?;
-                            let (outcome, verdict) = check::run_test(
-                                cand.path(),
-                                &env,
-                                &test.command,
-                                settings.test_timeout_s,
-                            )?;
-                            e.reproduction = Some(check::fixed(&env, test, &outcome, &verdict));
-                        }
-                        if !regression.is_empty() {
-                            let o = run_in(
-                                cand.path(),
-                                &env,
-                                settings.test_timeout_s,
-                                regression_script,
-                            )?;
-                            let passed = passing(format, &o.output);
-                            e.regressions = base_passing.difference(&passed).cloned().collect();
-                        }
-                        // The worktree is scratch: a failure to delete it is harmless.
-                        let _ = cand.remove();
-                        let _ = std::fs::remove_dir_all(&layer);
-                        Ok(())
-                    })();
-                    e.error = tried.err().map(|e| e.to_string());
-                    e
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(i, h)| {
-                h.join().unwrap_or_else(|_| Evaluation {
-                    distinct: i,
-                    votes: 0,
-                    reproduction: None,
-                    regressions: Vec::new(),
-                    error: Some("the worker panicked".into()),
-                })
-            })
-            .collect()
-    });
-
-    let key = |e: &Evaluation| {
-        (
-            e.error.is_some(),
-            e.reproduction != Some(true),
-            e.regressions.len(),
-            std::cmp::Reverse(e.votes),
-        )
-    };
-    let mut order: Vec<usize> = (0..evaluations.len()).collect();
-    order.sort_by_key(|&i| (key(&evaluations[i]), i));
+    let (mut order, tied) = order_of(&evaluations);
     let mut comparison = None;
-    if let Some(&best) = order.first() {
-        let tied: Vec<usize> = order
-            .iter()
-            .copied()
-            .take_while(|&i| key(&evaluations[i]) == key(&evaluations[best]))
-            .collect();
-        if settings.compare && tied.len() > 1 {
-            let c = compare(conversation, issue, fixes, &tied, sampling, trajectory)?;
-            order.retain(|&i| i != c.chosen);
-            order.insert(0, c.chosen);
-            comparison = Some(c);
-        }
+    if settings.compare && tied.len() > 1 {
+        let c = compare(conversation, issue, fixes, &tied, sampling, trajectory)?;
+        order.retain(|&i| i != c.chosen);
+        order.insert(0, c.chosen);
+        comparison = Some(c);
     }
     Ok(Ranking {
         order,
@@ -234,6 +209,93 @@ pub fn rank(
         regression_skipped,
         comparison,
     })
+}
+
+/// How an evaluation ranks: tried, then most accepted tests passed (its
+/// row of the candidates x tests matrix), then fewest regressions, then
+/// most candidates agreeing (votes weigh where the tests cannot tell
+/// candidates apart).
+fn key(
+    e: &Evaluation,
+) -> (
+    bool,
+    std::cmp::Reverse<usize>,
+    usize,
+    std::cmp::Reverse<usize>,
+) {
+    (
+        e.error.is_some(),
+        std::cmp::Reverse(e.tests_passed()),
+        e.regressions.len(),
+        std::cmp::Reverse(e.votes),
+    )
+}
+
+/// The evaluations' indexes best first (ties by index), and those tied
+/// with the best.
+pub fn order_of(evaluations: &[Evaluation]) -> (Vec<usize>, Vec<usize>) {
+    let mut order: Vec<usize> = (0..evaluations.len()).collect();
+    order.sort_by_key(|&i| (key(&evaluations[i]), i));
+    let tied = match order.first() {
+        Some(&best) => order
+            .iter()
+            .copied()
+            .take_while(|&i| key(&evaluations[i]) == key(&evaluations[best]))
+            .collect(),
+        None => Vec::new(),
+    };
+    (order, tied)
+}
+
+/// The accepted reproduction tests a candidate is judged by.
+#[derive(Debug, Clone, Copy)]
+pub struct Tests<'a> {
+    /// The chosen one, shown to the Fixer.
+    pub reproduction: Option<&'a SubmittedTest>,
+    /// The others.
+    pub others: &'a [SubmittedTest],
+}
+
+/// One candidate not judged in the rounds, tried in its own worktree: the
+/// accepted tests, then the regression tests.
+fn try_one(
+    task: &Workplace<'_>,
+    baseline: &Regression,
+    tests: Tests<'_>,
+    timeout_s: u64,
+    i: usize,
+    d: &Distinct,
+) -> Evaluation {
+    let mut e = Evaluation::of(i, d);
+    let tried = (|| -> Result<(), JudgeError> {
+        let dir = task.scratch.join(format!("candidate-{i}"));
+        let cand = task.ws.clone_to(&dir)?;
+        crate::repo::apply_patch(cand.path(), &d.patch)?;
+        let layer = task.scratch.join(format!("candidate-{i}-layer"));
+        let env = prepare_like(task.env, cand.path(), &layer)?;
+        let fixed = |test: &SubmittedTest| -> Result<bool, JudgeError> {
+            test.place(cand.path())?;
+            let (outcome, verdict) = check::run_test(cand.path(), &env, &test.command, timeout_s)?;
+            Ok(check::fixed(&env, test, &outcome, &verdict))
+        };
+        if let Some(test) = tests.reproduction {
+            e.reproduction = Some(fixed(test)?);
+            for other in tests.others {
+                e.other_tests.push(fixed(other)?);
+            }
+        }
+        if !baseline.files.is_empty() {
+            let o = run_in(cand.path(), &env, timeout_s, &baseline.script)?;
+            let passed = passing(baseline.format, &o.output);
+            e.regressions = baseline.base_passing.difference(&passed).cloned().collect();
+        }
+        // The worktree is scratch: a failure to delete it is harmless.
+        let _ = cand.remove();
+        let _ = std::fs::remove_dir_all(&layer);
+        Ok(())
+    })();
+    e.error = tried.err().map(|e| e.to_string());
+    e
 }
 
 /// Most tokens of the comparison's reasoning and choice.
@@ -411,6 +473,49 @@ fn compare(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn candidates_rank_by_the_tests_they_pass_so_one_wrong_test_cannot_decide() {
+        // (reproduction, other tests, regressions, votes) per candidate;
+        // the order wanted.
+        type Row<'a> = (Option<bool>, &'a [bool], usize, usize);
+        #[rustfmt::skip]
+        let cases: &[(&str, &[Row], &[usize])] = &[
+            ("one test: it decides, then regressions, then votes",
+             &[(Some(false), &[], 0, 5), (Some(true), &[], 1, 1), (Some(true), &[], 0, 1)], &[2, 1, 0]),
+            // The chosen test is wrong (no candidate passes it): the two
+            // others pick the candidate that passes both.
+            ("an invalid chosen test",
+             &[(Some(false), &[false, false], 0, 4), (Some(false), &[true, true], 0, 1),
+               (Some(false), &[true, false], 0, 2)], &[1, 2, 0]),
+            // The chosen test passes a wrong candidate: two tests to one.
+            ("the chosen test outvoted",
+             &[(Some(true), &[false, false], 0, 3), (Some(false), &[true, true], 0, 1)], &[1, 0]),
+            // Every test alike: regressions, then votes.
+            ("tests cannot tell them apart",
+             &[(Some(true), &[true], 2, 9), (Some(true), &[true], 0, 1), (Some(true), &[true], 0, 3)],
+             &[2, 1, 0]),
+            ("no test: votes",
+             &[(None, &[], 0, 1), (None, &[], 0, 2)], &[1, 0]),
+        ];
+        for (name, rows, want) in cases {
+            let evaluations: Vec<Evaluation> = rows
+                .iter()
+                .enumerate()
+                .map(
+                    |(i, &(reproduction, others, regressions, votes))| Evaluation {
+                        distinct: i,
+                        votes,
+                        reproduction,
+                        other_tests: others.to_vec(),
+                        regressions: (0..regressions).map(|k| format!("t{k}")).collect(),
+                        error: None,
+                    },
+                )
+                .collect();
+            assert_eq!(order_of(&evaluations).0, *want, "{name}");
+        }
+    }
 
     /// Five distinct candidates of about 2,000 characters each.
     fn long_fixes() -> Fixes {

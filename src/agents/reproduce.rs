@@ -177,10 +177,19 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-/// The reproducer's result: the accepted test (if any) and every sample.
+/// Other accepted tests kept beside the chosen one at most: each is one
+/// more test run per candidate patch.
+pub const MAX_OTHER_TESTS: usize = 3;
+
+/// The reproducer's result: the accepted test (if any), the other
+/// accepted ones, and every sample.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reproduction {
     pub test: Option<SubmittedTest>,
+    /// The other distinct files accepted as reproducing the issue (at most
+    /// [`MAX_OTHER_TESTS`], in sample order), whole: candidates are judged
+    /// by every one, so that one test that is wrong does not decide alone.
+    pub others: Vec<SubmittedTest>,
     pub samples: Vec<Sample>,
     /// Index of the accepted sample.
     pub chosen: Option<usize>,
@@ -520,6 +529,7 @@ pub fn run(
 ) -> Result<Reproduction, ReproduceError> {
     let mut out = Reproduction {
         test: None,
+        others: Vec::new(),
         samples: Vec::new(),
         chosen: None,
     };
@@ -570,6 +580,7 @@ pub fn run(
     out.chosen = choose(&out.samples);
     if let Some(i) = out.chosen {
         out.test = trier.accepted(&runs, i, &mut out.samples);
+        out.others = trier.others(&runs, i);
     }
     log_summary(&out, distinct.len());
     Ok(out)
@@ -741,6 +752,27 @@ impl Trier<'_> {
             output,
             files: Vec::new(),
         })
+    }
+}
+
+impl Trier<'_> {
+    /// The accepted files other than sample `chosen`'s, whole, at most
+    /// [`MAX_OTHER_TESTS`].
+    fn others(&self, runs: &Runs<'_>, chosen: usize) -> Vec<SubmittedTest> {
+        let mine = runs.first_of.get(chosen).copied().flatten();
+        runs.tried
+            .iter()
+            .enumerate()
+            .filter(|(k, t)| Some(*k) != mine && t.status == SampleStatus::Failed)
+            .take(MAX_OTHER_TESTS)
+            .map(|(k, t)| SubmittedTest {
+                path: self.path.clone(),
+                command: self.command.clone(),
+                text: runs.distinct[k].clone(),
+                output: t.output.clone(),
+                files: Vec::new(),
+            })
+            .collect()
     }
 }
 

@@ -58,6 +58,10 @@ pub struct TestArtifact {
     /// The accepted test (the template passes; a reproduction fails on
     /// the base commit), or none.
     pub test: Option<SubmittedTest>,
+    /// Sample mode: the other accepted reproduction tests, by which the
+    /// candidates are judged too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_tests: Vec<SubmittedTest>,
     #[serde(default)]
     pub source: TestSource,
     /// The existing test files run as the template, and their verdicts.
@@ -78,6 +82,7 @@ impl TestArtifact {
         TestArtifact {
             episode: Some(episode),
             test,
+            other_tests: Vec::new(),
             source: TestSource::Agent,
             existing: Vec::new(),
             samples: Vec::new(),
@@ -318,6 +323,7 @@ impl Stage for Template {
             return Ok(TestArtifact {
                 episode: None,
                 test,
+                other_tests: Vec::new(),
                 source: TestSource::Existing,
                 existing,
                 samples: Vec::new(),
@@ -455,6 +461,7 @@ impl Stage for Reproduce {
         Ok(TestArtifact {
             episode: None,
             test: r.test,
+            other_tests: r.others,
             source: TestSource::Sample,
             existing: Vec::new(),
             samples: r.samples,
@@ -553,6 +560,7 @@ pub struct RankSettings {
 pub struct RankInput<'a> {
     pub fixes: &'a Fixes,
     pub test: Option<&'a SubmittedTest>,
+    pub other_tests: &'a [SubmittedTest],
 }
 
 impl Stage for Rank {
@@ -589,7 +597,10 @@ impl Stage for Rank {
             conversation.as_mut(),
             &cx.task,
             input.fixes,
-            input.test,
+            ranker::Tests {
+                reproduction: input.test,
+                others: input.other_tests,
+            },
             &settings.ranker,
             &settings.sampling,
             trajectory,
@@ -678,9 +689,13 @@ pub fn run(
     let sets: Vec<Vec<Location>> = std::iter::once(locations.locations.clone())
         .chain(locations.other_sets.iter().cloned())
         .collect();
+    let other_tests = reproduction
+        .as_ref()
+        .map_or(&[][..], |a| &a.other_tests[..]);
     let input = fixer::Inputs {
         location_sets: &sets,
         test,
+        other_tests,
     };
     let fixes = chain.run::<Fix>(&cx, input, trajectory)?;
     let (ranking, chosen) = if fixes.distinct.is_empty() {
@@ -690,6 +705,7 @@ pub fn run(
         let input = RankInput {
             fixes: &fixes,
             test,
+            other_tests,
         };
         let r = chain.run::<Rank>(&cx, input, trajectory)?;
         let chosen = r.order.first().copied();

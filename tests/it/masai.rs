@@ -370,10 +370,21 @@ fn sampled_reproductions_agree_on_the_failure_and_the_template_needs_no_model() 
     assert!(raw["test"].is_object() && raw.get("episode").is_none());
     assert!(clean(r.ws.path()));
 
-    // The ranker uses it: the gold patch fixes it, the wrong one does not.
+    // The other accepted test is kept whole beside it.
+    let others: Vec<&str> = repro.other_tests.iter().map(|t| t.text.as_str()).collect();
+    assert_eq!(others.len(), 1);
+    assert!(
+        others[0].contains("def test_two_functions"),
+        "{}",
+        others[0]
+    );
+
+    // The ranker uses both: the gold patch passes them, the wrong one
+    // does not: a candidates x tests matrix.
     let ranking = o.ranking.as_ref().unwrap();
-    assert_eq!(ranking.evaluations[1].reproduction, Some(true));
-    assert_eq!(ranking.evaluations[0].reproduction, Some(false));
+    let row = |e: &patchwright::agents::ranker::Evaluation| (e.reproduction, e.other_tests.clone());
+    assert_eq!(row(&ranking.evaluations[1]), (Some(true), vec![true]));
+    assert_eq!(row(&ranking.evaluations[0]), (Some(false), vec![false]));
     assert_eq!(ranking.order, [1, 0]);
     assert_eq!(o.patch, task.patch);
     let m = metrics::compute(

@@ -184,10 +184,13 @@ pub struct Distinct {
     /// regression test it breaks.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub failure: String,
-    /// Regression tests that passed on the base commit and fail with it
-    /// (run when it passes the reproduction test).
+    /// Regression tests that passed on the base commit and fail with it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub regressions: Vec<String>,
+    /// Whether each of the other accepted reproduction tests passes with
+    /// it, as judged after its round (empty: none, or not judged).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_tests: Vec<bool>,
 }
 
 impl Distinct {
@@ -201,6 +204,7 @@ impl Distinct {
             reproduction: None,
             failure: String::new(),
             regressions: Vec::new(),
+            other_tests: Vec::new(),
         }
     }
 }
@@ -517,6 +521,7 @@ fn generate_group(
                             reproduction: None,
                             failure: String::new(),
                             regressions: Vec::new(),
+                            other_tests: Vec::new(),
                         });
                         Status::Kept
                     }

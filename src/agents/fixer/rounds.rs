@@ -43,8 +43,9 @@ pub const MAX_REGRESSIONS_SHOWN: usize = 5;
 
 /// A distinct patch's judgement: its index, whether the reproduction test
 /// passes (None: it could not be run), the failure's lines (or why it
-/// could not run), the regression tests it breaks.
-type Judgement = (usize, Option<bool>, String, Vec<String>);
+/// could not run), the regression tests it breaks, whether each other
+/// accepted test passes.
+type Judgement = (usize, Option<bool>, String, Vec<String>, Vec<bool>);
 
 /// Where candidates are judged: the trial, and where worktrees go.
 struct Judge<'a> {
@@ -80,10 +81,16 @@ impl Judge<'_> {
                             .unwrap_or_default(),
                         None => String::new(),
                     };
-                    (*i, Some(j.fixed), failure, j.regressions)
+                    (*i, Some(j.fixed), failure, j.regressions, j.others)
                 }
-                Some(Err(e)) => (*i, None, format!("it could not be run: {e}"), Vec::new()),
-                None => (*i, None, "its run panicked".into(), Vec::new()),
+                Some(Err(e)) => (
+                    *i,
+                    None,
+                    format!("it could not be run: {e}"),
+                    Vec::new(),
+                    Vec::new(),
+                ),
+                None => (*i, None, "its run panicked".into(), Vec::new(), Vec::new()),
             })
             .collect()
     }
@@ -199,6 +206,8 @@ pub struct Inputs<'a> {
     pub location_sets: &'a [Vec<Location>],
     /// The accepted reproduction test, if any.
     pub test: Option<&'a SubmittedTest>,
+    /// The other accepted reproduction tests.
+    pub other_tests: &'a [SubmittedTest],
 }
 
 /// The Fixer: its rounds (see the module's documentation). `inputs.test`
@@ -223,6 +232,7 @@ pub fn run(
     let Inputs {
         location_sets,
         test,
+        other_tests,
     } = inputs;
     let all = crate::index::python_files(ws.path()).unwrap_or_default();
     let files: BTreeSet<&str> = all.iter().map(String::as_str).collect();
@@ -305,17 +315,19 @@ pub fn run(
                     ws,
                     env,
                     test,
+                    others: other_tests,
                     regression: regression.as_ref(),
                     timeout_s,
                 },
                 scratch,
             };
-            for (i, passes, failure, regressions) in judge.all(round, &patches, &files) {
+            for (i, passes, failure, regressions, others) in judge.all(round, &patches, &files) {
                 let clean = passes == Some(true) && regressions.is_empty();
                 if let Some(d) = fixes.distinct.get_mut(i) {
                     d.reproduction = passes;
                     d.failure = failure;
                     d.regressions = regressions;
+                    d.other_tests = others;
                 }
                 summary.judged += usize::from(passes.is_some());
                 summary.passing += usize::from(clean);
@@ -354,6 +366,7 @@ mod tests {
             reproduction,
             failure: format!("failure of {patch}"),
             regressions: Vec::new(),
+            other_tests: Vec::new(),
         };
         let candidate = |index: usize, round: usize, status: Status| Candidate {
             index,
