@@ -300,7 +300,7 @@ pub fn replace(
     path: &str,
 ) -> Result<(String, Matched), EditError> {
     let fitted = if path.ends_with(".py") {
-        overindented(search, replace)
+        fit_indentation(search, replace)
     } else {
         None
     };
@@ -716,32 +716,36 @@ fn indent_of(line: &str) -> &str {
     &line[..line.len() - line.trim_start().len()]
 }
 
-/// A Python replacement indented deeper throughout than SEARCH's first
-/// line, moved left to it. Small models often indent a whole REPLACE one
-/// level too deep, which Python rejects ("unexpected indent"); replacing
-/// code with code that only sits deeper than everything it replaced is
-/// not otherwise a change a fix makes.
-fn overindented(search: &str, replace: &str) -> Option<String> {
+/// A Python replacement moved to SEARCH's indentation, when it sits at
+/// another one throughout: indented deeper throughout than SEARCH's first
+/// line, it is moved left to it; starting shallower than SEARCH's first
+/// line with nothing shallower after its first line, it is moved right to
+/// it. Small models often indent a whole REPLACE one level too deep, or
+/// not at all, which Python rejects ("unexpected indent", "expected an
+/// indented block"); replacing code with the same code at another depth
+/// throughout is not otherwise a change a fix makes.
+pub fn fit_indentation(search: &str, replace: &str) -> Option<String> {
     let first = search.lines().find(|l| !l.trim().is_empty())?;
-    let base = indent_of(first).len();
-    let least = replace
-        .lines()
+    let base = indent_of(first);
+    let lines: Vec<&str> = replace.lines().collect();
+    let written: Vec<usize> = lines
+        .iter()
         .filter(|l| !l.trim().is_empty())
         .map(|l| indent_of(l).len())
-        .min()?;
-    let cut = least.checked_sub(base).filter(|&c| c > 0)?;
-    Some(
-        replace
-            .lines()
-            .map(|l| {
-                if l.trim().is_empty() {
-                    "\n".to_string()
-                } else {
-                    format!("{}\n", &l[cut..])
-                }
-            })
-            .collect(),
-    )
+        .collect();
+    let least = *written.iter().min()?;
+    let shift = |l: &str| -> String {
+        if l.trim().is_empty() {
+            "\n".to_string()
+        } else if least > base.len() {
+            format!("{}\n", &l[least - base.len()..])
+        } else {
+            format!("{}{l}\n", &base[..base.len() - least])
+        }
+    };
+    let starts_least = written.first() == Some(&least);
+    let fits = least > base.len() || (least < base.len() && starts_least);
+    fits.then(|| lines.iter().map(|l| shift(l)).collect())
 }
 
 /// Shifts `replace` by the indentation difference between what SEARCH said
@@ -827,6 +831,24 @@ mod tests {
                 Ok((
                     "def f(x):\n    if x > 1:\n        return x\n    return -1\n",
                     Matched::TrailingWhitespace,
+                )),
+            ),
+            // A replacement written at no indentation is moved right to
+            // SEARCH's first line.
+            (
+                "        return x\n",
+                "return x + 1\n",
+                Ok((
+                    "def f(x):\n    if x > 1:\n        return x + 1\n    return 0\n",
+                    Matched::Exact,
+                )),
+            ),
+            (
+                "    if x > 1:\n        return x\n",
+                "if x >= 1:\n    return x\n",
+                Ok((
+                    "def f(x):\n    if x >= 1:\n        return x\n    return 0\n",
+                    Matched::Exact,
                 )),
             ),
             // A replacement one level too deep throughout is moved left

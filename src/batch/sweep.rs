@@ -11,8 +11,9 @@
 //! ```
 //!
 //! A grid axis is a dotted settings key (`fixer.temperature`, `aci.window`,
-//! anything `--config` can set) or one of the short names in [`ALIASES`],
-//! with its values; points are every combination, first axis slowest.
+//! anything `--config` can set), one of the short names in [`ALIASES`], or
+//! [`BUDGET`] (the Fixer's candidates and rounds as one value), with its
+//! values; points are every combination, first axis slowest.
 
 use std::path::{Path, PathBuf};
 
@@ -34,6 +35,18 @@ pub const ALIASES: &[(&str, &str)] = &[
     ("model", "model"),
 ];
 
+/// The Fixer's budget as one axis: `budget=4x3,8x1,16x1` sets
+/// `fixer.candidates` (per round) and `fixer.rounds` (at most) together,
+/// so that a curve of compute against resolves is one grid axis.
+pub const BUDGET: &str = "budget";
+
+/// A budget value, `CANDIDATESxROUNDS` (both at least 1).
+pub fn parse_budget(value: &toml::Value) -> Option<(i64, i64)> {
+    let (c, r) = value.as_str()?.split_once(['x', 'X'])?;
+    let (c, r) = (c.trim().parse::<i64>().ok()?, r.trim().parse::<i64>().ok()?);
+    (c >= 1 && r >= 1).then_some((c, r))
+}
+
 /// Why a key and its values do not make an [`Axis`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AxisError {
@@ -41,6 +54,8 @@ pub enum AxisError {
     NoValues,
     #[error("`{0}` is not a dotted settings key")]
     NotAKey(String),
+    #[error("`{0}` is not a budget: write CANDIDATESxROUNDS, e.g. 4x3")]
+    NotABudget(String),
 }
 
 impl Axis {
@@ -73,6 +88,11 @@ impl Axis {
             .map_or(key, |(_, full)| full);
         if key.is_empty() || key.split('.').any(str::is_empty) {
             return Err(AxisError::NotAKey(key.to_string()));
+        }
+        if key == BUDGET {
+            if let Some(bad) = values.iter().find(|v| parse_budget(v).is_none()) {
+                return Err(AxisError::NotABudget(show(bad)));
+            }
         }
         Ok(Axis {
             key: key.to_string(),
@@ -176,9 +196,26 @@ impl Point {
     /// `base` with this point's values set.
     pub fn settings(&self, base: &Settings) -> Result<Settings, BatchError> {
         let mut table = toml::Table::new();
+        let mut set: Vec<(String, toml::Value)> = Vec::new();
         for (key, value) in &self.values {
             let value: toml::Value = serde_json::from_value(value.clone())
                 .map_err(|e| BatchError::Invalid(format!("{}: {e}", self.label)))?;
+            match (key.as_str(), parse_budget(&value)) {
+                (BUDGET, Some((candidates, rounds))) => {
+                    set.push(("fixer.candidates".into(), candidates.into()));
+                    set.push(("fixer.rounds".into(), rounds.into()));
+                }
+                (BUDGET, None) => {
+                    return Err(BatchError::Invalid(format!(
+                        "{}: {}",
+                        self.label,
+                        AxisError::NotABudget(show(&value))
+                    )))
+                }
+                _ => set.push((key.clone(), value)),
+            }
+        }
+        for (key, value) in set {
             let mut parts: Vec<&str> = key.split('.').collect();
             let last = parts.pop().unwrap_or_default();
             let mut at = &mut table;
@@ -360,6 +397,31 @@ mod tests {
                 .map(|e| e.to_string())
                 .unwrap_or_default();
             assert!(err.contains(named), "{err} should name {named}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_budget_sets_candidates_and_rounds_together() -> Result<(), BatchError> {
+        let base = Settings::defaults("m");
+        let grid = [Axis::parse("budget=4x3,8x1,32X1")?];
+        let got: Vec<(usize, usize, String)> = points(&grid)
+            .iter()
+            .map(|p| {
+                let s = p.settings(&base)?;
+                Ok((s.fixer.candidates, s.fixer.rounds, p.label.clone()))
+            })
+            .collect::<Result<_, BatchError>>()?;
+        #[rustfmt::skip]
+        assert_eq!(got, [
+            (4, 3, "budget=4x3".to_string()), (8, 1, "budget=8x1".into()), (32, 1, "budget=32X1".into()),
+        ]);
+        for bad in ["budget=4", "budget=0x2", "budget=4x", "budget=2.5"] {
+            let err = Axis::parse(bad)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains("CANDIDATESxROUNDS"), "{bad}: {err}");
         }
         Ok(())
     }

@@ -236,9 +236,10 @@ impl Stage for Localize {
                 localizer,
                 sampling,
             } => {
-                let mut conversation = cx
-                    .backend
-                    .conversation(1, localize::REPLY_TOKENS as usize)?;
+                let mut conversation = cx.backend.conversation(
+                    localizer.sets.clamp(1, localize::SETS_LIMIT),
+                    localize::REPLY_TOKENS as usize,
+                )?;
                 let choice = localize::choose(
                     conversation.as_mut(),
                     issue,

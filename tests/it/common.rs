@@ -101,12 +101,23 @@ impl Scripted {
     }
 }
 
-struct ScriptedConversation<'a>(&'a Scripted);
+/// A scripted conversation, made for `sequences` candidates at once as
+/// the engine's are: asking more fails the test, as it fails the engine.
+struct ScriptedConversation<'a> {
+    script: &'a Scripted,
+    sequences: usize,
+}
 
 impl Conversation for ScriptedConversation<'_> {
     fn generate(&mut self, request: &Request<'_>) -> Result<Generation, EngineError> {
-        let mut next = self.0.next.lock().unwrap();
-        let call = self.0.calls.get(*next).unwrap_or_else(|| {
+        assert!(
+            request.n.max(1) <= self.sequences,
+            "{} candidates asked of a conversation made for {}",
+            request.n,
+            self.sequences
+        );
+        let mut next = self.script.next.lock().unwrap();
+        let call = self.script.calls.get(*next).unwrap_or_else(|| {
             panic!(
                 "unscripted call {}: {:?}",
                 *next + 1,
@@ -151,7 +162,14 @@ pub const SCRIPTED_PROMPT_S: f64 = 0.5;
 pub const SCRIPTED_DECODE_S: f64 = 0.25;
 
 impl Backend for Scripted {
-    fn conversation(&self, _: usize, _: usize) -> Result<Box<dyn Conversation + '_>, EngineError> {
-        Ok(Box::new(ScriptedConversation(self)))
+    fn conversation(
+        &self,
+        sequences: usize,
+        _: usize,
+    ) -> Result<Box<dyn Conversation + '_>, EngineError> {
+        Ok(Box::new(ScriptedConversation {
+            script: self,
+            sequences: sequences.max(1),
+        }))
     }
 }

@@ -646,6 +646,56 @@ fn without_a_reproduction_test_agreement_then_the_model_decide() {
     assert_eq!(again.outcome.patch, task.patch);
 }
 
+/// Two location sets: the localizer's greedy reply and a sampled one that
+/// differs, each with its share of the Fixer's candidates, every prompt
+/// showing its own set, and the whole run replaying exactly.
+#[test]
+fn two_location_sets_share_the_candidates_and_replay() {
+    let task = task("demo__cachekit-1");
+    let mut settings = settings(false, 3);
+    settings.localizer.mode = patchwright::agents::localize::LocalizerMode::Choose;
+    settings.localizer.sets = 2;
+    settings.ranker.compare = false;
+    // The labels come from the index's ranking of this task: the greedy
+    // reply picks the first candidate, the sampled one the second.
+    let scripted = Scripted::new(vec![vec!["1", "2"], vec![GOLD, WRONG], vec![MISSES]]);
+    let r = run(&task, &settings, &scripted);
+    assert_eq!(
+        model_calls(&r.trajectory),
+        [("localizer", 2), ("fixer", 2), ("fixer", 1)]
+            .map(|(p, n)| (p.to_string(), n))
+            .to_vec()
+    );
+    let text = std::fs::read_to_string(r.artifacts.join("locations.json")).unwrap();
+    let locations: masai::LocationsArtifact = serde_json::from_str(&text).unwrap();
+    assert_eq!(locations.other_sets.len(), 1);
+    assert_ne!(locations.other_sets[0], locations.locations);
+    let fixes = &r.outcome.fixes;
+    let sets: Vec<usize> = fixes.candidates.iter().map(|c| c.set).collect();
+    assert_eq!(sets, [0, 0, 1]);
+    // Each fixer prompt names its own set's first location.
+    let prompts: Vec<String> = r
+        .trajectory
+        .model_calls()
+        .filter(|c| c.purpose == "fixer")
+        .map(|c| c.messages.iter().map(|m| m.content.clone()).collect())
+        .collect();
+    for (prompt, set) in prompts
+        .iter()
+        .zip([&locations.locations, &locations.other_sets[0]])
+    {
+        assert!(prompt.contains(&set[0].path), "{}", set[0].path);
+    }
+    assert_eq!(r.outcome.patch, task.patch);
+
+    let file = r.artifacts.join("trajectory.json");
+    std::fs::write(&file, serde_json::to_string(&r.trajectory).unwrap()).unwrap();
+    let replay = ReplayBackend::from_trajectory(&file).unwrap();
+    let again = run(&task, &settings, &replay);
+    assert_eq!(replay.remaining(), 0);
+    assert_eq!(again.outcome.fixes, r.outcome.fixes);
+}
+
 /// The Fixer's prompt for a 30,000-character issue and a 600-line class,
 /// fitted with SmolLM2's own tokenizer into 2,048 tokens less the reply's
 /// 512, is accepted by the model: no `prompt does not fit`.

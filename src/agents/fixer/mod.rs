@@ -1414,11 +1414,18 @@ mod tests {
         // A REPLACE of prose where code was: tree-sitter refuses it.
         let prose = block("        self.w *= k\n", "Replace with:\nm.py\n");
         let missing = block("        return None\n", "        return 0\n");
+        // The fix written one level too deep throughout: moved left.
+        let deep = block(
+            "        return self.w * self.h\n",
+            "            return self.w * self.h * 2\n",
+        );
         let fixed = "        return self.w * self.h * 2\n";
         type Case<'a> = (EditFormat, Vec<&'a str>, &'a str, usize);
         #[rustfmt::skip]
         let cases: Vec<Case> = vec![
             (EditFormat::Anchored, vec![&good], "kept", 0),
+            (EditFormat::Anchored, vec![&deep], "kept", 0),
+            (EditFormat::Anchored, vec![&prose, &deep], "kept", 1),
             (EditFormat::Anchored, vec![&good, &prose], "kept", 1),
             (EditFormat::Anchored, vec![&prose, &good], "kept", 1),
             (EditFormat::Anchored, vec![&prose], "syntax_error", 0),

@@ -114,11 +114,19 @@ pub(super) fn anchor(
         }
         places.push(found);
     }
-    let edit_at = |k: usize, start: usize| edit::LineEdit {
-        path: blocks[k].path.clone(),
-        start,
-        end: start + blocks[k].search.lines().count() - 1,
-        text: blocks[k].replace.clone(),
+    let edit_at = |k: usize, start: usize| {
+        let b = &blocks[k];
+        let fitted = b
+            .path
+            .ends_with(".py")
+            .then(|| edit::fit_indentation(&b.search, &b.replace))
+            .flatten();
+        edit::LineEdit {
+            path: b.path.clone(),
+            start,
+            end: start + b.search.lines().count() - 1,
+            text: fitted.unwrap_or_else(|| b.replace.clone()),
+        }
     };
     let mut chosen: Vec<edit::LineEdit> = Vec::new();
     if place(&places, &edit_at, &mut chosen) {
