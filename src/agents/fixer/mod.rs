@@ -1469,7 +1469,8 @@ mod tests {
             reply("    def area(self):\n        \"\"\"The area.\"\"\"\n        return self.w*self.h*2\n"),
             reply("    def area(self):\n\n        return self.w  *  self.h * 2\n"),
             reply("    def area(self):\n        return self.w * self.h * 3\n"),
-            // Only a comment added: no change to what the code does.
+            // Only a comment added: a patch of its own (what `check`'s
+            // wrong candidate is), whose meaning is the base's.
             reply("    def area(self):\n        # width times height\n        return self.w * self.h\n"),
         ];
         let replies: Vec<&str> = replies.iter().map(String::as_str).collect();
@@ -1490,10 +1491,10 @@ mod tests {
         #[rustfmt::skip]
         assert_eq!(statuses, [
             &Status::Kept, &Status::Duplicate(0), &Status::Duplicate(0), &Status::Duplicate(0),
-            &Status::Kept, &Status::NoChange,
+            &Status::Kept, &Status::Kept,
         ]);
         let members: Vec<&[usize]> = fixes.distinct.iter().map(|d| &d.members[..]).collect();
-        assert_eq!(members, [&[0, 1, 2, 3][..], &[4]]);
+        assert_eq!(members, [&[0, 1, 2, 3][..], &[4], &[5]]);
         assert_ne!(fixes.distinct[0].meaning, fixes.distinct[1].meaning);
         Ok(())
     }

@@ -269,19 +269,11 @@ pub(super) fn try_candidate(
             (p.clone(), n)
         })
         .collect();
-    let base_forms: Vec<(String, String)> = paths
-        .iter()
-        .filter_map(|p| {
-            let text = crate::aci::read_text(root, p).ok()?;
-            Some((p.clone(), symbols::normal_form(&text)?))
-        })
-        .collect();
     let check = Check {
         root,
         base,
         paths,
         before: &before,
-        base_forms: &base_forms,
         compile,
     };
     let all: Vec<usize> = (0..units.len()).collect();
@@ -343,7 +335,7 @@ fn tried(status: Status, patch: Option<String>) -> Tried {
 enum Attempt {
     /// The patch and what it means.
     Patch(String, String),
-    /// No change, or none but to comments, docstrings and formatting.
+    /// No change.
     NoChange,
     Unapplied(String),
     Broken(String),
@@ -356,8 +348,6 @@ struct Check<'a> {
     paths: &'a [String],
     /// Each shown file's syntax errors before any edit.
     before: &'a [(String, usize)],
-    /// Each shown file's normal form before any edit.
-    base_forms: &'a [(String, String)],
     compile: Option<&'a CompileCheck<'a>>,
 }
 
@@ -402,16 +392,6 @@ impl Check<'_> {
                 (p.clone(), form)
             })
             .collect();
-        let unchanged = forms.iter().all(|(p, form)| {
-            form.is_some()
-                && self
-                    .base_forms
-                    .iter()
-                    .any(|(b, base)| b == p && Some(base) == form.as_ref())
-        });
-        if unchanged {
-            return Ok(Attempt::NoChange);
-        }
         Ok(match self.compile.and_then(|check| check(root, &touched)) {
             Some(why) => Attempt::Broken(why),
             None => Attempt::Patch(patch, meaning(&forms)),
