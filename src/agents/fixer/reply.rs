@@ -278,29 +278,29 @@ pub(super) fn try_candidate(
     };
     let all: Vec<usize> = (0..units.len()).collect();
     let whole = check.attempt(units, &all)?;
-    if matches!(whole, Attempt::Patch(..) | Attempt::NoChange) || units.len() == 1 {
+    if matches!(whole, Applied::Patch(..) | Applied::NoChange) || units.len() == 1 {
         return Ok(match whole {
-            Attempt::Patch(patch, meaning) => Tried {
+            Applied::Patch(patch, meaning) => Tried {
                 meaning,
                 ..tried(Status::Kept, Some(patch))
             },
-            Attempt::NoChange => tried(Status::NoChange, None),
-            Attempt::Unapplied(why) => tried(Status::DidNotApply(why), None),
-            Attempt::Broken(why) => tried(Status::SyntaxError(why), None),
+            Applied::NoChange => tried(Status::NoChange, None),
+            Applied::Unapplied(why) => tried(Status::DidNotApply(why), None),
+            Applied::Broken(why) => tried(Status::SyntaxError(why), None),
         });
     }
     let mut kept: Vec<usize> = Vec::new();
     let mut dropped: Vec<String> = Vec::new();
     let mut first_refusal = None;
-    let mut last = Attempt::NoChange;
+    let mut last = Applied::NoChange;
     for i in all {
         let trial: Vec<usize> = kept.iter().copied().chain([i]).collect();
         match check.attempt(units, &trial)? {
-            Attempt::Unapplied(why) => {
+            Applied::Unapplied(why) => {
                 dropped.push(format!("edit {}: {why}", i + 1));
                 first_refusal.get_or_insert(Status::DidNotApply(why));
             }
-            Attempt::Broken(why) => {
+            Applied::Broken(why) => {
                 dropped.push(format!("edit {}: {why}", i + 1));
                 first_refusal.get_or_insert(Status::SyntaxError(why));
             }
@@ -311,7 +311,7 @@ pub(super) fn try_candidate(
         }
     }
     Ok(match (last, first_refusal) {
-        (Attempt::Patch(patch, meaning), _) => Tried {
+        (Applied::Patch(patch, meaning), _) => Tried {
             status: Status::Kept,
             patch: Some(patch),
             meaning,
@@ -332,7 +332,7 @@ fn tried(status: Status, patch: Option<String>) -> Tried {
 }
 
 /// What applying some of a candidate's edits gave.
-enum Attempt {
+enum Applied {
     /// The patch and what it means.
     Patch(String, String),
     /// No change.
@@ -354,17 +354,17 @@ struct Check<'a> {
 impl Check<'_> {
     /// Applies units `which`, checks the syntax (tree-sitter, then
     /// Python's compile when it can run), diffs, and resets the worktree.
-    fn attempt(&self, units: Units<'_>, which: &[usize]) -> Result<Attempt, RepoError> {
+    fn attempt(&self, units: Units<'_>, which: &[usize]) -> Result<Applied, RepoError> {
         let root = self.root;
         let result = match units.apply(root, self.paths, which) {
-            Err(why) => Attempt::Unapplied(why),
+            Err(why) => Applied::Unapplied(why),
             Ok(()) => self.judge()?,
         };
         crate::repo::reset_worktree(root)?;
         Ok(result)
     }
 
-    fn judge(&self) -> Result<Attempt, RepoError> {
+    fn judge(&self) -> Result<Applied, RepoError> {
         let root = self.root;
         let broken = self.before.iter().find_map(|(p, n)| {
             let errors = crate::aci::read_text(root, p)
@@ -376,11 +376,11 @@ impl Check<'_> {
             })
         });
         if let Some(why) = broken {
-            return Ok(Attempt::Broken(why));
+            return Ok(Applied::Broken(why));
         }
         let patch = crate::repo::diff_against(root, self.base)?;
         if patch.trim().is_empty() {
-            return Ok(Attempt::NoChange);
+            return Ok(Applied::NoChange);
         }
         let touched = crate::repo::touched_files(&patch);
         let forms: Vec<(String, Option<String>)> = touched
@@ -393,8 +393,8 @@ impl Check<'_> {
             })
             .collect();
         Ok(match self.compile.and_then(|check| check(root, &touched)) {
-            Some(why) => Attempt::Broken(why),
-            None => Attempt::Patch(patch, meaning(&forms)),
+            Some(why) => Applied::Broken(why),
+            None => Applied::Patch(patch, meaning(&forms)),
         })
     }
 }
@@ -414,10 +414,5 @@ fn meaning(forms: &[(String, Option<String>)]) -> String {
         hasher.update(form.as_deref().unwrap_or("").as_bytes());
         hasher.update([0]);
     }
-    hasher
-        .finalize()
-        .iter()
-        .take(12)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&hasher.finalize()[..12])
 }
