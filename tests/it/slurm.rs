@@ -441,10 +441,10 @@ fn a_sweep_as_job_arrays_writes_the_table_of_one_machine() -> Result<(), Error> 
         let timed: Vec<usize> = header
             .iter()
             .enumerate()
-            .filter(|(_, h)| **h == "elapsed_s" || **h == "model_busy")
+            .filter(|(_, h)| ["elapsed_s", "model_busy", "model_s_per_task"].contains(*h))
             .map(|(i, _)| i)
             .collect();
-        assert_eq!(timed.len(), 2, "{csv}");
+        assert_eq!(timed.len(), 3, "{csv}");
         Ok(csv
             .lines()
             .map(|l| {
