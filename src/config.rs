@@ -561,6 +561,28 @@ pub struct PipelineSettings {
     /// Rank the candidates by running tests; off, the first distinct
     /// candidate (the greedy one when it applies) is taken.
     pub rank: bool,
+    /// Test runs at once: each a worktree, an install and a test run in a
+    /// sandbox, beside the model's threads (the reproducer's candidate
+    /// tests, the rounds' and the ranker's candidates). It changes no
+    /// result: left out of `run.json` while default, so runs written
+    /// before it stay resumable, and settings without it read as the
+    /// default.
+    #[serde(
+        default = "default_parallel_runs",
+        skip_serializing_if = "is_default_parallel_runs"
+    )]
+    pub parallel_runs: usize,
+}
+
+/// Three runs keep two cores busy while one waits on its install.
+pub const DEFAULT_PARALLEL_RUNS: usize = 3;
+
+fn default_parallel_runs() -> usize {
+    DEFAULT_PARALLEL_RUNS
+}
+
+fn is_default_parallel_runs(runs: &usize) -> bool {
+    *runs == DEFAULT_PARALLEL_RUNS
 }
 
 /// Which pipeline a task runs.
@@ -578,6 +600,7 @@ impl Default for PipelineSettings {
             template: true,
             reproduce: true,
             rank: true,
+            parallel_runs: DEFAULT_PARALLEL_RUNS,
         }
     }
 }

@@ -115,6 +115,17 @@ pub fn prepare_like(
     }
 }
 
+/// Which regression tests judged a stage's candidates, as its record
+/// keeps it: the test files, how many of their tests pass on the base
+/// commit, and why none ran per candidate when some were found.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RegressionRecord {
+    pub files: Vec<String>,
+    pub base_passing: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
 /// The regression tests of a change to `touched` files: the test files
 /// ([`regression_tests`]), the script that runs them the repository's
 /// way, its log's format, and the tests among them that pass on the base
@@ -172,6 +183,15 @@ impl Regression {
         }
     }
 
+    /// What a stage's record keeps of it.
+    pub fn record(&self) -> RegressionRecord {
+        RegressionRecord {
+            files: self.files.clone(),
+            base_passing: self.base_passing.len(),
+            skipped: self.skipped.clone(),
+        }
+    }
+
     /// The tests passing on the base commit that do not pass in `dir`,
     /// and the run's output.
     fn broken_in(
@@ -194,8 +214,8 @@ impl Regression {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Judged {
     /// The reproduction test says the patch fixes what it reproduced
-    /// ([`check::fixed`]).
-    pub fixed: bool,
+    /// ([`check::fixed`]); None without a test.
+    pub fixed: Option<bool>,
     /// The test run's output.
     pub output: String,
     /// Whether each of the other accepted tests passes with it.
@@ -206,15 +226,17 @@ pub struct Judged {
     pub regression_output: String,
 }
 
-/// What a patch is judged by: the reproduction test and the regression
-/// tests, in worktrees of the task's workspace prepared like the task's.
+/// What a patch is judged by: the accepted reproduction tests and the
+/// regression tests, in worktrees of the task's workspace prepared like
+/// the task's.
 pub struct Trial<'a> {
     /// The task's workspace at the base commit.
     pub ws: &'a Workspace,
     /// The task's environment (the workspace installed in it).
     pub env: &'a TaskEnv,
-    /// The accepted reproduction test.
-    pub test: &'a SubmittedTest,
+    /// The chosen reproduction test (None: there is none, and only the
+    /// regression tests run).
+    pub test: Option<&'a SubmittedTest>,
     /// The other accepted reproduction tests.
     pub others: &'a [SubmittedTest],
     /// The regression tests a patch must not break.
@@ -232,23 +254,31 @@ impl Trial<'_> {
         let ran = (|| -> Result<Judged, JudgeError> {
             crate::repo::apply_patch(cand.path(), patch)?;
             let env = prepare_like(self.env, cand.path(), layer)?;
-            self.test.place(cand.path())?;
-            let (outcome, verdict) =
-                check::run_test(cand.path(), &env, &self.test.command, self.timeout_s)?;
-            let fixed = check::fixed(&env, self.test, &outcome, &verdict);
-            let mut others = Vec::new();
-            for other in self.others {
-                other.place(cand.path())?;
-                let (o, v) = check::run_test(cand.path(), &env, &other.command, self.timeout_s)?;
-                others.push(check::fixed(&env, other, &o, &v));
-            }
+            let fixed = |test: &SubmittedTest| -> Result<(bool, String), JudgeError> {
+                test.place(cand.path())?;
+                let (outcome, verdict) =
+                    check::run_test(cand.path(), &env, &test.command, self.timeout_s)?;
+                Ok((check::fixed(&env, test, &outcome, &verdict), outcome.output))
+            };
+            let (fixed_by_test, output) = match self.test {
+                Some(test) => {
+                    let (f, o) = fixed(test)?;
+                    (Some(f), o)
+                }
+                None => (None, String::new()),
+            };
+            let others = self
+                .others
+                .iter()
+                .map(|other| Ok(fixed(other)?.0))
+                .collect::<Result<Vec<bool>, JudgeError>>()?;
             let (regressions, regression_output) = match self.regression {
                 Some(r) => r.broken_in(cand.path(), &env, self.timeout_s)?,
                 None => (Vec::new(), String::new()),
             };
             Ok(Judged {
-                fixed,
-                output: outcome.output,
+                fixed: fixed_by_test,
+                output,
                 others,
                 regressions,
                 regression_output,

@@ -1,9 +1,10 @@
-//! MASAI's Ranker: every distinct candidate is tried in its own worktree,
-//! in parallel sandboxes — the reproduction test, and the regression tests
-//! (tests of the touched modules that pass on the base commit) — and the
-//! candidates are ordered: passes the reproduction test, then fewest
-//! regressions, then most candidates agreeing, then the model's
-//! chain-of-thought comparison of those still tied. It never sees
+//! MASAI's Ranker: every distinct candidate is judged — the accepted
+//! reproduction tests, and the regression tests (tests of the touched
+//! modules that pass on the base commit) — by the Fixer's rounds or, for
+//! those the rounds did not judge, in its own worktree in parallel
+//! sandboxes; the candidates are ordered: most accepted tests passed,
+//! then fewest regressions, then most candidates agreeing, then the
+//! model's chain-of-thought comparison of those still tied. It never sees
 //! FAIL_TO_PASS, PASS_TO_PASS or the gold patch.
 
 use serde::{Deserialize, Serialize};
@@ -11,11 +12,11 @@ use serde::{Deserialize, Serialize};
 use super::budget::{self, Budget};
 use super::call::{self, Call};
 use super::fixer::{Distinct, Fixes};
-use super::judge::{passing, prepare_like, run_in, JudgeError, Regression};
+use super::judge::{JudgeError, Regression, RegressionRecord, Trial};
 use super::parallel;
 use super::preamble;
 use super::workplace::Workplace;
-use crate::aci::{check, SubmittedTest};
+use crate::aci::SubmittedTest;
 use crate::dataset::Issue;
 use crate::engine::{grammar, Conversation, EngineError, Message, Sampling};
 use crate::record::trajectory::{Cut, Step, Trim};
@@ -105,7 +106,9 @@ pub struct Ranking {
     /// Indexes into `Fixes::distinct`, best first.
     pub order: Vec<usize>,
     pub evaluations: Vec<Evaluation>,
-    /// Regression test files run.
+    /// Regression test files the candidates were judged by: the rounds'
+    /// (those of the located files) when the rounds judged every
+    /// candidate, else those of the files the unjudged ones touch.
     pub regression_files: Vec<String>,
     /// Tests among them passing on the base commit.
     pub base_passing: usize,
@@ -130,8 +133,10 @@ pub enum RankError {
 /// Tries every distinct candidate and orders them. A candidate the
 /// Fixer's rounds already judged (its `reproduction`, other tests and
 /// regressions) is not run again; the others are each tried in a
-/// worktree prepared like the task's, [`parallel::MAX_PARALLEL_RUNS`] at
-/// once.
+/// worktree prepared like the task's, at most the workplace's
+/// `parallel_runs` at once, against the regression tests of the files
+/// they touch (run on the base commit only when some candidate is
+/// unjudged).
 pub fn rank(
     conversation: &mut dyn Conversation,
     task: &Workplace<'_>,
@@ -141,62 +146,50 @@ pub fn rank(
     sampling: &Sampling,
     trajectory: &mut Trajectory,
 ) -> Result<Ranking, RankError> {
-    let Workplace {
-        issue,
-        ws,
-        env: environment,
-        ..
-    } = *task;
-    let reproduction = tests.reproduction;
-    let touched: Vec<String> = fixes
-        .distinct
-        .iter()
-        .flat_map(|d| crate::repo::touched_files(&d.patch))
-        .collect();
-    let baseline = Regression::baseline(ws, environment, &touched, settings.test_timeout_s);
-    let judged = |d: &Distinct| reproduction.is_some() && d.reproduction.is_some();
+    let judged = |d: &Distinct| tests.reproduction.is_some() && d.reproduction.is_some();
     let unjudged: Vec<(usize, &Distinct)> = fixes
         .distinct
         .iter()
         .enumerate()
         .filter(|(_, d)| !judged(d))
         .collect();
-    let tried = parallel::map(&unjudged, |_, &(i, d)| {
-        try_one(task, &baseline, tests, settings.test_timeout_s, i, d)
-    });
-    let mut fresh: Vec<Option<Evaluation>> = vec![None; fixes.distinct.len()];
-    for (&(i, _), e) in unjudged.iter().zip(tried) {
-        fresh[i] = Some(e.unwrap_or_else(|| Evaluation {
-            error: Some("its run panicked".into()),
-            ..Evaluation::of(i, &fixes.distinct[i])
-        }));
-    }
-    let evaluations: Vec<Evaluation> = fixes
+    let (fresh, regression) = if unjudged.is_empty() {
+        (Vec::new(), fixes.regression.clone())
+    } else {
+        let touched: Vec<String> = unjudged
+            .iter()
+            .flat_map(|(_, d)| crate::repo::touched_files(&d.patch))
+            .collect();
+        let baseline = Regression::baseline(task.ws, task.env, &touched, settings.test_timeout_s);
+        let fresh = try_all(task, &baseline, tests, settings.test_timeout_s, &unjudged);
+        (fresh, Some(baseline.record()))
+    };
+    let mut evaluations: Vec<Evaluation> = fixes
         .distinct
         .iter()
-        .zip(fresh)
         .enumerate()
-        .map(|(i, (d, fresh))| match fresh {
-            Some(e) => e,
-            None => Evaluation {
-                reproduction: d.reproduction,
-                other_tests: d.other_tests.clone(),
-                regressions: d.regressions.clone(),
-                ..Evaluation::of(i, d)
-            },
+        .map(|(i, d)| Evaluation {
+            reproduction: d.reproduction,
+            other_tests: d.other_tests.clone(),
+            regressions: d.regressions.clone(),
+            ..Evaluation::of(i, d)
         })
         .collect();
-    let Regression {
-        files: regression,
-        base_passing,
-        skipped: regression_skipped,
-        ..
-    } = baseline;
+    for e in fresh {
+        if let Some(slot) = evaluations.get_mut(e.distinct) {
+            *slot = e;
+        }
+    }
+    let regression = regression.unwrap_or(RegressionRecord {
+        files: Vec::new(),
+        base_passing: 0,
+        skipped: None,
+    });
 
     let (mut order, tied) = order_of(&evaluations);
     let mut comparison = None;
     if settings.compare && tied.len() > 1 {
-        let c = compare(conversation, issue, fixes, &tied, sampling, trajectory)?;
+        let c = compare(conversation, task.issue, fixes, &tied, sampling, trajectory)?;
         order.retain(|&i| i != c.chosen);
         order.insert(0, c.chosen);
         comparison = Some(c);
@@ -204,11 +197,63 @@ pub fn rank(
     Ok(Ranking {
         order,
         evaluations,
-        regression_files: regression,
-        base_passing: base_passing.len(),
-        regression_skipped,
+        regression_files: regression.files,
+        base_passing: regression.base_passing,
+        regression_skipped: regression.skipped,
         comparison,
     })
+}
+
+/// The candidates not judged in the rounds (index, patch), each tried in
+/// its own worktree: the accepted tests, then the regression tests of
+/// `baseline`.
+fn try_all(
+    task: &Workplace<'_>,
+    baseline: &Regression,
+    tests: Tests<'_>,
+    timeout_s: u64,
+    unjudged: &[(usize, &Distinct)],
+) -> Vec<Evaluation> {
+    let trial = Trial {
+        ws: task.ws,
+        env: task.env,
+        test: tests.reproduction,
+        others: if tests.reproduction.is_some() {
+            tests.others
+        } else {
+            &[]
+        },
+        regression: Some(baseline),
+        timeout_s,
+    };
+    let tried = parallel::map(task.parallel_runs, unjudged, |_, &(i, d)| {
+        let dir = task.scratch.join(format!("candidate-{i}"));
+        let layer = task.scratch.join(format!("candidate-{i}-layer"));
+        trial.judge(&d.patch, &dir, &layer)
+    });
+    unjudged
+        .iter()
+        .zip(tried)
+        .map(|(&(i, d), tried)| {
+            let of = Evaluation::of(i, d);
+            match tried {
+                Some(Ok(j)) => Evaluation {
+                    reproduction: j.fixed,
+                    other_tests: j.others,
+                    regressions: j.regressions,
+                    ..of
+                },
+                Some(Err(e)) => Evaluation {
+                    error: Some(e.to_string()),
+                    ..of
+                },
+                None => Evaluation {
+                    error: Some("its run panicked".into()),
+                    ..of
+                },
+            }
+        })
+        .collect()
 }
 
 /// How an evaluation ranks: tried, then most accepted tests passed (its
@@ -254,48 +299,6 @@ pub struct Tests<'a> {
     pub reproduction: Option<&'a SubmittedTest>,
     /// The others.
     pub others: &'a [SubmittedTest],
-}
-
-/// One candidate not judged in the rounds, tried in its own worktree: the
-/// accepted tests, then the regression tests.
-fn try_one(
-    task: &Workplace<'_>,
-    baseline: &Regression,
-    tests: Tests<'_>,
-    timeout_s: u64,
-    i: usize,
-    d: &Distinct,
-) -> Evaluation {
-    let mut e = Evaluation::of(i, d);
-    let tried = (|| -> Result<(), JudgeError> {
-        let dir = task.scratch.join(format!("candidate-{i}"));
-        let cand = task.ws.clone_to(&dir)?;
-        crate::repo::apply_patch(cand.path(), &d.patch)?;
-        let layer = task.scratch.join(format!("candidate-{i}-layer"));
-        let env = prepare_like(task.env, cand.path(), &layer)?;
-        let fixed = |test: &SubmittedTest| -> Result<bool, JudgeError> {
-            test.place(cand.path())?;
-            let (outcome, verdict) = check::run_test(cand.path(), &env, &test.command, timeout_s)?;
-            Ok(check::fixed(&env, test, &outcome, &verdict))
-        };
-        if let Some(test) = tests.reproduction {
-            e.reproduction = Some(fixed(test)?);
-            for other in tests.others {
-                e.other_tests.push(fixed(other)?);
-            }
-        }
-        if !baseline.files.is_empty() {
-            let o = run_in(cand.path(), &env, timeout_s, &baseline.script)?;
-            let passed = passing(baseline.format, &o.output);
-            e.regressions = baseline.base_passing.difference(&passed).cloned().collect();
-        }
-        // The worktree is scratch: a failure to delete it is harmless.
-        let _ = cand.remove();
-        let _ = std::fs::remove_dir_all(&layer);
-        Ok(())
-    })();
-    e.error = tried.err().map(|e| e.to_string());
-    e
 }
 
 /// Most tokens of the comparison's reasoning and choice.

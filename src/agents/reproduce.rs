@@ -506,6 +506,8 @@ pub struct Inputs<'a> {
     pub scratch: &'a Path,
     /// Wall-clock limit of one candidate's test run, in seconds.
     pub timeout_s: u64,
+    /// Test runs at once (`[pipeline] parallel_runs`).
+    pub parallel_runs: usize,
 }
 
 /// How one distinct candidate file fared on the base commit.
@@ -866,7 +868,7 @@ fn try_all(
     command: &str,
     files: &[String],
 ) -> Vec<Tried> {
-    parallel::map(files, |k, text| {
+    parallel::map(inputs.parallel_runs, files, |k, text| {
         try_one(inputs, judging, k, path, command, text)
     })
     .into_iter()

@@ -1,5 +1,6 @@
 //! What every stage of one task works in: the issue, the workspace at the
-//! base commit, its environment, and where scratch worktrees go.
+//! base commit, its environment, where scratch worktrees go and how many
+//! test runs go at once.
 
 use std::path::Path;
 
@@ -18,4 +19,6 @@ pub struct Workplace<'a> {
     pub env: &'a TaskEnv,
     /// Candidates' and tests' worktrees and layers go under it.
     pub scratch: &'a Path,
+    /// Test runs at once (`[pipeline] parallel_runs`).
+    pub parallel_runs: usize,
 }

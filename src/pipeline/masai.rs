@@ -422,6 +422,7 @@ impl Stage for Reproduce {
             ws,
             env,
             scratch,
+            parallel_runs,
         } = cx.task;
         let (reproducer, sampling, timeout_s) = match settings {
             ReproduceSettings::React { episode } => {
@@ -454,6 +455,7 @@ impl Stage for Reproduce {
                 template: input.template,
                 scratch,
                 timeout_s,
+                parallel_runs,
             },
             reproducer,
             sampling,
@@ -668,6 +670,7 @@ pub fn run(
         ws,
         env,
         scratch: &dirs.scratch,
+        parallel_runs: settings.pipeline.parallel_runs,
     };
     let cx = StageContext {
         backend,

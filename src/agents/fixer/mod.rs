@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::budget::{self, Budget};
 use super::call::{self, Call};
+use super::judge::RegressionRecord;
 use super::preamble;
 pub use super::shown::Show;
 use crate::aci::Location;
@@ -239,6 +240,10 @@ pub struct Fixes {
     /// recorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shown: Vec<Location>,
+    /// The regression tests the rounds judged candidates by (None: no
+    /// round judged any, or a file written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regression: Option<RegressionRecord>,
 }
 
 impl Fixes {
@@ -250,6 +255,7 @@ impl Fixes {
             edit_format: format,
             rounds: Vec::new(),
             shown: Vec::new(),
+            regression: None,
         }
     }
     pub fn generated(&self) -> usize {

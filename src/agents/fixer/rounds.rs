@@ -52,6 +52,8 @@ struct Judge<'a> {
     trial: Trial<'a>,
     /// Worktrees and layers go under it.
     scratch: &'a Path,
+    /// Test runs at once.
+    runs: usize,
 }
 
 impl Judge<'_> {
@@ -63,7 +65,7 @@ impl Judge<'_> {
         patches: &[(usize, String)],
         files: &BTreeSet<&str>,
     ) -> Vec<Judgement> {
-        let judged = parallel::map(patches, |_, (i, patch)| {
+        let judged = parallel::map(self.runs, patches, |_, (i, patch)| {
             let dir = self.scratch.join(format!("judge-{round}-{i}"));
             let layer = self.scratch.join(format!("judge-{round}-{i}-layer"));
             self.trial.judge(patch, &dir, &layer)
@@ -76,12 +78,12 @@ impl Judge<'_> {
                     // What failed: the reproduction test, else the first
                     // regression test broken.
                     let failure = match j.regressions.first() {
-                        _ if !j.fixed => evidence::excerpt_in(&j.output, files),
+                        _ if j.fixed != Some(true) => evidence::excerpt_in(&j.output, files),
                         Some(id) => evidence::test_excerpt_in(&j.regression_output, id, files)
                             .unwrap_or_default(),
                         None => String::new(),
                     };
-                    (*i, Some(j.fixed), failure, j.regressions, j.others)
+                    (*i, j.fixed, failure, j.regressions, j.others)
                 }
                 Some(Err(e)) => (
                     *i,
@@ -228,6 +230,7 @@ pub fn run(
         ws,
         env,
         scratch,
+        parallel_runs,
     } = *task;
     let Inputs {
         location_sets,
@@ -314,12 +317,13 @@ pub fn run(
                 trial: Trial {
                     ws,
                     env,
-                    test,
+                    test: Some(test),
                     others: other_tests,
                     regression: regression.as_ref(),
                     timeout_s,
                 },
                 scratch,
+                runs: parallel_runs,
             };
             for (i, passes, failure, regressions, others) in judge.all(round, &patches, &files) {
                 let clean = passes == Some(true) && regressions.is_empty();
@@ -343,6 +347,7 @@ pub fn run(
         );
         let passing = summary.passing;
         fixes.rounds.push(summary);
+        fixes.regression = regression.as_ref().map(Regression::record);
         if passing > 0 || round == rounds {
             break;
         }
@@ -389,9 +394,7 @@ mod tests {
                 distinct("p1", vec![2], 2, None),
                 distinct("p2", vec![3, 4], 2, Some(false)),
             ],
-            edit_format: EditFormat::Anchored,
-            rounds: Vec::new(),
-            shown: Vec::new(),
+            ..Fixes::empty(EditFormat::Anchored)
         };
         let got: Vec<(String, bool, String)> = attempts(&fixes, 2)
             .into_iter()
