@@ -3,7 +3,9 @@
 //! modules that pass on the base commit) — by the Fixer's rounds or, for
 //! those the rounds did not judge, in its own worktree in parallel
 //! sandboxes; the candidates are ordered: most accepted tests passed,
-//! then fewest regressions, then most candidates agreeing, then the
+//! then fewest regressions, then changing code (a patch that rewrites
+//! only comments, docstrings or formatting comes after), then most
+//! candidates agreeing, then the
 //! model's chain-of-thought comparison of those still tied. It never sees
 //! FAIL_TO_PASS, PASS_TO_PASS or the gold patch.
 
@@ -47,6 +49,9 @@ pub struct Evaluation {
     pub distinct: usize,
     /// Candidates that produced this patch.
     pub votes: usize,
+    /// Whether it means what the base does ([`Distinct::inert`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inert: bool,
     /// Whether the reproduction test passes with it (None: no test).
     pub reproduction: Option<bool>,
     /// Whether each other accepted test passes with it.
@@ -66,6 +71,7 @@ impl Evaluation {
         Evaluation {
             distinct: i,
             votes: d.members.len(),
+            inert: d.inert,
             reproduction: None,
             other_tests: Vec::new(),
             regressions: Vec::new(),
@@ -258,20 +264,24 @@ fn try_all(
 
 /// How an evaluation ranks: tried, then most accepted tests passed (its
 /// row of the candidates x tests matrix), then fewest regressions, then
-/// most candidates agreeing (votes weigh where the tests cannot tell
-/// candidates apart).
+/// changing code (a patch meaning what the base does — a docstring or a
+/// comment rewritten — cannot fix a behaviour, however many candidates
+/// wrote it), then most candidates agreeing (votes weigh where the tests
+/// cannot tell candidates apart).
 fn key(
     e: &Evaluation,
 ) -> (
     bool,
     std::cmp::Reverse<usize>,
     usize,
+    bool,
     std::cmp::Reverse<usize>,
 ) {
     (
         e.error.is_some(),
         std::cmp::Reverse(e.tests_passed()),
         e.regressions.len(),
+        e.inert,
         std::cmp::Reverse(e.votes),
     )
 }
@@ -479,36 +489,48 @@ mod tests {
 
     #[test]
     fn candidates_rank_by_the_tests_they_pass_so_one_wrong_test_cannot_decide() {
-        // (reproduction, other tests, regressions, votes) per candidate;
-        // the order wanted.
-        type Row<'a> = (Option<bool>, &'a [bool], usize, usize);
+        // (reproduction, other tests, regressions, inert, votes) per
+        // candidate; the order wanted.
+        type Row<'a> = (Option<bool>, &'a [bool], usize, bool, usize);
         #[rustfmt::skip]
         let cases: &[(&str, &[Row], &[usize])] = &[
             ("one test: it decides, then regressions, then votes",
-             &[(Some(false), &[], 0, 5), (Some(true), &[], 1, 1), (Some(true), &[], 0, 1)], &[2, 1, 0]),
+             &[(Some(false), &[], 0, false, 5), (Some(true), &[], 1, false, 1),
+               (Some(true), &[], 0, false, 1)], &[2, 1, 0]),
             // The chosen test is wrong (no candidate passes it): the two
             // others pick the candidate that passes both.
             ("an invalid chosen test",
-             &[(Some(false), &[false, false], 0, 4), (Some(false), &[true, true], 0, 1),
-               (Some(false), &[true, false], 0, 2)], &[1, 2, 0]),
+             &[(Some(false), &[false, false], 0, false, 4), (Some(false), &[true, true], 0, false, 1),
+               (Some(false), &[true, false], 0, false, 2)], &[1, 2, 0]),
             // The chosen test passes a wrong candidate: two tests to one.
             ("the chosen test outvoted",
-             &[(Some(true), &[false, false], 0, 3), (Some(false), &[true, true], 0, 1)], &[1, 0]),
+             &[(Some(true), &[false, false], 0, false, 3), (Some(false), &[true, true], 0, false, 1)],
+             &[1, 0]),
             // Every test alike: regressions, then votes.
             ("tests cannot tell them apart",
-             &[(Some(true), &[true], 2, 9), (Some(true), &[true], 0, 1), (Some(true), &[true], 0, 3)],
-             &[2, 1, 0]),
+             &[(Some(true), &[true], 2, false, 9), (Some(true), &[true], 0, false, 1),
+               (Some(true), &[true], 0, false, 3)], &[2, 1, 0]),
             ("no test: votes",
-             &[(None, &[], 0, 1), (None, &[], 0, 2)], &[1, 0]),
+             &[(None, &[], 0, false, 1), (None, &[], 0, false, 2)], &[1, 0]),
+            // scikit-learn-13439 at 16 x 1: six samples rewrote a docstring
+            // alone; the one that changed code comes first all the same.
+            ("no test: a docstring-only patch's votes do not count",
+             &[(None, &[], 0, true, 6), (None, &[], 0, false, 1), (None, &[], 0, false, 2)],
+             &[2, 1, 0]),
+            // A test that an inert patch passes (a docstring the test reads)
+            // still decides.
+            ("a test decides before what a patch means",
+             &[(Some(false), &[], 0, false, 3), (Some(true), &[], 0, true, 1)], &[1, 0]),
         ];
         for (name, rows, want) in cases {
             let evaluations: Vec<Evaluation> = rows
                 .iter()
                 .enumerate()
                 .map(
-                    |(i, &(reproduction, others, regressions, votes))| Evaluation {
+                    |(i, &(reproduction, others, regressions, inert, votes))| Evaluation {
                         distinct: i,
                         votes,
+                        inert,
                         reproduction,
                         other_tests: others.to_vec(),
                         regressions: (0..regressions).map(|k| format!("t{k}")).collect(),

@@ -5,7 +5,8 @@
 //! sampled), each a short chain of thought then edits in the
 //! configured [`EditFormat`], enforced by grammar. Candidates that do
 //! not apply, break the syntax, or change nothing are dropped; duplicates
-//! (the same normalised diff) are merged and counted.
+//! (the same tree-sitter normal form) are merged and counted, and a patch
+//! meaning what the base does is marked [`Distinct::inert`].
 //!
 //! In the `anchored`, `lines` and `definition` formats every reply the
 //! grammar allows names real lines of the shown code, so it applies; the
@@ -171,6 +172,12 @@ pub struct Distinct {
     /// written before: there, the same diff text).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub meaning: String,
+    /// Whether it means what the base does: every file it changes has the
+    /// base's normal form (only comments, docstrings or formatting
+    /// changed). The ranker puts it below every patch that changes code
+    /// and passes as many tests.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inert: bool,
     /// Candidate indexes (the first is the representative).
     pub members: Vec<usize>,
     /// The round of its first candidate.
@@ -200,6 +207,7 @@ impl Distinct {
         Distinct {
             patch,
             meaning: String::new(),
+            inert: false,
             members: vec![member],
             round: 1,
             reproduction: None,
@@ -502,6 +510,7 @@ fn generate_group(
             status,
             patch,
             meaning,
+            inert,
             dropped,
         } = try_candidate(root, base, &c.text, &prompt, compile)?;
         let status = match (&status, &patch) {
@@ -522,6 +531,7 @@ fn generate_group(
                         fixes.distinct.push(Distinct {
                             patch: p.clone(),
                             meaning,
+                            inert,
                             members: vec![index],
                             round,
                             reproduction: None,
@@ -1502,6 +1512,8 @@ mod tests {
         let members: Vec<&[usize]> = fixes.distinct.iter().map(|d| &d.members[..]).collect();
         assert_eq!(members, [&[0, 1, 2, 3][..], &[4], &[5]]);
         assert_ne!(fixes.distinct[0].meaning, fixes.distinct[1].meaning);
+        let inert: Vec<bool> = fixes.distinct.iter().map(|d| d.inert).collect();
+        assert_eq!(inert, [false, false, true]);
         Ok(())
     }
 

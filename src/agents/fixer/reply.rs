@@ -200,6 +200,8 @@ pub(super) struct Tried {
     pub patch: Option<String>,
     /// What the patch means ([`meaning`]) when kept.
     pub meaning: String,
+    /// Whether that meaning is the base's (see [`Applied::Patch`]).
+    pub inert: bool,
     pub dropped: Vec<String>,
 }
 
@@ -260,13 +262,15 @@ pub(super) fn try_candidate(
         Edits::Blocks(blocks) => Units::Blocks(blocks),
         Edits::Lines(lines) => Units::Lines(lines),
     };
-    let before: Vec<(String, usize)> = paths
+    let before: Vec<Before> = paths
         .iter()
         .map(|p| {
-            let n = crate::aci::read_text(root, p)
-                .map(|t| symbols::syntax_errors(&t).len())
-                .unwrap_or(0);
-            (p.clone(), n)
+            let text = crate::aci::read_text(root, p).ok();
+            Before {
+                path: p.clone(),
+                errors: text.as_deref().map_or(0, |t| symbols::syntax_errors(t).len()),
+                form: text.as_deref().and_then(symbols::normal_form),
+            }
         })
         .collect();
     let check = Check {
@@ -278,10 +282,15 @@ pub(super) fn try_candidate(
     };
     let all: Vec<usize> = (0..units.len()).collect();
     let whole = check.attempt(units, &all)?;
-    if matches!(whole, Applied::Patch(..) | Applied::NoChange) || units.len() == 1 {
+    if matches!(whole, Applied::Patch { .. } | Applied::NoChange) || units.len() == 1 {
         return Ok(match whole {
-            Applied::Patch(patch, meaning) => Tried {
+            Applied::Patch {
+                patch,
                 meaning,
+                inert,
+            } => Tried {
+                meaning,
+                inert,
                 ..tried(Status::Kept, Some(patch))
             },
             Applied::NoChange => tried(Status::NoChange, None),
@@ -311,10 +320,18 @@ pub(super) fn try_candidate(
         }
     }
     Ok(match (last, first_refusal) {
-        (Applied::Patch(patch, meaning), _) => Tried {
+        (
+            Applied::Patch {
+                patch,
+                meaning,
+                inert,
+            },
+            _,
+        ) => Tried {
             status: Status::Kept,
             patch: Some(patch),
             meaning,
+            inert,
             dropped,
         },
         (_, Some(status)) => tried(status, None),
@@ -327,14 +344,21 @@ fn tried(status: Status, patch: Option<String>) -> Tried {
         status,
         patch,
         meaning: String::new(),
+        inert: false,
         dropped: Vec::new(),
     }
 }
 
 /// What applying some of a candidate's edits gave.
 enum Applied {
-    /// The patch and what it means.
-    Patch(String, String),
+    /// The patch, what it means ([`meaning`]), and whether that is what
+    /// the base means: every file it changes has the base's normal form
+    /// (it changes only comments, docstrings or formatting).
+    Patch {
+        patch: String,
+        meaning: String,
+        inert: bool,
+    },
     /// No change.
     NoChange,
     Unapplied(String),
@@ -346,8 +370,8 @@ struct Check<'a> {
     root: &'a Path,
     base: &'a str,
     paths: &'a [String],
-    /// Each shown file's syntax errors before any edit.
-    before: &'a [(String, usize)],
+    /// Each shown file before any edit.
+    before: &'a [Before],
     compile: Option<&'a CompileCheck<'a>>,
 }
 
@@ -366,13 +390,13 @@ impl Check<'_> {
 
     fn judge(&self) -> Result<Applied, RepoError> {
         let root = self.root;
-        let broken = self.before.iter().find_map(|(p, n)| {
-            let errors = crate::aci::read_text(root, p)
+        let broken = self.before.iter().find_map(|b| {
+            let errors = crate::aci::read_text(root, &b.path)
                 .map(|t| symbols::syntax_errors(&t))
                 .unwrap_or_default();
-            (errors.len() > *n).then(|| {
+            (errors.len() > b.errors).then(|| {
                 let e = &errors[0];
-                format!("{p}:{}:{}: {}", e.line, e.column, e.message)
+                format!("{}:{}:{}: {}", b.path, e.line, e.column, e.message)
             })
         });
         if let Some(why) = broken {
@@ -392,11 +416,30 @@ impl Check<'_> {
                 (p.clone(), form)
             })
             .collect();
+        let inert = forms.iter().all(|(p, form)| {
+            form.is_some()
+                && self
+                    .before
+                    .iter()
+                    .any(|b| &b.path == p && b.form.is_some() && b.form == *form)
+        });
         Ok(match self.compile.and_then(|check| check(root, &touched)) {
             Some(why) => Applied::Broken(why),
-            None => Applied::Patch(patch, meaning(&forms)),
+            None => Applied::Patch {
+                meaning: meaning(&forms),
+                patch,
+                inert,
+            },
         })
     }
+}
+
+/// A shown file as it was before any edit: its syntax errors (an edit may
+/// not add one) and its normal form (None: the grammar cannot read it).
+struct Before {
+    path: String,
+    errors: usize,
+    form: Option<String>,
 }
 
 /// What a patch means: a digest of the normal forms

@@ -366,6 +366,7 @@ mod tests {
         let distinct = |patch: &str, members: Vec<usize>, round: usize, reproduction| Distinct {
             patch: patch.into(),
             meaning: String::new(),
+            inert: false,
             members,
             round,
             reproduction,
