@@ -118,7 +118,7 @@ pub fn prepare_like(
 /// Which regression tests judged a stage's candidates, as its record
 /// keeps it: the test files, how many of their tests pass on the base
 /// commit, and why none ran per candidate when some were found.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RegressionRecord {
     pub files: Vec<String>,
     pub base_passing: usize,

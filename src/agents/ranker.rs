@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::budget::{self, Budget};
 use super::call::{self, Call};
 use super::fixer::{Distinct, Fixes};
-use super::judge::{JudgeError, Regression, RegressionRecord, Trial};
+use super::judge::{JudgeError, Regression, Trial};
 use super::parallel;
 use super::preamble;
 use super::workplace::Workplace;
@@ -186,11 +186,7 @@ pub fn rank(
             *slot = e;
         }
     }
-    let regression = regression.unwrap_or(RegressionRecord {
-        files: Vec::new(),
-        base_passing: 0,
-        skipped: None,
-    });
+    let regression = regression.unwrap_or_default();
 
     let (mut order, tied) = order_of(&evaluations);
     let mut comparison = None;
