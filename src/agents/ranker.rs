@@ -5,9 +5,9 @@
 //! sandboxes; the candidates are ordered: most accepted tests passed,
 //! then fewest regressions, then changing code (a patch that rewrites
 //! only comments, docstrings or formatting comes after), then most
-//! candidates agreeing, then the
-//! model's chain-of-thought comparison of those still tied. It never sees
-//! FAIL_TO_PASS, PASS_TO_PASS or the gold patch.
+//! candidates agreeing, then the model's chain-of-thought comparison of
+//! those still tied. It never sees FAIL_TO_PASS, PASS_TO_PASS or the gold
+//! patch.
 
 use serde::{Deserialize, Serialize};
 
