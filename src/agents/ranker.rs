@@ -3,8 +3,8 @@
 //! modules that pass on the base commit) — by the Fixer's rounds or, for
 //! those the rounds did not judge, in its own worktree in parallel
 //! sandboxes; the candidates are ordered: most accepted tests passed,
-//! then fewest regressions, then changing code (a patch that rewrites
-//! only comments, docstrings or formatting comes after), then most
+//! then changing code (a patch that rewrites only comments, docstrings or
+//! formatting comes after), then fewest regressions, then most
 //! candidates agreeing, then the model's chain-of-thought comparison of
 //! those still tied. It never sees FAIL_TO_PASS, PASS_TO_PASS or the gold
 //! patch.
@@ -259,25 +259,26 @@ fn try_all(
 }
 
 /// How an evaluation ranks: tried, then most accepted tests passed (its
-/// row of the candidates x tests matrix), then fewest regressions, then
-/// changing code (a patch meaning what the base does — a docstring or a
-/// comment rewritten — cannot fix a behaviour, however many candidates
-/// wrote it), then most candidates agreeing (votes weigh where the tests
-/// cannot tell candidates apart).
+/// row of the candidates x tests matrix), then changing code (a patch
+/// meaning what the base does — a docstring or a comment rewritten —
+/// cannot fix a behaviour, however many candidates wrote it, and breaks
+/// no test because it changes nothing), then fewest regressions, then
+/// most candidates agreeing (votes weigh where the tests cannot tell
+/// candidates apart).
 fn key(
     e: &Evaluation,
 ) -> (
     bool,
     std::cmp::Reverse<usize>,
-    usize,
     bool,
+    usize,
     std::cmp::Reverse<usize>,
 ) {
     (
         e.error.is_some(),
         std::cmp::Reverse(e.tests_passed()),
-        e.regressions.len(),
         e.inert,
+        e.regressions.len(),
         std::cmp::Reverse(e.votes),
     )
 }
@@ -517,6 +518,12 @@ mod tests {
             // still decides.
             ("a test decides before what a patch means",
              &[(Some(false), &[], 0, false, 3), (Some(true), &[], 0, true, 1)], &[1, 0]),
+            // pytest-5227 at 8 x 1: every patch that changes the log format
+            // breaks tests pinning the old one; the inert patch breaks none
+            // because it changes nothing, and comes last all the same.
+            ("no test: an inert patch that breaks nothing comes after code that breaks tests",
+             &[(None, &[], 5, false, 3), (None, &[], 4, false, 2), (None, &[], 0, true, 1)],
+             &[1, 0, 2]),
         ];
         for (name, rows, want) in cases {
             let evaluations: Vec<Evaluation> = rows

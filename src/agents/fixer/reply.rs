@@ -268,7 +268,9 @@ pub(super) fn try_candidate(
             let text = crate::aci::read_text(root, p).ok();
             Before {
                 path: p.clone(),
-                errors: text.as_deref().map_or(0, |t| symbols::syntax_errors(t).len()),
+                errors: text
+                    .as_deref()
+                    .map_or(0, |t| symbols::syntax_errors(t).len()),
                 form: text.as_deref().and_then(symbols::normal_form),
             }
         })
