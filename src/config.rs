@@ -818,13 +818,15 @@ mod tests {
         old.remove("reproducer");
         let s: Settings = toml::Value::Table(old).try_into().unwrap();
         assert_eq!(s.reproducer, ReproducerSettings::default());
-        // The scheduler's slots hold the larger of the two batches.
+        // The scheduler's slots hold the larger of the two batches (the
+        // defaults: 8 fixer candidates, 4 reproduction tests).
         for (text, most) in [
-            ("", 4),
-            ("[reproducer]\ncandidates = 6", 6),
-            ("[fixer]\ncandidates = 8", 8),
-            ("[reproducer]\nmode = \"react\"", 4),
-            ("[pipeline]\nreproduce = false", 4),
+            ("", 8),
+            ("[fixer]\ncandidates = 2", 4),
+            ("[fixer]\ncandidates = 2\n[reproducer]\ncandidates = 6", 6),
+            ("[reproducer]\ncandidates = 12", 12),
+            ("[fixer]\ncandidates = 2\n[reproducer]\nmode = \"react\"", 2),
+            ("[fixer]\ncandidates = 2\n[pipeline]\nreproduce = false", 2),
         ] {
             let s = Settings::with_toml(&base, text).unwrap();
             assert_eq!(s.most_candidates(), most, "{text}");
