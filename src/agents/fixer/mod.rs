@@ -508,6 +508,7 @@ fn generate_group(
     let generation = call::constrained(conversation, trajectory, call)?;
 
     let first = fixes.candidates.len();
+    let before = befores(root, &prompt.paths);
     for (k, c) in generation.candidates.iter().enumerate() {
         let index = first + k;
         let Tried {
@@ -516,7 +517,7 @@ fn generate_group(
             meaning,
             inert,
             dropped,
-        } = try_candidate(root, base, &c.text, &prompt, compile)?;
+        } = try_candidate(root, base, &c.text, &prompt, &before, compile)?;
         let status = match (&status, &patch) {
             (Status::Kept, Some(p)) => {
                 let key = normalise(p);
@@ -1457,7 +1458,8 @@ mod tests {
         for (format, blocks, want, dropped) in cases {
             let prompt = prompt_of(dir.path(), "Shape.area is wrong", &locs, format, false);
             let reply = format!("Reasoning: x.\n\n{}", blocks.concat());
-            let got = reply::try_candidate(dir.path(), &head, &reply, &prompt, None)?;
+            let before = reply::befores(dir.path(), &prompt.paths);
+            let got = reply::try_candidate(dir.path(), &head, &reply, &prompt, &before, None)?;
             let status = serde_json::to_value(&got.status)?;
             let case = format!("{format:?} {blocks:?}");
             assert_eq!(status["status"], want, "{case}: {got:?}");

@@ -247,11 +247,15 @@ impl Units<'_> {
 /// editor refuses one edit and keeps the others: a candidate with one
 /// stray block keeps its fix. One whose edits are all dropped is refused
 /// with its first edit's reason.
+///
+/// `before` is [`befores`] of the prompt's files, read once for all the
+/// candidates of a prompt (each is undone before the next).
 pub(super) fn try_candidate(
     root: &Path,
     base: &str,
     reply: &str,
     prompt: &Prompt,
+    before: &[Before],
     compile: Option<&CompileCheck<'_>>,
 ) -> Result<Tried, RepoError> {
     let paths = &prompt.paths;
@@ -262,24 +266,11 @@ pub(super) fn try_candidate(
         Edits::Blocks(blocks) => Units::Blocks(blocks),
         Edits::Lines(lines) => Units::Lines(lines),
     };
-    let before: Vec<Before> = paths
-        .iter()
-        .map(|p| {
-            let text = crate::aci::read_text(root, p).ok();
-            Before {
-                path: p.clone(),
-                errors: text
-                    .as_deref()
-                    .map_or(0, |t| symbols::syntax_errors(t).len()),
-                form: text.as_deref().and_then(symbols::normal_form),
-            }
-        })
-        .collect();
     let check = Check {
         root,
         base,
         paths,
-        before: &before,
+        before,
         compile,
     };
     let all: Vec<usize> = (0..units.len()).collect();
@@ -423,7 +414,7 @@ impl Check<'_> {
                 && self
                     .before
                     .iter()
-                    .any(|b| &b.path == p && b.form.is_some() && b.form == *form)
+                    .any(|b| &b.path == p && b.form == *form)
         });
         Ok(match self.compile.and_then(|check| check(root, &touched)) {
             Some(why) => Applied::Broken(why),
@@ -438,10 +429,28 @@ impl Check<'_> {
 
 /// A shown file as it was before any edit: its syntax errors (an edit may
 /// not add one) and its normal form (None: the grammar cannot read it).
-struct Before {
+pub(super) struct Before {
     path: String,
     errors: usize,
     form: Option<String>,
+}
+
+/// The files `paths` of the workspace at `root` as they are now, before
+/// any candidate's edit.
+pub(super) fn befores(root: &Path, paths: &[String]) -> Vec<Before> {
+    paths
+        .iter()
+        .map(|p| {
+            let text = crate::aci::read_text(root, p).ok();
+            Before {
+                path: p.clone(),
+                errors: text
+                    .as_deref()
+                    .map_or(0, |t| symbols::syntax_errors(t).len()),
+                form: text.as_deref().and_then(symbols::normal_form),
+            }
+        })
+        .collect()
 }
 
 /// What a patch means: a digest of the normal forms
