@@ -4,9 +4,9 @@
 //! those the rounds did not judge, in its own worktree in parallel
 //! sandboxes; the candidates are ordered: most accepted tests passed,
 //! then changing code (a patch that rewrites only comments, docstrings or
-//! formatting comes after), then fewest regressions, then most
-//! candidates agreeing, then the model's chain-of-thought comparison of
-//! those still tied. It never sees FAIL_TO_PASS, PASS_TO_PASS or the gold
+//! formatting comes after), then breaking no test that passed before,
+//! then most candidates agreeing, then fewest regressions, then the
+//! model's chain-of-thought comparison of those still tied. It never sees FAIL_TO_PASS, PASS_TO_PASS or the gold
 //! patch.
 
 use serde::{Deserialize, Serialize};
@@ -262,24 +262,32 @@ fn try_all(
 /// row of the candidates x tests matrix), then changing code (a patch
 /// meaning what the base does — a docstring or a comment rewritten —
 /// cannot fix a behaviour, however many candidates wrote it, and breaks
-/// no test because it changes nothing), then fewest regressions, then
-/// most candidates agreeing (votes weigh where the tests cannot tell
-/// candidates apart).
+/// no test because it changes nothing), then breaking no test that passed
+/// before, then most candidates agreeing (votes weigh where the tests
+/// cannot tell candidates apart), then fewest regressions.
+///
+/// Among patches that break tests, how many they break says less than how
+/// many samples agree: an issue that asks for new behaviour breaks the
+/// tests pinning the old one, and every fix breaks them (pytest-5227, a
+/// new log format: the 3 resolving samples broke 5 tests, a wrong patch
+/// of 2 votes broke 4).
 fn key(
     e: &Evaluation,
 ) -> (
     bool,
     std::cmp::Reverse<usize>,
     bool,
-    usize,
+    bool,
     std::cmp::Reverse<usize>,
+    usize,
 ) {
     (
         e.error.is_some(),
         std::cmp::Reverse(e.tests_passed()),
         e.inert,
-        e.regressions.len(),
+        !e.regressions.is_empty(),
         std::cmp::Reverse(e.votes),
+        e.regressions.len(),
     )
 }
 
@@ -491,7 +499,7 @@ mod tests {
         type Row<'a> = (Option<bool>, &'a [bool], usize, bool, usize);
         #[rustfmt::skip]
         let cases: &[(&str, &[Row], &[usize])] = &[
-            ("one test: it decides, then regressions, then votes",
+            ("one test: it decides, then breaking no test, then votes",
              &[(Some(false), &[], 0, false, 5), (Some(true), &[], 1, false, 1),
                (Some(true), &[], 0, false, 1)], &[2, 1, 0]),
             // The chosen test is wrong (no candidate passes it): the two
@@ -503,10 +511,14 @@ mod tests {
             ("the chosen test outvoted",
              &[(Some(true), &[false, false], 0, false, 3), (Some(false), &[true, true], 0, false, 1)],
              &[1, 0]),
-            // Every test alike: regressions, then votes.
+            // Every test alike: breaking none, then votes.
             ("tests cannot tell them apart",
              &[(Some(true), &[true], 2, false, 9), (Some(true), &[true], 0, false, 1),
                (Some(true), &[true], 0, false, 3)], &[2, 1, 0]),
+            // Both break tests: votes before the count, the count last.
+            ("no test: among patches that break tests, votes",
+             &[(None, &[], 1, false, 1), (None, &[], 3, false, 2), (None, &[], 2, false, 2)],
+             &[2, 1, 0]),
             ("no test: votes",
              &[(None, &[], 0, false, 1), (None, &[], 0, false, 2)], &[1, 0]),
             // scikit-learn-13439 at 16 x 1: six samples rewrote a docstring
@@ -519,11 +531,12 @@ mod tests {
             ("a test decides before what a patch means",
              &[(Some(false), &[], 0, false, 3), (Some(true), &[], 0, true, 1)], &[1, 0]),
             // pytest-5227 at 8 x 1: every patch that changes the log format
-            // breaks tests pinning the old one; the inert patch breaks none
-            // because it changes nothing, and comes last all the same.
+            // breaks tests pinning the old one, the 3 resolving samples 5 of
+            // them; the inert patch breaks none because it changes nothing,
+            // and comes last all the same.
             ("no test: an inert patch that breaks nothing comes after code that breaks tests",
              &[(None, &[], 5, false, 3), (None, &[], 4, false, 2), (None, &[], 0, true, 1)],
-             &[1, 0, 2]),
+             &[0, 1, 2]),
         ];
         for (name, rows, want) in cases {
             let evaluations: Vec<Evaluation> = rows
