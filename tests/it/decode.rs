@@ -101,7 +101,8 @@ fn texts(g: &Generation) -> Vec<(Vec<i32>, String)> {
 type Case = (Vec<Message>, Option<String>);
 
 /// Prompts whose replies copy some of the prompt, with and without the
-/// Fixer's SEARCH/REPLACE grammar, and a choice among paths.
+/// Fixer's SEARCH/REPLACE grammar, and a choice among paths: three cases,
+/// each drafting kind in at least one (five cost the suite 61 s).
 fn greedy_cases() -> Result<Vec<Case>, Error> {
     let sr = grammar::search_replace(&["semver/parse.py"])?;
     let choice = grammar::choice(&["semver/parse.py", "semver/format.py", "tests/test_parse.py"])?;
@@ -119,8 +120,6 @@ fn greedy_cases() -> Result<Vec<Case>, Error> {
     ];
     Ok(vec![
         (copy_messages(), None),
-        (copy_messages(), Some(sr.clone())),
-        (copy.clone(), None),
         (copy, Some(sr)),
         (which, Some(choice)),
     ])
