@@ -35,7 +35,10 @@ fn the_reproducer_accepts_the_tasks_test_and_the_ranker_puts_gold_first() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "check failed:\n{stderr}");
     let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
-    let ids: Vec<&str> = rows.iter().filter_map(|r| r["instance_id"].as_str()).collect();
+    let ids: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r["instance_id"].as_str())
+        .collect();
     assert_eq!(
         ids,
         [

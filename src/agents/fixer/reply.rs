@@ -410,11 +410,7 @@ impl Check<'_> {
             })
             .collect();
         let inert = forms.iter().all(|(p, form)| {
-            form.is_some()
-                && self
-                    .before
-                    .iter()
-                    .any(|b| &b.path == p && b.form == *form)
+            form.is_some() && self.before.iter().any(|b| &b.path == p && b.form == *form)
         });
         Ok(match self.compile.and_then(|check| check(root, &touched)) {
             Some(why) => Applied::Broken(why),
