@@ -6,8 +6,8 @@
 //! then changing code (a patch that rewrites only comments, docstrings or
 //! formatting comes after), then breaking no test that passed before,
 //! then most candidates agreeing, then fewest regressions, then the
-//! model's chain-of-thought comparison of those still tied. It never sees FAIL_TO_PASS, PASS_TO_PASS or the gold
-//! patch.
+//! model's chain-of-thought comparison of those still tied. It never sees
+//! FAIL_TO_PASS, PASS_TO_PASS or the gold patch.
 
 use serde::{Deserialize, Serialize};
 
