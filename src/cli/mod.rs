@@ -798,7 +798,9 @@ pub struct BenchArgs {
 
 #[derive(Args)]
 pub struct SynthArgs {
-    /// The shape: qwen2.5-coder-0.5b, -1.5b, -7b or -32b.
+    /// The shape: qwen2.5-coder-0.5b, -1.5b, -7b or -32b, or qwen2-tiny
+    /// (two layers, 128 wide: the tests' model where the words do not
+    /// matter).
     #[arg(value_name = "SHAPE")]
     pub shape: String,
     /// The quantisation: q4_0 or q4_k_m (llama.cpp's mixes).

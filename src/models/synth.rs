@@ -24,7 +24,7 @@ pub struct Shape {
     pub vocab: u64,
 }
 
-/// The Qwen2.5-Coder shapes (their `config.json`s).
+/// The Qwen2.5-Coder shapes (their `config.json`s), and a tiny one.
 pub const SHAPES: &[Shape] = &[
     Shape {
         name: "qwen2.5-coder-0.5b",
@@ -61,6 +61,19 @@ pub const SHAPES: &[Shape] = &[
         heads: 40,
         kv_heads: 8,
         vocab: 152_064,
+    },
+    // Not a Qwen2.5 model: the `qwen2` architecture two layers deep and
+    // 128 wide, which llama.cpp runs in milliseconds a call. The model
+    // of the tests that check what the pipeline does around the model
+    // (sweeps, Slurm arrays, resuming), where the words do not matter.
+    Shape {
+        name: "qwen2-tiny",
+        layers: 2,
+        embd: 128,
+        ff: 256,
+        heads: 2,
+        kv_heads: 1,
+        vocab: 151_936,
     },
 ];
 
@@ -434,6 +447,10 @@ mod tests {
             ),
             ("qwen2.5-coder-0.5b", "output.weight", TensorType::Q8_0),
             ("qwen2.5-coder-0.5b", "token_embd.weight", TensorType::Q5_0),
+            // The tiny shape's 128-element rows fall back, its 256 do not.
+            ("qwen2-tiny", "blk.0.attn_q.weight", TensorType::Q5_0),
+            ("qwen2-tiny", "blk.0.ffn_down.weight", TensorType::Q4K),
+            ("qwen2-tiny", "blk.1.ffn_down.weight", TensorType::Q6K),
         ];
         for (shape, name, kind) in cases {
             let t = Shape::named(shape)?.tensors(Quant::Q4KM);

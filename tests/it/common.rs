@@ -20,6 +20,33 @@ pub fn test_model() -> PathBuf {
     }
 }
 
+/// The tests' tiny model: `models synth qwen2-tiny` (two layers, 128
+/// wide, pseudo-random weights) with Qwen2.5-Coder's tokenizer, which
+/// llama.cpp runs in milliseconds a call where SmolLM2 takes seconds. For
+/// the tests of what happens around the model (sweeps, shards, Slurm
+/// arrays, resuming), where its words do not matter. Written once per test
+/// process (0.2 s), from the default model's tokenizer (`scripts/test`
+/// fetches it), so it is never stale.
+pub fn tiny_model() -> PathBuf {
+    static TINY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    TINY.get_or_init(|| {
+        use patchwright::models::synth::{self, Quant, Shape};
+        let tokenizer = match patchwright::models::resolve(&models_dir(), "qwen2.5-coder-0.5b") {
+            Ok(m) => m.path,
+            Err(e) => panic!("the default model is missing: {e} (scripts/test fetches it)"),
+        };
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("qwen2-tiny-q4_0.gguf");
+        let part = out.with_extension(format!("gguf.{}", std::process::id()));
+        let shape = Shape::named("qwen2-tiny").unwrap();
+        synth::write(&shape, Quant::Q4_0, None, &tokenizer, 0, &part).unwrap();
+        // Tests in other processes may read the file meanwhile: a rename
+        // replaces it whole.
+        std::fs::rename(&part, &out).unwrap();
+        out
+    })
+    .clone()
+}
+
 /// A task of the demo dataset.
 pub fn demo_task(id: &str) -> patchwright::dataset::Task {
     patchwright::dataset::load(&root().join("datasets/demo/tasks.jsonl"))

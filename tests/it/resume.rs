@@ -1,4 +1,4 @@
-//! Exactly once: a real batch (SmolLM2, the MASAI pipeline with small
+//! Exactly once: a real batch (the tiny model, the MASAI pipeline with small
 //! budgets, two tasks in flight) is killed with SIGKILL at several points and
 //! run again each time. At every kill point: every stored result and
 //! prediction line parses (nothing torn), no task has two lines, and every
@@ -34,7 +34,9 @@ const RUN_LIMIT: Duration = Duration::from_secs(900);
 fn start(out: &Path, config: &Path, extra: &[&str]) -> Result<Child, Error> {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_patchwright"));
     cmd.args(["batch", "--dataset", DEMO, "--repos", "datasets/demo/repos"])
-        .args(["--model", "smollm2-135m", "--jobs", "2"])
+        .arg("--model")
+        .arg(common::tiny_model())
+        .args(["--jobs", "2"])
         .args(if extra.contains(&"--filter") {
             &[][..]
         } else {
@@ -173,7 +175,6 @@ fn all_ids() -> Result<Vec<String>, Error> {
 
 #[test]
 fn a_batch_killed_at_any_point_resumes_exactly_once() -> Result<(), Error> {
-    common::test_model();
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("small.toml");
     std::fs::write(&config, CONFIG)?;
@@ -297,7 +298,9 @@ fn a_batch_killed_at_any_point_resumes_exactly_once() -> Result<(), Error> {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_patchwright"));
     let o = cmd
         .args(["batch", "--dataset", DEMO, "--repos", "datasets/demo/repos"])
-        .args(["--model", "smollm2-135m", "--config"])
+        .arg("--model")
+        .arg(common::tiny_model())
+        .arg("--config")
         .arg(&other)
         .arg("--out")
         .arg(&out)

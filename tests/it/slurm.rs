@@ -2,8 +2,8 @@
 //! slurmctld, slurmd from Debian's slurm-wlm and munge, which
 //! `scripts/test` installs) started per test in a temporary directory, on
 //! ports of its own; nothing of the host's configuration is read or
-//! changed. SmolLM2 with small budgets, greedy where the comparison needs
-//! it.
+//! changed. The tiny model (what is compared is the runs around it) with
+//! small budgets, greedy where the comparison needs it.
 
 use crate::common;
 
@@ -267,7 +267,7 @@ fn results_in(dir: &Path) -> Vec<(String, SystemTime, Vec<u8>)> {
 #[test]
 fn a_batch_as_a_job_array_merges_into_the_single_machine_run_with_an_element_cancelled(
 ) -> Result<(), Error> {
-    common::test_model();
+    let model = common::tiny_model();
     let cluster = Cluster::start()?;
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("first.toml");
@@ -283,7 +283,7 @@ fn a_batch_as_a_job_array_merges_into_the_single_machine_run_with_an_element_can
         "--repos",
         "datasets/demo/repos",
         "--model",
-        "smollm2-135m",
+        path(&model),
         "--config",
         path(&config),
     ];
@@ -396,7 +396,7 @@ fn a_batch_as_a_job_array_merges_into_the_single_machine_run_with_an_element_can
 
 #[test]
 fn a_sweep_as_job_arrays_writes_the_table_of_one_machine() -> Result<(), Error> {
-    common::test_model();
+    let model = common::tiny_model();
     let cluster = Cluster::start()?;
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("masai.toml");
@@ -409,7 +409,7 @@ fn a_sweep_as_job_arrays_writes_the_table_of_one_machine() -> Result<(), Error> 
         "--repos",
         "datasets/demo/repos",
         "--model",
-        "smollm2-135m",
+        path(&model),
         "--config",
         path(&config),
         "--grid",

@@ -1,4 +1,5 @@
-//! `patchwright sweep`, `merge` and `report` end to end on SmolLM2 with
+//! `patchwright sweep`, `merge` and `report` end to end on the tiny model
+//! (what is checked is the sweep around the model, not its words) with
 //! small budgets.
 
 use crate::common;
@@ -44,7 +45,7 @@ fn path(p: &Path) -> &str {
 
 #[test]
 fn a_sweep_runs_every_point_shares_stages_and_writes_a_table() -> Result<(), Error> {
-    common::test_model();
+    let model = common::tiny_model();
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("small.toml");
     std::fs::write(
@@ -61,7 +62,7 @@ fn a_sweep_runs_every_point_shares_stages_and_writes_a_table() -> Result<(), Err
         "--repos",
         "datasets/demo/repos",
         "--model",
-        "smollm2-135m",
+        path(&model),
         "--config",
         path(&config),
         "--grid",
@@ -145,7 +146,7 @@ fn a_sweep_runs_every_point_shares_stages_and_writes_a_table() -> Result<(), Err
         "--repos",
         "datasets/demo/repos",
         "--model",
-        "smollm2-135m",
+        path(&model),
         "--config",
         path(&config),
         "--grid",
@@ -179,7 +180,7 @@ fn a_sweep_runs_every_point_shares_stages_and_writes_a_table() -> Result<(), Err
 
 #[test]
 fn shards_merge_into_one_run() -> Result<(), Error> {
-    common::test_model();
+    let model = common::tiny_model();
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("first.toml");
     std::fs::write(
@@ -200,7 +201,7 @@ fn shards_merge_into_one_run() -> Result<(), Error> {
             "--repos",
             "datasets/demo/repos",
             "--model",
-            "smollm2-135m",
+            path(&model),
             "--config",
             path(cfg),
             "--out",
