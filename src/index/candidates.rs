@@ -368,9 +368,23 @@ pub fn is_secondary(path: &str) -> bool {
     ) || path == "setup.py"
 }
 
+/// The directories a source layout keeps its packages under: installed,
+/// `src/_pytest/runner.py` is `site-packages/_pytest/runner.py`, and
+/// matplotlib's `lib/matplotlib/axes/_base.py` is `matplotlib/axes/_base.py`.
+const LAYOUT_ROOTS: &[&str] = &["src/", "lib/"];
+
+/// Whether `written` is `path` or ends with it after a `/`.
+fn ends_with_path(written: &str, path: &str) -> bool {
+    written == path
+        || (written.len() > path.len()
+            && written.ends_with(path)
+            && written.as_bytes()[written.len() - path.len() - 1] == b'/')
+}
+
 /// The indices of the index's files that `written` names: the file whose
 /// whole path it ends with (an absolute path, a site-packages copy; the
-/// longest such), else the files whose path ends with it after a `/`
+/// longest such), the path under a source layout's root counting as whole
+/// ([`LAYOUT_ROOTS`]), else the files whose path ends with it after a `/`
 /// (`fits/card.py`), when there are at most [`MAX_PATH_MATCHES`].
 fn resolve_path(index: &CodeIndex, written: &str) -> Vec<usize> {
     let written = written.trim_start_matches("./");
@@ -378,13 +392,17 @@ fn resolve_path(index: &CodeIndex, written: &str) -> Vec<usize> {
         .files
         .iter()
         .enumerate()
-        .filter(|(_, f)| {
-            written == f.path
-                || (written.len() > f.path.len()
-                    && written.ends_with(f.path.as_str())
-                    && written.as_bytes()[written.len() - f.path.len() - 1] == b'/')
+        .filter_map(|(i, f)| {
+            let installed = LAYOUT_ROOTS
+                .iter()
+                .find_map(|root| f.path.strip_prefix(root));
+            [Some(f.path.as_str()), installed]
+                .into_iter()
+                .flatten()
+                .find(|p| ends_with_path(written, p))
+                .map(|p| (i, p.len()))
         })
-        .max_by_key(|(_, f)| f.path.len());
+        .max_by_key(|&(_, len)| len);
     if let Some((i, _)) = whole {
         return vec![i];
     }
@@ -914,6 +932,54 @@ mod tests {
             assert_eq!(m.frames, case.frames, "case {i} frames");
             assert_eq!(m.dotted, case.dotted, "case {i} dotted");
             assert_eq!(m.identifiers, case.identifiers, "case {i} identifiers");
+        }
+    }
+
+    #[test]
+    fn written_paths_resolve_to_the_repositorys_files() {
+        use crate::index::symbols::parse_symbols;
+        let index = CodeIndex {
+            files: [
+                "src/_pytest/runner.py",
+                "src/_pytest/assertion/rewrite.py",
+                "lib/matplotlib/axes/_base.py",
+                "pkg/card.py",
+                "other/card.py",
+            ]
+            .iter()
+            .map(|p| parse_symbols(p, "def f():\n    pass\n"))
+            .collect(),
+        };
+        let cases: [(&str, &[&str]); 9] = [
+            // An installed copy of a src layout (pytest-11143's traceback).
+            (
+                "/usr/local/lib/python3.8/site-packages/_pytest/assertion/rewrite.py",
+                &["src/_pytest/assertion/rewrite.py"],
+            ),
+            ("src/_pytest/runner.py", &["src/_pytest/runner.py"]),
+            ("./src/_pytest/runner.py", &["src/_pytest/runner.py"]),
+            // matplotlib's lib layout, from a checkout and installed.
+            (
+                "/home/me/matplotlib/lib/matplotlib/axes/_base.py",
+                &["lib/matplotlib/axes/_base.py"],
+            ),
+            (
+                "/venv/site-packages/matplotlib/axes/_base.py",
+                &["lib/matplotlib/axes/_base.py"],
+            ),
+            ("/x/site-packages/pkg/card.py", &["pkg/card.py"]),
+            // Partial paths: every file they end, few enough.
+            ("card.py", &["pkg/card.py", "other/card.py"]),
+            ("runner.py", &["src/_pytest/runner.py"]),
+            // Another package's file of the same name is not ours.
+            ("/site-packages/elsewhere/runner.py", &[]),
+        ];
+        for (written, want) in cases {
+            let got: Vec<&str> = resolve_path(&index, written)
+                .into_iter()
+                .map(|i| index.files[i].path.as_str())
+                .collect();
+            assert_eq!(got, want, "{written}");
         }
     }
 
