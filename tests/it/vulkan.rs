@@ -1,10 +1,12 @@
 //! The Vulkan build (`--features vulkan`) on SmolLM2 with every layer
 //! offloaded: on a machine without a GPU, Mesa's software Vulkan driver
-//! (lavapipe) stands in. `scripts/test` installs it, builds the binary in
-//! the CPU build's target directory (only what the feature changes is
-//! compiled again), copies it to `target/vulkan/patchwright` and names it
-//! in `PATCHWRIGHT_TEST_VULKAN_BIN`; without that the test fails with the
-//! reason, it never skips.
+//! (lavapipe) stands in. `scripts/test-vulkan` installs it, builds the
+//! binary in the CPU build's target directory (only what the feature
+//! changes is compiled again), copies it to `target/vulkan/patchwright`,
+//! names it in `PATCHWRIGHT_TEST_VULKAN_BIN` and runs these tests, which
+//! the suite's default filter leaves out (the build is 9 minutes of a fresh
+//! clone's 40); without that variable a test fails with the reason, it
+//! never skips.
 
 use crate::common;
 
@@ -50,8 +52,8 @@ fn offloaded_on_vulkan_the_greedy_tokens_match_the_cpu_build() {
     let Some(vulkan) = std::env::var_os("PATCHWRIGHT_TEST_VULKAN_BIN") else {
         panic!(
             "PATCHWRIGHT_TEST_VULKAN_BIN is not set: it names the binary built with \
-             `cargo build --release --features vulkan` (scripts/test builds it, copies it \
-             to target/vulkan/patchwright and sets it)"
+             `cargo build --release --features vulkan` (scripts/test-vulkan builds it, copies \
+             it to target/vulkan/patchwright and sets it)"
         );
     };
     let cpu = generate(env!("CARGO_BIN_EXE_patchwright").as_ref(), "none");
@@ -80,13 +82,14 @@ fn offloaded_on_vulkan_the_greedy_tokens_match_the_cpu_build() {
     );
 }
 
-/// The GPU benchmark payload as `scripts/gpu-payload` builds it (scripts/test
-/// names it in `PATCHWRIGHT_TEST_GPU_PAYLOAD`), run where a user runs it:
-/// its `gpu-bench` unpacks the binary, writes a synthetic model from the
-/// payload's tokenizer and measures it on Vulkan0. Lavapipe here does 0.6
-/// to 3 GFLOPS, so the model is the tiny shape (the 0.5B's took 60 s of
-/// the suite) and the figures are tiny: the shortest prompts, two tokens
-/// per candidate, N = 1 and 4 of the default 1, 4, 8 and 16. The scheduler figures
+/// The GPU benchmark payload as `scripts/gpu-payload` builds it
+/// (scripts/test-vulkan names it in `PATCHWRIGHT_TEST_GPU_PAYLOAD`), run
+/// where a user runs it: its `gpu-bench` unpacks the binary, writes a
+/// synthetic model from the payload's tokenizer and measures it on
+/// Vulkan0. Lavapipe here does 0.6 to 3 GFLOPS, so the model is the tiny
+/// shape (the 0.5B's took 60 s of the suite) and the figures are tiny: the
+/// shortest prompts, two tokens per candidate, N = 1 and 4 of the default
+/// 1, 4, 8 and 16. The scheduler figures
 /// are asked for none: two conversations of two took half of the test's
 /// 174 s on lavapipe, and the same code measures them on the CPU in
 /// `synth::models_bench_measures_every_figure_in_one_process`.
@@ -95,7 +98,7 @@ fn the_gpu_payload_measures_its_figures_on_vulkan0() {
     let Some(payload) = std::env::var_os("PATCHWRIGHT_TEST_GPU_PAYLOAD") else {
         panic!(
             "PATCHWRIGHT_TEST_GPU_PAYLOAD is not set: it names the directory \
-             `scripts/gpu-payload` writes (scripts/test builds it into target/gpu-payload)"
+             `scripts/gpu-payload` writes (scripts/test-vulkan builds it into target/gpu-payload)"
         );
     };
     let payload = std::path::PathBuf::from(payload);
