@@ -5,9 +5,12 @@
 //! sandboxes; the candidates are ordered: most accepted tests passed,
 //! then changing code (a patch that rewrites only comments, docstrings or
 //! formatting comes after), then breaking no test that passed before,
-//! then most candidates agreeing, then fewest regressions, then the
+//! then most candidates agreeing, then fewest regressions, then most
+//! lines written alike by the other candidates (a partial vote), then the
 //! model's chain-of-thought comparison of those still tied. It never sees
 //! FAIL_TO_PASS, PASS_TO_PASS or the gold patch.
+
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
@@ -59,6 +62,9 @@ pub struct Evaluation {
     pub other_tests: Vec<bool>,
     /// Regression tests that pass on the base commit and not with it.
     pub regressions: Vec<String>,
+    /// How far the other candidates write what it writes: [`agreement`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub agreement: f64,
     /// Why it could not be tried, if it could not (a [`RankError`]'s
     /// message).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -75,6 +81,7 @@ impl Evaluation {
             reproduction: None,
             other_tests: Vec::new(),
             regressions: Vec::new(),
+            agreement: 0.0,
             error: None,
         }
     }
@@ -186,6 +193,10 @@ pub fn rank(
             *slot = e;
         }
     }
+    let agreements = agreement(fixes, &evaluations);
+    for (e, a) in evaluations.iter_mut().zip(agreements) {
+        e.agreement = a;
+    }
     let regression = regression.unwrap_or_default();
 
     let (mut order, tied) = order_of(&evaluations);
@@ -264,7 +275,8 @@ fn try_all(
 /// cannot fix a behaviour, however many candidates wrote it, and breaks
 /// no test because it changes nothing), then breaking no test that passed
 /// before, then most candidates agreeing (votes weigh where the tests
-/// cannot tell candidates apart), then fewest regressions.
+/// cannot tell candidates apart), then fewest regressions, then the most
+/// [`agreement`] ([`thousandths`]).
 ///
 /// Among patches that break tests, how many they break says less than how
 /// many samples agree: an issue that asks for new behaviour breaks the
@@ -280,6 +292,7 @@ fn key(
     bool,
     std::cmp::Reverse<usize>,
     usize,
+    std::cmp::Reverse<u64>,
 ) {
     (
         e.error.is_some(),
@@ -288,7 +301,115 @@ fn key(
         !e.regressions.is_empty(),
         std::cmp::Reverse(e.votes),
         e.regressions.len(),
+        std::cmp::Reverse(thousandths(e.agreement)),
     )
+}
+
+/// An agreement in thousandths: sums equal but for rounding tie.
+fn thousandths(agreement: f64) -> u64 {
+    (agreement * 1000.0).round() as u64
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+/// A partial vote, for candidates no test and no whole vote tells apart:
+/// for each distinct candidate, the other code-changing, tried candidates'
+/// [`written_lines`] it shares, each other patch counting the Jaccard
+/// index of the two sets (shared lines over all lines either writes)
+/// times the candidates that wrote it. Samples that fix the same thing
+/// write some of the same lines even when they differ elsewhere
+/// (sphinx-8721 at 8 x 1: the three resolving patches each write the
+/// `viewcode_enable_epub` check that some others write too, and no two are
+/// one meaning); a patch no other sample comes near scores 0.
+fn agreement(fixes: &Fixes, evaluations: &[Evaluation]) -> Vec<f64> {
+    let lines: Vec<Option<BTreeSet<String>>> = evaluations
+        .iter()
+        .map(|e| {
+            let voter = !e.inert && e.error.is_none();
+            let d = fixes.distinct.get(e.distinct).filter(|_| voter)?;
+            Some(written_lines(&d.patch))
+        })
+        .collect();
+    let jaccard = |a: &BTreeSet<String>, b: &BTreeSet<String>| {
+        let either = a.union(b).count();
+        match either {
+            0 => 0.0,
+            _ => a.intersection(b).count() as f64 / either as f64,
+        }
+    };
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, mine)| {
+            let Some(mine) = mine else { return 0.0 };
+            lines
+                .iter()
+                .zip(evaluations)
+                .enumerate()
+                .filter_map(|(j, (theirs, other))| {
+                    let theirs = theirs.as_ref().filter(|_| j != i)?;
+                    Some(other.votes as f64 * jaccard(mine, theirs))
+                })
+                .sum()
+        })
+        .collect()
+}
+
+/// The lines a patch adds, each as Python's tokens read it: a trailing
+/// comment dropped, the tokens one space apart (so `y=f( x )` and
+/// `y = f(x)` are one line), blank and comment-only lines left out.
+fn written_lines(patch: &str) -> BTreeSet<String> {
+    patch
+        .lines()
+        .filter(|l| !l.starts_with("+++"))
+        .filter_map(|l| l.strip_prefix('+'))
+        .map(|l| tokens(l).join(" "))
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// A line's tokens up to a comment: words (letters, digits, `_`), string
+/// literals whole, and each other character alone.
+fn tokens(line: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut chars = line.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        let end = match c {
+            '#' => break,
+            c if c.is_whitespace() => continue,
+            '"' | '\'' => {
+                let mut escaped = false;
+                let mut end = line.len();
+                for (i, d) in chars.by_ref() {
+                    if escaped {
+                        escaped = false;
+                    } else if d == '\\' {
+                        escaped = true;
+                    } else if d == c {
+                        end = i + d.len_utf8();
+                        break;
+                    }
+                }
+                end
+            }
+            c if c.is_alphanumeric() || c == '_' => {
+                let mut end = at + c.len_utf8();
+                while let Some(&(i, d)) = chars.peek() {
+                    if !(d.is_alphanumeric() || d == '_') {
+                        break;
+                    }
+                    end = i + d.len_utf8();
+                    chars.next();
+                }
+                end
+            }
+            c => at + c.len_utf8(),
+        };
+        out.push(&line[at..end]);
+    }
+    out
 }
 
 /// The evaluations' indexes best first (ties by index), and those tied
@@ -550,11 +671,95 @@ mod tests {
                         reproduction,
                         other_tests: others.to_vec(),
                         regressions: (0..regressions).map(|k| format!("t{k}")).collect(),
+                        agreement: 0.0,
                         error: None,
                     },
                 )
                 .collect();
             assert_eq!(order_of(&evaluations).0, *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn written_lines_are_read_as_python_reads_them() {
+        let patch = "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,6 @@\n \
+                     def f(x):\n-    return x\n+    y  =  x # why\n+\n+    # only a comment\n+    \
+                     s = '#not a comment' # but this is\n+    t = \"a\\\"#b\"\n+    z=f( x )\n+    return y\n";
+        let lines: Vec<String> = written_lines(patch).into_iter().collect();
+        assert_eq!(
+            lines,
+            [
+                "return y",
+                "s = '#not a comment'",
+                "t = \"a\\\"#b\"",
+                "y = x",
+                "z = f ( x )"
+            ]
+        );
+    }
+
+    #[test]
+    fn candidates_no_test_or_vote_tells_apart_rank_by_the_lines_others_write_alike() {
+        // (patch lines written, votes, inert, tried) per candidate; the
+        // agreement of each, in thousandths; the order wanted.
+        type Row<'a> = (&'a [&'a str], usize, bool, bool);
+        type Case<'a> = (&'a str, &'a [Row<'a>], &'a [u64], &'a [usize]);
+        #[rustfmt::skip]
+        let cases: &[Case] = &[
+            // sphinx-8721's shape: the resolving patches share a check.
+            ("a line two patches write",
+             &[(&["if a:", "return"], 1, false, true), (&["if b:", "x = 1"], 1, false, true),
+               (&["if b:", "continue"], 1, false, true)],
+             &[0, 333, 333], &[1, 2, 0]),
+            // A comment or spacing does not make a line another.
+            ("the same line, commented and spaced otherwise",
+             &[(&["y = f(x)"], 1, false, true), (&["y=f( x ) # fix"], 1, false, true),
+               (&["y = g(x)"], 1, false, true)],
+             &[1000, 1000, 0], &[0, 1, 2]),
+            // Each other candidate weighs by the samples that wrote it; a
+            // patch's own votes count in `votes`, not here, and come first.
+            ("a patch written by three samples weighs three",
+             &[(&["a = 1"], 1, false, true), (&["b = 1"], 1, false, true),
+               (&["a = 1", "c = 1"], 1, false, true), (&["b = 1", "d = 1"], 3, false, true)],
+             &[500, 1500, 500, 500], &[3, 1, 0, 2]),
+            // Neither a patch meaning the base's nor one that could not be
+            // tried votes; they score 0 themselves.
+            ("an inert or untried patch has no say",
+             &[(&["a = 1"], 1, false, true), (&["b = 1"], 1, false, true),
+               (&["a = 1"], 4, true, true), (&["a = 1"], 4, false, false)],
+             &[0, 0, 0, 0], &[0, 1, 2, 3]),
+        ];
+        for (name, rows, want_agreement, want_order) in cases {
+            let fixes = Fixes {
+                candidates: Vec::new(),
+                distinct: rows
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (lines, ..))| {
+                        let added: String = lines.iter().map(|l| format!("+{l}\n")).collect();
+                        let patch = format!("--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-old\n{added}");
+                        super::super::fixer::Distinct::new(patch, i)
+                    })
+                    .collect(),
+                ..Fixes::empty(Default::default())
+            };
+            let mut evaluations: Vec<Evaluation> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, &(_, votes, inert, tried))| Evaluation {
+                    votes,
+                    inert,
+                    error: (!tried).then(|| "its run panicked".into()),
+                    ..Evaluation::of(i, &fixes.distinct[i])
+                })
+                .collect();
+            let agreements = agreement(&fixes, &evaluations);
+            let milli: Vec<u64> = agreements.iter().map(|&a| thousandths(a)).collect();
+            assert_eq!(milli, *want_agreement, "{name}");
+            for (e, a) in evaluations.iter_mut().zip(agreements) {
+                e.agreement = a;
+            }
+            assert_eq!(order_of(&evaluations).0, *want_order, "{name}");
         }
     }
 
