@@ -363,7 +363,7 @@ fn agreement(fixes: &Fixes, evaluations: &[Evaluation]) -> Vec<f64> {
 fn written_lines(patch: &str) -> BTreeSet<String> {
     patch
         .lines()
-        .filter(|l| !l.starts_with("+++"))
+        .filter(|l| !l.starts_with("+++ "))
         .filter_map(|l| l.strip_prefix('+'))
         .map(|l| tokens(l).join(" "))
         .filter(|l| !l.is_empty())
@@ -684,11 +684,12 @@ mod tests {
     fn written_lines_are_read_as_python_reads_them() {
         let patch = "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,6 @@\n \
                      def f(x):\n-    return x\n+    y  =  x # why\n+\n+    # only a comment\n+    \
-                     s = '#not a comment' # but this is\n+    t = \"a\\\"#b\"\n+    z=f( x )\n+    return y\n";
+                     s = '#not a comment' # but this is\n+    t = \"a\\\"#b\"\n+    z=f( x )\n+++x\n+    return y\n";
         let lines: Vec<String> = written_lines(patch).into_iter().collect();
         assert_eq!(
             lines,
             [
+                "+ + x",
                 "return y",
                 "s = '#not a comment'",
                 "t = \"a\\\"#b\"",
